@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Sets up and runs every test kite has, from a fresh Debian machine:
+#   1. Debian packages (scripts/install-deps.sh) and the npm oracle (node-llama-cpp, pinned);
+#   2. a Release build with -Werror (gcc) and ctest;
+#   3. a clang ASan+UBSan build and the same ctest;
+#   4. each libFuzzer target for a fixed time on its committed corpus.
+# Test data comes from KITE_TEST_DATA (default: ../shared beside the repository).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+export KITE_TEST_DATA="${KITE_TEST_DATA:-$(cd "$ROOT/.." && pwd)/shared}"
+FUZZ_SECONDS="${KITE_FUZZ_SECONDS:-30}"
+JOBS="${KITE_JOBS:-2}"
+
+echo "== dependencies"
+bash scripts/install-deps.sh
+if [ -f tests/oracle/package.json ]; then
+  (cd tests/oracle && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+echo "== release build (gcc, -Werror)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKITE_WERROR=ON -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
+cmake --build build -j"$JOBS"
+(cd build && ctest --output-on-failure -j"$JOBS")
+
+echo "== sanitizer build (clang, ASan+UBSan)"
+CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKITE_WERROR=ON -DKITE_SANITIZE=ON \
+  -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
+cmake --build build-asan -j"$JOBS"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$JOBS")
+
+echo "== fuzzing (${FUZZ_SECONDS}s per target)"
+CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKITE_FUZZ=ON -DKITE_BUILD_TESTS=ON \
+  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
+targets=$(cd tests/fuzz && ls fuzz_*.c | sed 's/\.c$//')
+cmake --build build-fuzz -j"$JOBS" --target $targets
+for t in $targets; do
+  corpus="tests/fuzz/corpus/${t#fuzz_}"
+  work=$(mktemp -d)
+  cp -r "$corpus"/. "$work"/
+  echo "-- $t"
+  ./build-fuzz/"$t" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=0 "$work" 2>&1 | tail -n 2
+  rm -rf "$work"
+done
+echo "== all tests passed"

@@ -1,0 +1,246 @@
+/* Opening a model: detect the format, load its source, bind weights, attach a tokenizer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "quant/types.h"
+
+kite_model_params kite_model_default_params(void) {
+    kite_model_params p = {0};
+    return p;
+}
+
+static bool has_suffix(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int open_source(kite_source *src, const char *path, kite_error *e) {
+    struct stat st;
+    if (stat(path, &st) != 0) return kite_fail(e, KITE_ERR_IO, "cannot open %s: no such file or folder", path);
+    if (S_ISDIR(st.st_mode) || has_suffix(path, ".safetensors") || has_suffix(path, ".json")) return kite_source_open_hf(src, path, e);
+    FILE *f = fopen(path, "rb");
+    if (!f) return kite_fail(e, KITE_ERR_IO, "cannot open %s", path);
+    unsigned char magic[4] = {0};
+    size_t got = fread(magic, 1, 4, f);
+    fclose(f);
+    if (got == 4 && memcmp(magic, "GGUF", 4) == 0) return kite_source_open_gguf(src, path, e);
+    if (got < 4) return kite_fail(e, KITE_ERR_FORMAT, "%s: file too short (%zu bytes) to be a model", path, got);
+    /* llama2.c legacy checkpoints have no magic: the loader validates the header instead. */
+    return kite_source_open_llama2c(src, path, e);
+}
+
+static int open_tokenizer(kite_model *m, const char *model_path, const char *tokenizer_path, kite_error *e) {
+    int st;
+    if (tokenizer_path) {
+        if (has_suffix(tokenizer_path, ".json")) {
+            char *json = NULL;
+            size_t len = 0;
+            if ((st = kite_read_file(tokenizer_path, &json, &len, (size_t)1 << 30, e))) return st;
+            st = kite_tokenizer_from_hf_json(&m->tokenizer, json, len, NULL, 0, e);
+            free(json);
+        } else {
+            kite_mapped_file f;
+            if ((st = kite_map_file(&f, tokenizer_path, e))) return st;
+            st = kite_tokenizer_from_llama2c(&m->tokenizer, f.data, f.size, m->n_vocab, e);
+            kite_unmap_file(&f);
+        }
+    } else if (m->src.gguf) {
+        st = kite_tokenizer_from_gguf(&m->tokenizer, m->src.gguf, e);
+    } else if (m->src.tokenizer_json[0]) {
+        char *json = NULL, *config = NULL;
+        size_t len = 0, config_len = 0;
+        if ((st = kite_read_file(m->src.tokenizer_json, &json, &len, (size_t)1 << 30, e))) return st;
+        if (m->src.tokenizer_config_json[0] &&
+            (st = kite_read_file(m->src.tokenizer_config_json, &config, &config_len, (size_t)64 << 20, e))) {
+            free(json);
+            return st;
+        }
+        st = kite_tokenizer_from_hf_json(&m->tokenizer, json, len, config, config_len, e);
+        free(json);
+        free(config);
+    } else {
+        return kite_fail(e, KITE_ERR_TOKENIZER, "%s has no tokenizer: pass one with --tokenizer PATH (a llama2.c tokenizer .bin or a tokenizer.json)",
+                         model_path);
+    }
+    if (st) {
+        char inner[sizeof e->msg];
+        snprintf(inner, sizeof inner, "%s", e->msg);
+        return kite_fail(e, st, "tokenizer of %s: %s", tokenizer_path ? tokenizer_path : model_path, inner);
+    }
+    if (m->n_vocab > 0 && kite_tokenizer_n_vocab(m->tokenizer) > m->n_vocab)
+        return kite_fail(e, KITE_ERR_FORMAT, "tokenizer has %d tokens but the model's vocabulary has %d",
+                         kite_tokenizer_n_vocab(m->tokenizer), m->n_vocab);
+    return KITE_OK;
+}
+
+/* Touches every page of the weights once, so the first token does not pay for page faults and a
+ * large model shows its loading progress. */
+static void prefault(const kite_model *m, const kite_model_params *p) {
+    uint64_t total = 0, done = 0;
+    for (int32_t i = 0; i < m->src.n_tensors; i++) total += m->src.tensors[i].n_bytes;
+    volatile unsigned char sink = 0;
+    uint64_t next_report = 0;
+    for (int32_t i = 0; i < m->src.n_tensors; i++) {
+        const kite_tensor *t = &m->src.tensors[i];
+        const unsigned char *d = t->data;
+        for (uint64_t off = 0; off < t->n_bytes; off += 4096) sink ^= d[off];
+        done += t->n_bytes;
+        if (p->progress && done >= next_report) {
+            p->progress(total ? (float)((double)done / (double)total) : 1.0f, p->progress_user_data);
+            next_report = done + total / 100;
+        }
+    }
+    (void)sink;
+    if (p->progress) p->progress(1.0f, p->progress_user_data);
+}
+
+int kite_model_open(kite_model **out, const char *path, const kite_model_params *params, char *err, size_t err_size) {
+    kite_error e = {0};
+    kite_model_params defaults = kite_model_default_params();
+    if (!params) params = &defaults;
+    if (out) *out = NULL;
+    if (!out || (!path && !(params->vocab_only && params->tokenizer_path))) {
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_model_open: model and path must not be NULL");
+        return kite_error_export(&e, err, err_size);
+    }
+    kite_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        kite_fail(&e, KITE_ERR_NOMEM, "out of memory");
+        return kite_error_export(&e, err, err_size);
+    }
+    m->vocab_only = params->vocab_only;
+    int st = KITE_OK;
+    if (path) {
+        if ((st = open_source(&m->src, path, &e))) { free(m); return kite_error_export(&e, err, err_size); }
+        m->n_vocab = m->src.hp.n_vocab;
+    }
+    if (!m->vocab_only) st = kite_weights_bind(&m->weights, &m->src, &e);
+    if (!st) st = open_tokenizer(m, path ? path : params->tokenizer_path, params->tokenizer_path, &e);
+    if (st) {
+        kite_model_free(m);
+        return kite_error_export(&e, err, err_size);
+    }
+    if (!path) m->n_vocab = kite_tokenizer_n_vocab(m->tokenizer);
+    m->n_threads = params->n_threads > 0 ? params->n_threads : kite_cpu_count();
+    m->gen_defaults = path ? m->src.gen_defaults : kite_gen_default_params();
+    if (!m->vocab_only) prefault(m, params);
+    kite_log(KITE_LOG_INFO, "loaded %s: %s, %d layers, dim %d, vocab %d", path ? path : params->tokenizer_path,
+             m->src.format, m->src.hp.n_layers, m->src.hp.dim, m->n_vocab);
+    *out = m;
+    return KITE_OK;
+}
+
+void kite_model_free(kite_model *m) {
+    if (!m) return;
+    kite_tokenizer_free(m->tokenizer);
+    kite_weights_free(&m->weights);
+    kite_source_close(&m->src);
+    free(m);
+}
+
+static const char *arch_name(kite_arch a) {
+    switch (a) {
+    case KITE_ARCH_LLAMA: return "llama";
+    case KITE_ARCH_QWEN2: return "qwen2";
+    case KITE_ARCH_QWEN3: return "qwen3";
+    }
+    return "unknown";
+}
+
+void kite_model_get_info(const kite_model *m, kite_model_info *info) {
+    memset(info, 0, sizeof *info);
+    const kite_hparams *hp = &m->src.hp;
+    snprintf(info->architecture, sizeof info->architecture, "%s", m->src.n_tensors ? arch_name(hp->arch) : "none");
+    snprintf(info->format, sizeof info->format, "%s", m->src.format);
+    snprintf(info->tokenizer, sizeof info->tokenizer, "%s",
+             !m->tokenizer ? "none" : kite_tokenizer_kind_of(m->tokenizer) == KITE_TOKENIZER_SPM ? "spm" : "bpe");
+    info->n_vocab = m->n_vocab;
+    info->dim = hp->dim;
+    info->n_layers = hp->n_layers;
+    info->n_heads = hp->n_heads;
+    info->n_kv_heads = hp->n_kv_heads;
+    info->head_dim = hp->head_dim;
+    info->ffn_dim = hp->ffn_dim;
+    info->n_ctx_train = hp->n_ctx_train;
+    info->rope_theta = hp->rope_theta;
+    info->rms_eps = hp->rms_eps;
+    info->tied_embeddings = hp->tied_embeddings;
+    info->bos_id = m->tokenizer ? kite_tokenizer_bos(m->tokenizer) : -1;
+    info->eos_id = m->tokenizer ? kite_tokenizer_eos(m->tokenizer) : -1;
+    info->add_bos = m->tokenizer ? kite_tokenizer_add_bos(m->tokenizer) : false;
+    info->n_tensors = m->src.n_tensors;
+    for (int32_t i = 0; i < m->src.n_tensors; i++) {
+        const kite_tensor *t = &m->src.tensors[i];
+        info->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        info->weight_bytes += t->n_bytes;
+    }
+}
+
+int kite_model_tensor(const kite_model *m, int32_t index, kite_tensor_desc *desc) {
+    if (!m || !desc || index < 0 || index >= m->src.n_tensors) return KITE_ERR_INVALID_ARG;
+    const kite_tensor *t = &m->src.tensors[index];
+    const kite_type_traits *tr = kite_type_get(t->type);
+    desc->name = t->name;
+    desc->type_name = tr ? tr->name : "?";
+    desc->n_dims = (int32_t)t->n_dims;
+    for (int i = 0; i < 4; i++) desc->shape[i] = t->ne[i];
+    desc->n_bytes = t->n_bytes;
+    return KITE_OK;
+}
+
+kite_gen_params kite_model_gen_params(const kite_model *m) { return m->gen_defaults; }
+
+int kite_tokenize(const kite_model *m, const char *text, size_t text_len, bool add_bos, bool parse_special, int32_t *ids,
+                  size_t capacity, size_t *n_ids, char *err, size_t err_size) {
+    kite_error e = {0};
+    int32_t *tmp = NULL;
+    size_t n = 0;
+    if (n_ids) *n_ids = 0;
+    if (!m || (!text && text_len)) {
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_tokenize: model and text must not be NULL");
+        return kite_error_export(&e, err, err_size);
+    }
+    if (kite_tokenizer_encode(m->tokenizer, text ? text : "", text_len, add_bos, parse_special, &tmp, &n, &e))
+        return kite_error_export(&e, err, err_size);
+    if (n_ids) *n_ids = n;
+    if (n > capacity) {
+        free(tmp);
+        if (capacity == 0 && !ids) return KITE_OK; /* measuring */
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_tokenize: %zu ids do not fit in a buffer of %zu", n, capacity);
+        return kite_error_export(&e, err, err_size);
+    }
+    if (n) memcpy(ids, tmp, n * sizeof *ids);
+    free(tmp);
+    return KITE_OK;
+}
+
+int kite_detokenize(const kite_model *m, const int32_t *ids, size_t n_ids, char *text, size_t capacity, size_t *n_bytes,
+                    char *err, size_t err_size) {
+    kite_error e = {0};
+    char *tmp = NULL;
+    size_t len = 0;
+    if (n_bytes) *n_bytes = 0;
+    if (!m || (!ids && n_ids)) {
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_detokenize: model and ids must not be NULL");
+        return kite_error_export(&e, err, err_size);
+    }
+    for (size_t i = 0; i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= m->n_vocab) {
+            kite_fail(&e, KITE_ERR_INVALID_ARG, "token id %d at index %zu is outside the vocabulary (0..%d)", ids[i], i,
+                      m->n_vocab - 1);
+            return kite_error_export(&e, err, err_size);
+        }
+    if (kite_tokenizer_decode(m->tokenizer, ids, n_ids, &tmp, &len, &e)) return kite_error_export(&e, err, err_size);
+    if (n_bytes) *n_bytes = len;
+    if (text && capacity) {
+        size_t copy = len < capacity ? len : capacity;
+        memcpy(text, tmp, copy);
+        if (copy < capacity) text[copy] = 0;
+    }
+    free(tmp);
+    return KITE_OK;
+}

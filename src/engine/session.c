@@ -1,0 +1,261 @@
+/* Sessions: the context (KV cache and token history), prompt processing, generation, statistics. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine.h"
+#include "sample/sampler.h"
+
+double kite_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+kite_session_params kite_session_default_params(void) {
+    kite_session_params p = {0};
+    return p;
+}
+
+int kite_session_open(kite_session **out, kite_model *model, const kite_session_params *params, char *err, size_t err_size) {
+    kite_error e = {0};
+    kite_session_params defaults = kite_session_default_params();
+    if (!params) params = &defaults;
+    if (out) *out = NULL;
+    if (!out || !model) {
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_open: session and model must not be NULL");
+        return kite_error_export(&e, err, err_size);
+    }
+    if (model->vocab_only) {
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_open: the model was opened with vocab_only");
+        return kite_error_export(&e, err, err_size);
+    }
+    const kite_hparams *hp = &model->weights.hp;
+    int32_t n_ctx = params->n_ctx > 0 ? params->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (params->n_ctx < 0 || n_ctx > (1 << 22)) {
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "context size %d is out of range (1..%d)", params->n_ctx, 1 << 22);
+        return kite_error_export(&e, err, err_size);
+    }
+    if (params->n_threads < 0 || params->n_threads > 1024) {
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "thread count %d is out of range (0..1024)", params->n_threads);
+        return kite_error_export(&e, err, err_size);
+    }
+    int32_t n_threads = params->n_threads > 0 ? params->n_threads : model->n_threads;
+    kite_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        kite_fail(&e, KITE_ERR_NOMEM, "out of memory");
+        return kite_error_export(&e, err, err_size);
+    }
+    s->model = model;
+    s->n_ctx = n_ctx;
+    s->unfed_token = -1;
+    int st = kite_kv_cache_init(&s->kv, hp, n_ctx, &e);
+    if (!st) st = kite_forward_scratch_init(&s->scratch, hp, KITE_PREFILL_CHUNK, n_threads, n_ctx, &e);
+    if (!st) {
+        s->pool = kite_pool_new(n_threads);
+        s->history = calloc((size_t)n_ctx, sizeof *s->history);
+        s->logits = calloc((size_t)hp->n_vocab, sizeof *s->logits);
+        if (!s->pool || !s->history || !s->logits) st = kite_fail(&e, KITE_ERR_NOMEM, "out of memory for a session");
+    }
+    if (st) {
+        kite_session_free(s);
+        return kite_error_export(&e, err, err_size);
+    }
+    *out = s;
+    return KITE_OK;
+}
+
+void kite_session_free(kite_session *s) {
+    if (!s) return;
+    kite_pool_free(s->pool);
+    kite_kv_cache_free(&s->kv);
+    kite_forward_scratch_free(&s->scratch);
+    free(s->history);
+    free(s->logits);
+    free(s);
+}
+
+void kite_session_reset(kite_session *s) {
+    if (!s) return;
+    s->n_past = 0;
+    s->unfed_token = -1;
+    s->have_logits = false;
+    memset(&s->stats, 0, sizeof s->stats);
+    atomic_store(&s->cancel, false);
+}
+
+int32_t kite_session_n_past(const kite_session *s) { return s ? s->n_past : 0; }
+int32_t kite_session_n_ctx(const kite_session *s) { return s ? s->n_ctx : 0; }
+
+void kite_cancel(kite_session *s) {
+    if (s) atomic_store(&s->cancel, true);
+}
+
+static int check_tokens(const kite_session *s, const int32_t *ids, size_t n, kite_error *e) {
+    if (n && !ids) return kite_fail(e, KITE_ERR_INVALID_ARG, "token ids must not be NULL");
+    int32_t n_vocab = s->model->weights.hp.n_vocab;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab)
+            return kite_fail(e, KITE_ERR_INVALID_ARG, "token id %d at index %zu is outside the vocabulary (0..%d)", ids[i], i,
+                             n_vocab - 1);
+    if ((size_t)s->n_past + n > (size_t)s->n_ctx)
+        return kite_fail(e, KITE_ERR_CONTEXT_FULL, "%zu tokens do not fit in the context: %d of %d positions are free", n,
+                         s->n_ctx - s->n_past, s->n_ctx);
+    return KITE_OK;
+}
+
+static int run_tokens(kite_session *s, const int32_t *ids, size_t n, float *all_logits, kite_error *e);
+
+/* Runs the token generated last, if it has not been run yet. */
+static int feed_unfed(kite_session *s, kite_error *e) {
+    if (s->unfed_token < 0) return KITE_OK;
+    if (s->n_past >= s->n_ctx) return kite_fail(e, KITE_ERR_CONTEXT_FULL, "the context of %d tokens is full", s->n_ctx);
+    int32_t id = s->unfed_token;
+    s->unfed_token = -1;
+    return run_tokens(s, &id, 1, NULL, e);
+}
+
+/* Runs ids through the model in chunks; logits (if not NULL) get one row per id. */
+static int run_tokens(kite_session *s, const int32_t *ids, size_t n, float *all_logits, kite_error *e) {
+    const kite_weights *w = &s->model->weights;
+    int32_t n_vocab = w->hp.n_vocab;
+    for (size_t done = 0; done < n;) {
+        if (atomic_load(&s->cancel)) {
+            atomic_store(&s->cancel, false);
+            return kite_fail(e, KITE_ERR_CANCELLED, "cancelled");
+        }
+        int32_t chunk = (int32_t)(n - done < KITE_PREFILL_CHUNK ? n - done : KITE_PREFILL_CHUNK);
+        bool last = done + (size_t)chunk == n;
+        float *out = all_logits ? all_logits + done * (size_t)n_vocab : (last ? s->logits : NULL);
+        kite_forward(w, &s->kv, &s->scratch, s->pool, ids + done, chunk, s->n_past, out, all_logits != NULL);
+        memcpy(s->history + s->n_past, ids + done, sizeof *ids * (size_t)chunk);
+        s->n_past += chunk;
+        done += (size_t)chunk;
+        if (last && all_logits) memcpy(s->logits, out + (size_t)(chunk - 1) * n_vocab, sizeof(float) * (size_t)n_vocab);
+    }
+    if (n) s->have_logits = true;
+    return KITE_OK;
+}
+
+int kite_prompt(kite_session *s, const int32_t *ids, size_t n_ids, char *err, size_t err_size) {
+    kite_error e = {0};
+    if (!s) return kite_fail(&e, KITE_ERR_INVALID_ARG, "session must not be NULL"), kite_error_export(&e, err, err_size);
+    double t0 = kite_now_ms();
+    int st = feed_unfed(s, &e);
+    if (!st) st = check_tokens(s, ids, n_ids, &e);
+    if (!st) st = run_tokens(s, ids, n_ids, NULL, &e);
+    if (!st) {
+        s->stats.prompt_tokens += (int64_t)n_ids;
+        s->last_prompt_ms = kite_now_ms() - t0;
+        s->stats.prefill_ms += s->last_prompt_ms;
+    }
+    return kite_error_export(&e, err, err_size);
+}
+
+int kite_eval(kite_session *s, const int32_t *ids, size_t n_ids, float *logits, char *err, size_t err_size) {
+    kite_error e = {0};
+    if (!s || (!logits && n_ids))
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "session and logits must not be NULL"), kite_error_export(&e, err, err_size);
+    int st = feed_unfed(s, &e);
+    if (!st) st = check_tokens(s, ids, n_ids, &e);
+    if (!st) st = run_tokens(s, ids, n_ids, logits, &e);
+    return kite_error_export(&e, err, err_size);
+}
+
+/* Length of the longest prefix of buf[0..n) that ends on a complete UTF-8 character (or holds an
+ * invalid sequence, which is passed through rather than held forever). */
+static size_t utf8_complete_prefix(const char *buf, size_t n) {
+    size_t i = n, back = 0;
+    while (i > 0 && back < 4) {
+        unsigned char c = (unsigned char)buf[i - 1];
+        if ((c & 0xC0) != 0x80) { /* a lead byte or ASCII */
+            size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+            return back + 1 >= need ? n : i - 1;
+        }
+        i--;
+        back++;
+    }
+    return n;
+}
+
+int kite_generate(kite_session *s, const kite_gen_params *params, kite_token_fn on_token, void *user_data, char *err,
+                  size_t err_size) {
+    kite_error e = {0};
+    if (!s || !params)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "session and parameters must not be NULL"), kite_error_export(&e, err, err_size);
+    const kite_model *m = s->model;
+    int32_t n_vocab = m->weights.hp.n_vocab;
+    if (kite_gen_params_check(params, n_vocab, e.msg, sizeof e.msg)) {
+        e.status = KITE_ERR_INVALID_ARG;
+        return kite_error_export(&e, err, err_size);
+    }
+    if (params->max_tokens < 0)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "max_tokens must be >= 0, got %d", params->max_tokens),
+               kite_error_export(&e, err, err_size);
+    if (feed_unfed(s, &e)) return kite_error_export(&e, err, err_size);
+    if (!s->have_logits)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_generate needs a context: call kite_prompt first"),
+               kite_error_export(&e, err, err_size);
+    float *work = malloc(sizeof(float) * (size_t)n_vocab);
+    if (!work) return kite_fail(&e, KITE_ERR_NOMEM, "out of memory"), kite_error_export(&e, err, err_size);
+    char pending[256]; /* bytes of an incomplete UTF-8 character carried to the next token */
+    size_t n_pending = 0;
+    double t_start = kite_now_ms(), t_first = 0;
+    int64_t generated = 0;
+    int st = KITE_OK;
+    int32_t prev = s->n_past > 0 ? s->history[s->n_past - 1] : -1;
+    for (int32_t i = 0; i < params->max_tokens; i++) {
+        if (atomic_load(&s->cancel)) {
+            atomic_store(&s->cancel, false);
+            st = kite_fail(&e, KITE_ERR_CANCELLED, "cancelled");
+            break;
+        }
+        memcpy(work, s->logits, sizeof(float) * (size_t)n_vocab);
+        int32_t id = kite_sample(params, work, n_vocab, s->history, (size_t)s->n_past, s->n_past);
+        generated++;
+        if (generated == 1) {
+            t_first = kite_now_ms();
+            /* The prompt's processing plus the wait for this first token. */
+            s->stats.ttft_ms = s->last_prompt_ms + (t_first - t_start);
+            s->last_prompt_ms = 0;
+        }
+        bool end = !params->ignore_eos && kite_tokenizer_is_eog(m->tokenizer, id);
+        bool last = end || i + 1 == params->max_tokens;
+        char piece[256];
+        int32_t len = end ? 0 : kite_tokenizer_piece(m->tokenizer, prev, id, piece, sizeof piece);
+        if (len < 0) len = 0;
+        if (len > (int32_t)sizeof piece) len = (int32_t)sizeof piece; /* no real token is this long */
+        char text[512];
+        memcpy(text, pending, n_pending);
+        memcpy(text + n_pending, piece, (size_t)len);
+        size_t total = n_pending + (size_t)len;
+        size_t ready = last ? total : utf8_complete_prefix(text, total); /* the last token flushes what is held */
+        n_pending = total - ready;
+        if (n_pending > sizeof pending) n_pending = 0; /* cannot happen for valid text: drop, never overflow */
+        memcpy(pending, text + ready, n_pending);
+        bool keep_going = on_token ? on_token(id, text, ready, user_data) : true;
+        prev = id;
+        /* The newest token is fed to the model lazily (at the next prompt or generate call), so
+         * the last one of a reply costs nothing unless the conversation goes on. */
+        s->unfed_token = id;
+        if (last || !keep_going) break;
+        if ((st = feed_unfed(s, &e))) break;
+    }
+    double t_end = kite_now_ms();
+    free(work);
+    s->stats.generated_tokens += generated;
+    if (generated > 1) s->stats.decode_ms += t_end - t_first;
+    return kite_error_export(&e, err, err_size);
+}
+
+void kite_session_stats(const kite_session *s, kite_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!s) return;
+    *out = s->stats;
+    out->prefill_tok_s = out->prefill_ms > 0 ? (double)out->prompt_tokens / (out->prefill_ms / 1e3) : 0;
+    /* The first token of each generate call comes from the prompt's logits; decode speed counts the rest. */
+    int64_t decoded = out->generated_tokens > 0 ? out->generated_tokens - 1 : 0;
+    out->decode_tok_s = out->decode_ms > 0 ? (double)decoded / (out->decode_ms / 1e3) : 0;
+}

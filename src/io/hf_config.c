@@ -1,0 +1,361 @@
+#include "io/hf_config.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Limits well above any real model of the supported families; they keep products of dimensions
+ * far from overflow and turn garbage into a clear message instead of a huge allocation. */
+enum {
+    MAX_DIM = 1 << 16,
+    MAX_FFN = 1 << 20,
+    MAX_LAYERS = 1024,
+    MAX_HEADS = 1024,
+    MAX_HEAD_DIM = 1024,
+};
+
+/* Absent and null both mean "not given". */
+static const json_t *field(const json_t *obj, const char *key) {
+    const json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* Reads an integer field in [lo, hi]. Absent: *out = dflt and ok if !required. */
+static int get_int(const json_t *obj, const char *key, int64_t lo, int64_t hi, bool required, int64_t dflt,
+                   int64_t *out, const char *label, kite_error *e) {
+    const json_t *v = field(obj, key);
+    if (!v) {
+        if (required) return kite_fail(e, KITE_ERR_FORMAT, "%s: missing \"%s\"", label, key);
+        *out = dflt;
+        return KITE_OK;
+    }
+    if (!json_is_integer(v)) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"%s\" is not an integer", label, key);
+    json_int_t i = json_integer_value(v);
+    if (i < lo || i > hi)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: \"%s\" = %lld is outside [%lld, %lld]", label, key, (long long)i,
+                         (long long)lo, (long long)hi);
+    *out = i;
+    return KITE_OK;
+}
+
+/* Reads a number field (integer or real). Range: lo < x (or lo <= x if lo_inclusive), x <= hi. */
+static int get_num(const json_t *obj, const char *key, double lo, bool lo_inclusive, double hi, double dflt,
+                   double *out, bool *given, const char *label, kite_error *e) {
+    const json_t *v = field(obj, key);
+    if (given) *given = v != NULL;
+    if (!v) {
+        *out = dflt;
+        return KITE_OK;
+    }
+    if (!json_is_number(v)) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"%s\" is not a number", label, key);
+    double x = json_number_value(v);
+    if (!isfinite(x) || (lo_inclusive ? x < lo : x <= lo) || x > hi)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: \"%s\" = %g is outside %c%g, %g]", label, key, x,
+                         lo_inclusive ? '[' : '(', lo, hi);
+    *out = x;
+    return KITE_OK;
+}
+
+/* bos/eos: an integer, a list of integers (the first counts), or null/absent (-1). */
+static int get_token_id(const json_t *obj, const char *key, int32_t *out, bool *given, const char *label,
+                        kite_error *e) {
+    const json_t *v = field(obj, key);
+    *given = false;
+    if (!v) return KITE_OK;
+    if (json_is_array(v)) {
+        if (json_array_size(v) == 0) return KITE_OK;
+        v = json_array_get(v, 0);
+    }
+    if (!json_is_integer(v))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: \"%s\" is not an integer or a list of integers", label, key);
+    json_int_t i = json_integer_value(v);
+    if (i > INT32_MAX) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"%s\" = %lld is too large", label, key, (long long)i);
+    *out = i < 0 ? -1 : (int32_t)i;
+    *given = true;
+    return KITE_OK;
+}
+
+static json_t *load_object(const char *text, size_t len, const char *label, kite_error *e) {
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        kite_fail(e, KITE_ERR_FORMAT, "%s: invalid JSON: %s (line %d, column %d)", label, jerr.text, jerr.line, jerr.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        kite_fail(e, KITE_ERR_FORMAT, "%s: not a JSON object", label);
+        return NULL;
+    }
+    return root;
+}
+
+static int parse_arch(const json_t *root, kite_arch *arch, const char *label, kite_error *e) {
+    static const struct { const char *model_type, *class_name; kite_arch arch; } known[] = {
+        {"llama", "LlamaForCausalLM", KITE_ARCH_LLAMA},
+        {"qwen2", "Qwen2ForCausalLM", KITE_ARCH_QWEN2},
+        {"qwen3", "Qwen3ForCausalLM", KITE_ARCH_QWEN3},
+    };
+    const size_t n_known = sizeof known / sizeof known[0];
+    const json_t *mt = field(root, "model_type");
+    if (json_is_string(mt)) {
+        const char *s = json_string_value(mt);
+        for (size_t i = 0; i < n_known; i++)
+            if (strcmp(s, known[i].model_type) == 0) { *arch = known[i].arch; return KITE_OK; }
+        return kite_fail(e, KITE_ERR_UNSUPPORTED,
+                         "%s: unsupported architecture '%.64s' (model_type in config.json); kite runs llama, qwen2, qwen3",
+                         label, s);
+    }
+    if (mt) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"model_type\" is not a string", label);
+    const json_t *archs = field(root, "architectures");
+    const json_t *first = json_is_array(archs) ? json_array_get(archs, 0) : NULL;
+    if (!json_is_string(first))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: neither \"model_type\" nor \"architectures\" names the architecture", label);
+    const char *s = json_string_value(first);
+    for (size_t i = 0; i < n_known; i++)
+        if (strcmp(s, known[i].class_name) == 0) { *arch = known[i].arch; return KITE_OK; }
+    return kite_fail(e, KITE_ERR_UNSUPPORTED,
+                     "%s: unsupported architecture '%.64s' (architectures in config.json); kite runs llama, qwen2, qwen3",
+                     label, s);
+}
+
+static int parse_rope_scaling(const json_t *root, kite_hparams *hp, const char *label, kite_error *e) {
+    hp->rope_scaling = KITE_ROPE_SCALING_NONE;
+    hp->rope_factor = 1.0f;
+    hp->rope_low_freq_factor = 1.0f;
+    hp->rope_high_freq_factor = 1.0f;
+    hp->rope_orig_ctx = hp->n_ctx_train;
+    const json_t *rs = field(root, "rope_scaling");
+    if (!rs) return KITE_OK;
+    if (!json_is_object(rs)) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"rope_scaling\" is not an object or null", label);
+    const json_t *type = field(rs, "rope_type");
+    if (!type) type = field(rs, "type"); /* older transformers spelling */
+    if (!json_is_string(type))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: \"rope_scaling\" has no string \"rope_type\" or \"type\"", label);
+    const char *name = json_string_value(type);
+    double factor, low, high;
+    int64_t orig;
+    int rc;
+    if (strcmp(name, "default") == 0) return KITE_OK;
+    if (strcmp(name, "linear") == 0) {
+        if ((rc = get_num(rs, "factor", 0.0, false, 1e6, 0.0, &factor, NULL, label, e))) return rc;
+        if (!field(rs, "factor")) return kite_fail(e, KITE_ERR_FORMAT, "%s: linear \"rope_scaling\" needs \"factor\"", label);
+        hp->rope_scaling = KITE_ROPE_SCALING_LINEAR;
+        hp->rope_factor = (float)factor;
+        return KITE_OK;
+    }
+    if (strcmp(name, "llama3") == 0) {
+        static const char *const needed[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                             "original_max_position_embeddings"};
+        for (size_t i = 0; i < 4; i++)
+            if (!field(rs, needed[i]))
+                return kite_fail(e, KITE_ERR_FORMAT, "%s: llama3 \"rope_scaling\" needs \"%s\"", label, needed[i]);
+        if ((rc = get_num(rs, "factor", 0.0, false, 1e6, 0.0, &factor, NULL, label, e))) return rc;
+        if ((rc = get_num(rs, "low_freq_factor", 0.0, false, 1e6, 0.0, &low, NULL, label, e))) return rc;
+        if ((rc = get_num(rs, "high_freq_factor", 0.0, false, 1e6, 0.0, &high, NULL, label, e))) return rc;
+        if ((rc = get_int(rs, "original_max_position_embeddings", 1, INT32_MAX, true, 0, &orig, label, e))) return rc;
+        if (high <= low)
+            return kite_fail(e, KITE_ERR_FORMAT, "%s: llama3 rope_scaling needs high_freq_factor (%g) > low_freq_factor (%g)",
+                             label, high, low);
+        hp->rope_scaling = KITE_ROPE_SCALING_LLAMA3;
+        hp->rope_factor = (float)factor;
+        hp->rope_low_freq_factor = (float)low;
+        hp->rope_high_freq_factor = (float)high;
+        hp->rope_orig_ctx = (int32_t)orig;
+        return KITE_OK;
+    }
+    return kite_fail(e, KITE_ERR_UNSUPPORTED,
+                     "%s: unsupported rope_scaling type '%.32s'; kite supports llama3 and linear", label, name);
+}
+
+int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_hparams *hp, int32_t *bos_id,
+                         int32_t *eos_id, kite_error *e) {
+    memset(hp, 0, sizeof *hp);
+    *bos_id = -1;
+    *eos_id = -1;
+    json_t *root = load_object(text, len, label, e);
+    if (!root) return e ? e->status : KITE_ERR_FORMAT;
+    int rc;
+    int64_t dim, ffn, layers, heads, kv_heads, head_dim, vocab, ctx;
+    double eps, theta;
+    if ((rc = parse_arch(root, &hp->arch, label, e))) goto done;
+
+    const json_t *act = field(root, "hidden_act");
+    if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
+        rc = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: hidden_act '%.32s' is not supported; kite runs silu", label,
+                       json_is_string(act) ? json_string_value(act) : "?");
+        goto done;
+    }
+    if (json_is_true(field(root, "mlp_bias"))) {
+        rc = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: \"mlp_bias\": true is not supported", label);
+        goto done;
+    }
+    if (json_is_true(field(root, "use_sliding_window"))) {
+        rc = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: \"use_sliding_window\": true is not supported", label);
+        goto done;
+    }
+
+    if ((rc = get_int(root, "hidden_size", 1, MAX_DIM, true, 0, &dim, label, e))) goto done;
+    if ((rc = get_int(root, "intermediate_size", 1, MAX_FFN, true, 0, &ffn, label, e))) goto done;
+    if ((rc = get_int(root, "num_hidden_layers", 1, MAX_LAYERS, true, 0, &layers, label, e))) goto done;
+    if ((rc = get_int(root, "num_attention_heads", 1, MAX_HEADS, true, 0, &heads, label, e))) goto done;
+    if ((rc = get_int(root, "num_key_value_heads", 1, heads, false, heads, &kv_heads, label, e))) goto done;
+    if (heads % kv_heads != 0) {
+        rc = kite_fail(e, KITE_ERR_FORMAT, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
+                       label, (long long)heads, (long long)kv_heads);
+        goto done;
+    }
+    if (field(root, "head_dim")) {
+        if ((rc = get_int(root, "head_dim", 2, MAX_HEAD_DIM, true, 0, &head_dim, label, e))) goto done;
+    } else {
+        if (dim % heads != 0) {
+            rc = kite_fail(e, KITE_ERR_FORMAT,
+                           "%s: hidden_size %lld is not a multiple of num_attention_heads %lld and head_dim is not given",
+                           label, (long long)dim, (long long)heads);
+            goto done;
+        }
+        head_dim = dim / heads;
+    }
+    if (head_dim % 2 != 0 || head_dim > MAX_HEAD_DIM) {
+        rc = kite_fail(e, KITE_ERR_FORMAT, "%s: head_dim %lld must be even and at most %d (RoPE rotates pairs)", label,
+                       (long long)head_dim, MAX_HEAD_DIM);
+        goto done;
+    }
+    if ((rc = get_int(root, "vocab_size", 1, INT32_MAX, true, 0, &vocab, label, e))) goto done;
+    if ((rc = get_int(root, "max_position_embeddings", 1, INT32_MAX, false, 2048, &ctx, label, e))) goto done;
+    if ((rc = get_num(root, "rms_norm_eps", 0.0, false, 1.0, 1e-6, &eps, NULL, label, e))) goto done;
+    if ((rc = get_num(root, "rope_theta", 0.0, false, 1e12, 10000.0, &theta, NULL, label, e))) goto done;
+    const json_t *tie = field(root, "tie_word_embeddings");
+    if (tie && !json_is_boolean(tie)) {
+        rc = kite_fail(e, KITE_ERR_FORMAT, "%s: \"tie_word_embeddings\" is not a boolean", label);
+        goto done;
+    }
+
+    hp->n_vocab = (int32_t)vocab;
+    hp->dim = (int32_t)dim;
+    hp->n_layers = (int32_t)layers;
+    hp->n_heads = (int32_t)heads;
+    hp->n_kv_heads = (int32_t)kv_heads;
+    hp->head_dim = (int32_t)head_dim;
+    hp->ffn_dim = (int32_t)ffn;
+    hp->n_ctx_train = (int32_t)ctx;
+    hp->rms_eps = (float)eps;
+    hp->rope_theta = (float)theta;
+    hp->rope_layout = KITE_ROPE_HALF;
+    hp->tied_embeddings = json_is_true(tie);
+    if ((rc = parse_rope_scaling(root, hp, label, e))) goto done;
+
+    bool given;
+    if ((rc = get_token_id(root, "bos_token_id", bos_id, &given, label, e))) goto done;
+    if ((rc = get_token_id(root, "eos_token_id", eos_id, &given, label, e))) goto done;
+    if (*bos_id >= hp->n_vocab || *eos_id >= hp->n_vocab) {
+        rc = kite_fail(e, KITE_ERR_FORMAT, "%s: bos_token_id %d / eos_token_id %d not below vocab_size %d", label,
+                       *bos_id, *eos_id, hp->n_vocab);
+        goto done;
+    }
+done:
+    json_decref(root);
+    if (rc) {
+        memset(hp, 0, sizeof *hp);
+        *bos_id = *eos_id = -1;
+    }
+    return rc;
+}
+
+int kite_hf_parse_generation_config(const char *text, size_t len, const char *label, kite_gen_params *p,
+                                    int32_t *bos_id, int32_t *eos_id, kite_error *e) {
+    json_t *root = load_object(text, len, label, e);
+    if (!root) return e ? e->status : KITE_ERR_FORMAT;
+    kite_gen_params out = *p;
+    double x;
+    int64_t k;
+    bool given;
+    int rc;
+    if ((rc = get_num(root, "temperature", 0.0, true, 1e6, out.temperature, &x, NULL, label, e))) goto done;
+    out.temperature = (float)x;
+    if ((rc = get_int(root, "top_k", 0, INT32_MAX, false, out.top_k, &k, label, e))) goto done;
+    out.top_k = (int32_t)k;
+    if ((rc = get_num(root, "top_p", 0.0, false, 1.0, out.top_p, &x, NULL, label, e))) goto done;
+    out.top_p = (float)x;
+    if ((rc = get_num(root, "min_p", 0.0, true, 1.0, out.min_p, &x, NULL, label, e))) goto done;
+    out.min_p = (float)x;
+    if ((rc = get_num(root, "repetition_penalty", 0.0, false, 1e6, out.repeat_penalty, &x, NULL, label, e))) goto done;
+    out.repeat_penalty = (float)x;
+    const json_t *sample = field(root, "do_sample");
+    if (sample && !json_is_boolean(sample)) {
+        rc = kite_fail(e, KITE_ERR_FORMAT, "%s: \"do_sample\" is not a boolean", label);
+        goto done;
+    }
+    if (json_is_false(sample)) out.temperature = 0.0f;
+    int32_t id = -1;
+    if ((rc = get_token_id(root, "bos_token_id", &id, &given, label, e))) goto done;
+    if (given && bos_id) *bos_id = id;
+    if ((rc = get_token_id(root, "eos_token_id", &id, &given, label, e))) goto done;
+    if (given && eos_id) *eos_id = id;
+    *p = out;
+done:
+    json_decref(root);
+    return rc;
+}
+
+/* Parses the decimal layer number at s (no sign, no leading zeros) up to '.', into *layer. */
+static bool parse_layer(const char *s, const char **rest, int64_t *layer) {
+    int64_t v = 0;
+    const char *c = s;
+    if (*c < '0' || *c > '9') return false;
+    if (*c == '0' && c[1] != '.') return false;
+    while (*c >= '0' && *c <= '9') {
+        v = v * 10 + (*c - '0');
+        if (v > 1000000) return false;
+        c++;
+    }
+    if (*c != '.') return false;
+    *layer = v;
+    *rest = c + 1;
+    return true;
+}
+
+int kite_hf_canonical_name(const char *hf_name, int32_t n_layers, char *out, size_t out_size) {
+    static const struct { const char *hf, *canon; } globals[] = {
+        {"model.embed_tokens.weight", "token_embd.weight"},
+        {"model.norm.weight", "output_norm.weight"},
+        {"lm_head.weight", "output.weight"},
+    };
+    /* canon NULL: a weight kite has no place for, which would silently change the model if ignored. */
+    static const struct { const char *hf, *canon; } per_layer[] = {
+        {"input_layernorm.weight", "attn_norm.weight"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},
+        {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},
+        {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"self_attn.q_proj.bias", "attn_q.bias"},
+        {"self_attn.k_proj.bias", "attn_k.bias"},
+        {"self_attn.v_proj.bias", "attn_v.bias"},
+        {"self_attn.o_proj.bias", NULL},
+        {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+        {"post_attention_layernorm.weight", "ffn_norm.weight"},
+        {"mlp.gate_proj.weight", "ffn_gate.weight"},
+        {"mlp.up_proj.weight", "ffn_up.weight"},
+        {"mlp.down_proj.weight", "ffn_down.weight"},
+        {"mlp.gate_proj.bias", NULL},
+        {"mlp.up_proj.bias", NULL},
+        {"mlp.down_proj.bias", NULL},
+    };
+    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
+        if (strcmp(hf_name, globals[i].hf) == 0) return snprintf(out, out_size, "%s", globals[i].canon) < (int)out_size;
+    const char *prefix = "model.layers.";
+    if (strncmp(hf_name, prefix, strlen(prefix)) != 0) return 0;
+    const char *rest;
+    int64_t layer;
+    if (!parse_layer(hf_name + strlen(prefix), &rest, &layer)) return -1;
+    for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; i++) {
+        if (strcmp(rest, per_layer[i].hf) != 0) continue;
+        if (layer >= n_layers) return -1;
+        if (!per_layer[i].canon) return -2;
+        int n = snprintf(out, out_size, "blk.%d.%s", (int)layer, per_layer[i].canon);
+        return n > 0 && (size_t)n < out_size ? 1 : -1;
+    }
+    return 0;
+}

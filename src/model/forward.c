@@ -1,0 +1,246 @@
+/* The batched forward pass for the Llama family (Llama 1/2/3, Qwen2 with QKV bias, Qwen3 with QK-norm).
+ * One code path for prefill (n = chunk), decode (n = 1) and, later, verification of drafted tokens.
+ * Plain C, multi-threaded over output rows and attention heads. Every reduction runs in a fixed
+ * order that does not depend on n or on a row's slot, so results are batch-invariant. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "quant/types.h"
+
+enum { ROWS_PER_TASK = 16 };
+
+/* Dot product with 16 independent lanes and a fixed pairwise reduction: deterministic, and the
+ * compiler can keep the lanes in vector registers. */
+static float dot_f32(const float *a, const float *b, int64_t n) {
+    float acc[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) acc[j] += a[i + j] * b[i + j];
+    float tail = 0.0f;
+    for (; i < n; i++) tail += a[i] * b[i];
+    for (int width = 8; width > 0; width >>= 1)
+        for (int j = 0; j < width; j++) acc[j] += acc[j + width];
+    return acc[0] + tail;
+}
+
+typedef struct matmul_job {
+    const kite_tensor *w;  /* [rows, cols] */
+    const float *x;        /* [n][cols] */
+    float *y;              /* [n][y_stride], row r of the weight writes column r */
+    int64_t y_stride;
+    int32_t n;
+    int64_t rows, cols;
+    float *row_scratch;    /* [n_threads][row_scratch_len] */
+    int64_t row_scratch_len;
+} matmul_job;
+
+static void matmul_task(void *ctx, int64_t task, int thread) {
+    const matmul_job *job = ctx;
+    const kite_type_traits *tr = kite_type_get(job->w->type);
+    size_t row_bytes = kite_type_row_bytes(job->w->type, job->cols);
+    float *buf = job->row_scratch + (int64_t)thread * job->row_scratch_len;
+    int64_t r0 = task * ROWS_PER_TASK, r1 = r0 + ROWS_PER_TASK;
+    if (r1 > job->rows) r1 = job->rows;
+    for (int64_t r = r0; r < r1; r++) {
+        const unsigned char *src = (const unsigned char *)job->w->data + (size_t)r * row_bytes;
+        const float *wrow;
+        if (job->w->type == KITE_TYPE_F32) {
+            wrow = (const float *)src;
+        } else {
+            tr->to_float(src, buf, job->cols);
+            wrow = buf;
+        }
+        for (int32_t b = 0; b < job->n; b++) job->y[b * job->y_stride + r] = dot_f32(wrow, job->x + b * job->cols, job->cols);
+    }
+}
+
+/* y[b][0..rows) = W x[b] for b < n. */
+static void matmul(kite_pool *pool, kite_forward_scratch *s, const kite_tensor *w, const float *x, float *y,
+                   int64_t y_stride, int32_t n) {
+    matmul_job job = {
+        .w = w, .x = x, .y = y, .y_stride = y_stride, .n = n, .rows = w->ne[1], .cols = w->ne[0],
+        .row_scratch = s->row, .row_scratch_len = s->row_len,
+    };
+    kite_pool_run(pool, matmul_task, &job, (job.rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
+}
+
+static void rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
+}
+
+/* Rotates one head's vector for absolute position pos. */
+static void rope(float *v, int32_t head_dim, int32_t pos, const float *inv_freq, kite_rope_layout layout) {
+    int32_t half = head_dim / 2;
+    for (int32_t i = 0; i < half; i++) {
+        float angle = (float)pos * inv_freq[i];
+        float c = cosf(angle), sn = sinf(angle);
+        int32_t a = layout == KITE_ROPE_INTERLEAVED ? 2 * i : i;
+        int32_t b = layout == KITE_ROPE_INTERLEAVED ? 2 * i + 1 : i + half;
+        float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * sn;
+        v[b] = x0 * sn + x1 * c;
+    }
+}
+
+typedef struct attention_job {
+    const kite_hparams *hp;
+    const kite_kv_cache *kv;
+    int32_t layer;
+    int32_t pos0;
+    const float *q;   /* [n][n_heads*head_dim], rotated */
+    float *out;       /* [n][n_heads*head_dim] */
+    float *scores;    /* [n_threads][n_ctx] */
+    int32_t n_ctx;
+} attention_job;
+
+static void attention_task(void *ctx, int64_t task, int thread) {
+    const attention_job *job = ctx;
+    const kite_hparams *hp = job->hp;
+    int32_t hd = hp->head_dim, q_width = hp->n_heads * hd, kv_dim = job->kv->kv_dim;
+    int32_t b = (int32_t)(task / hp->n_heads), h = (int32_t)(task % hp->n_heads);
+    int32_t kvh = h / (hp->n_heads / hp->n_kv_heads);
+    int32_t pos = job->pos0 + b;
+    const float *q = job->q + (int64_t)b * q_width + (int64_t)h * hd;
+    const float *kbase = job->kv->k + (int64_t)job->layer * job->kv->n_ctx * kv_dim + (int64_t)kvh * hd;
+    const float *vbase = job->kv->v + (int64_t)job->layer * job->kv->n_ctx * kv_dim + (int64_t)kvh * hd;
+    float *sc = job->scores + (int64_t)thread * job->n_ctx;
+    float scale = 1.0f / sqrtf((float)hd);
+    float maxv = -INFINITY;
+    for (int32_t t = 0; t <= pos; t++) {
+        sc[t] = dot_f32(q, kbase + (int64_t)t * kv_dim, hd) * scale;
+        if (sc[t] > maxv) maxv = sc[t];
+    }
+    float sum = 0.0f;
+    for (int32_t t = 0; t <= pos; t++) {
+        sc[t] = expf(sc[t] - maxv);
+        sum += sc[t];
+    }
+    float inv = 1.0f / sum;
+    float *out = job->out + (int64_t)b * q_width + (int64_t)h * hd;
+    for (int32_t i = 0; i < hd; i++) out[i] = 0.0f;
+    for (int32_t t = 0; t <= pos; t++) {
+        float p = sc[t] * inv;
+        const float *vt = vbase + (int64_t)t * kv_dim;
+        for (int32_t i = 0; i < hd; i++) out[i] += p * vt[i];
+    }
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch *s, kite_pool *pool,
+                  const int32_t *tokens, int32_t n, int32_t pos0, float *logits, bool all_logits) {
+    const kite_hparams *hp = &w->hp;
+    int32_t dim = hp->dim, hd = hp->head_dim, q_width = hp->n_heads * hd, kv_dim = hp->n_kv_heads * hd;
+    int32_t ffn = hp->ffn_dim;
+
+    /* Embedding rows. */
+    const kite_type_traits *et = kite_type_get(w->tok_embd->type);
+    size_t erow = kite_type_row_bytes(w->tok_embd->type, dim);
+    for (int32_t b = 0; b < n; b++)
+        et->to_float((const unsigned char *)w->tok_embd->data + (size_t)tokens[b] * erow, s->x + (int64_t)b * dim, dim);
+
+    for (int32_t l = 0; l < hp->n_layers; l++) {
+        const kite_layer_weights *L = &w->layers[l];
+        for (int32_t b = 0; b < n; b++) rmsnorm(s->xn + (int64_t)b * dim, s->x + (int64_t)b * dim, L->attn_norm, dim, hp->rms_eps);
+        matmul(pool, s, L->wq, s->xn, s->q, q_width, n);
+        matmul(pool, s, L->wk, s->xn, s->k, kv_dim, n);
+        matmul(pool, s, L->wv, s->xn, s->v, kv_dim, n);
+        for (int32_t b = 0; b < n; b++) {
+            float *q = s->q + (int64_t)b * q_width, *k = s->k + (int64_t)b * kv_dim, *v = s->v + (int64_t)b * kv_dim;
+            if (L->q_bias) for (int32_t i = 0; i < q_width; i++) q[i] += L->q_bias[i];
+            if (L->k_bias) for (int32_t i = 0; i < kv_dim; i++) k[i] += L->k_bias[i];
+            if (L->v_bias) for (int32_t i = 0; i < kv_dim; i++) v[i] += L->v_bias[i];
+            for (int32_t h = 0; h < hp->n_heads; h++) {
+                if (L->q_norm) rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
+                rope(q + h * hd, hd, pos0 + b, w->rope_inv_freq, hp->rope_layout);
+            }
+            for (int32_t h = 0; h < hp->n_kv_heads; h++) {
+                if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
+                rope(k + h * hd, hd, pos0 + b, w->rope_inv_freq, hp->rope_layout);
+            }
+            int64_t at = ((int64_t)l * kv->n_ctx + pos0 + b) * kv_dim;
+            memcpy(kv->k + at, k, sizeof(float) * (size_t)kv_dim);
+            memcpy(kv->v + at, v, sizeof(float) * (size_t)kv_dim);
+        }
+        attention_job aj = {
+            .hp = hp, .kv = kv, .layer = l, .pos0 = pos0, .q = s->q, .out = s->att_out, .scores = s->scores,
+            .n_ctx = s->n_ctx,
+        };
+        kite_pool_run(pool, attention_task, &aj, (int64_t)n * hp->n_heads);
+        /* Output projection into xn, then the residual add. */
+        matmul(pool, s, L->wo, s->att_out, s->xn, dim, n);
+        for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] += s->xn[i];
+
+        for (int32_t b = 0; b < n; b++) rmsnorm(s->xn + (int64_t)b * dim, s->x + (int64_t)b * dim, L->ffn_norm, dim, hp->rms_eps);
+        matmul(pool, s, L->w_gate, s->xn, s->gate, ffn, n);
+        matmul(pool, s, L->w_up, s->xn, s->up, ffn, n);
+        for (int64_t i = 0; i < (int64_t)n * ffn; i++) s->gate[i] = silu(s->gate[i]) * s->up[i];
+        matmul(pool, s, L->w_down, s->gate, s->xn, dim, n);
+        for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] += s->xn[i];
+    }
+
+    if (!logits) return;
+    int32_t first = all_logits ? 0 : n - 1;
+    for (int32_t b = first; b < n; b++) rmsnorm(s->xn + (int64_t)(b - first) * dim, s->x + (int64_t)b * dim, w->output_norm, dim, hp->rms_eps);
+    matmul(pool, s, w->output, s->xn, logits, hp->n_vocab, n - first);
+}
+
+int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, int32_t max_batch, int32_t n_threads,
+                              int32_t n_ctx, kite_error *e) {
+    memset(s, 0, sizeof *s);
+    s->max_batch = max_batch;
+    s->n_threads = n_threads;
+    s->n_ctx = n_ctx;
+    int64_t dim = hp->dim, q_width = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+    int64_t widest = dim;
+    if (hp->ffn_dim > widest) widest = hp->ffn_dim;
+    if (q_width > widest) widest = q_width;
+    s->row_len = widest;
+    s->x = calloc((size_t)(max_batch * dim), sizeof(float));
+    s->xn = calloc((size_t)(max_batch * dim), sizeof(float));
+    s->q = calloc((size_t)(max_batch * q_width), sizeof(float));
+    s->k = calloc((size_t)(max_batch * kv_dim), sizeof(float));
+    s->v = calloc((size_t)(max_batch * kv_dim), sizeof(float));
+    s->att_out = calloc((size_t)(max_batch * q_width), sizeof(float));
+    s->gate = calloc((size_t)max_batch * (size_t)hp->ffn_dim, sizeof(float));
+    s->up = calloc((size_t)max_batch * (size_t)hp->ffn_dim, sizeof(float));
+    s->scores = calloc((size_t)n_threads * (size_t)n_ctx, sizeof(float));
+    s->row = calloc((size_t)(n_threads * widest), sizeof(float));
+    if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att_out || !s->gate || !s->up || !s->scores || !s->row) {
+        kite_forward_scratch_free(s);
+        return kite_fail(e, KITE_ERR_NOMEM, "out of memory for activations (batch %d, context %d)", max_batch, n_ctx);
+    }
+    return KITE_OK;
+}
+
+void kite_forward_scratch_free(kite_forward_scratch *s) {
+    free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att_out);
+    free(s->gate); free(s->up); free(s->scores); free(s->row);
+    memset(s, 0, sizeof *s);
+}
+
+int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx, kite_error *e) {
+    memset(kv, 0, sizeof *kv);
+    kv->n_ctx = n_ctx;
+    kv->kv_dim = hp->n_kv_heads * hp->head_dim;
+    size_t count = (size_t)hp->n_layers * (size_t)n_ctx * (size_t)kv->kv_dim;
+    kv->k = calloc(count, sizeof(float));
+    kv->v = calloc(count, sizeof(float));
+    if (!kv->k || !kv->v) {
+        kite_kv_cache_free(kv);
+        return kite_fail(e, KITE_ERR_NOMEM, "out of memory for a KV cache of %d tokens (%.1f MiB)", n_ctx,
+                         2.0 * (double)count * 4 / 1048576.0);
+    }
+    return KITE_OK;
+}
+
+void kite_kv_cache_free(kite_kv_cache *kv) {
+    free(kv->k);
+    free(kv->v);
+    memset(kv, 0, sizeof *kv);
+}

@@ -1,0 +1,80 @@
+/* A loaded model: hyper-parameters, weights bound to layers, and the batched forward pass. */
+#ifndef KITE_MODEL_MODEL_H
+#define KITE_MODEL_MODEL_H
+
+#include "base/threadpool.h"
+#include "model/source.h"
+
+typedef struct kite_layer_weights {
+    /* Small vectors, converted to f32 at load (owned by kite_weights). */
+    float *attn_norm;   /* [dim] */
+    float *ffn_norm;    /* [dim] */
+    float *q_bias;      /* [n_heads * head_dim] or NULL (Qwen2) */
+    float *k_bias;      /* [n_kv_heads * head_dim] or NULL */
+    float *v_bias;      /* [n_kv_heads * head_dim] or NULL */
+    float *q_norm;      /* [head_dim] or NULL (Qwen3 per-head RMSNorm) */
+    float *k_norm;      /* [head_dim] or NULL */
+    /* Matrices, views of the source (ne[0] = input width, ne[1] = output rows). */
+    const kite_tensor *wq;      /* [n_heads*head_dim rows, dim] */
+    const kite_tensor *wk;      /* [n_kv_heads*head_dim rows, dim] */
+    const kite_tensor *wv;      /* [n_kv_heads*head_dim rows, dim] */
+    const kite_tensor *wo;      /* [dim rows, n_heads*head_dim] */
+    const kite_tensor *w_gate;  /* [ffn_dim rows, dim] */
+    const kite_tensor *w_up;    /* [ffn_dim rows, dim] */
+    const kite_tensor *w_down;  /* [dim rows, ffn_dim] */
+} kite_layer_weights;
+
+typedef struct kite_weights {
+    kite_hparams hp;
+    const kite_tensor *tok_embd;  /* [n_vocab rows, dim] */
+    const kite_tensor *output;    /* [n_vocab rows, dim]; = tok_embd when tied */
+    float *output_norm;           /* [dim] */
+    kite_layer_weights *layers;   /* [n_layers] */
+    float *rope_inv_freq;         /* [head_dim / 2] radians per position, scaling applied */
+} kite_weights;
+
+/* Binds a validated source's canonical tensors; converts the small vectors. */
+int kite_weights_bind(kite_weights *w, const kite_source *src, kite_error *e);
+void kite_weights_free(kite_weights *w);
+
+/* Key/value cache of one session: f32, [n_layers][n_ctx][n_kv_heads * head_dim]. */
+typedef struct kite_kv_cache {
+    int32_t n_ctx;
+    int32_t kv_dim;
+    float *k;
+    float *v;
+} kite_kv_cache;
+
+int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx, kite_error *e);
+void kite_kv_cache_free(kite_kv_cache *kv);
+
+/* Scratch activations for batches of up to max_batch tokens. */
+typedef struct kite_forward_scratch {
+    int32_t max_batch;
+    int32_t n_threads;
+    int32_t n_ctx;
+    float *x;       /* [max_batch][dim] residual stream */
+    float *xn;      /* [max_batch][dim] normed input */
+    float *q;       /* [max_batch][n_heads*head_dim] */
+    float *k;       /* [max_batch][kv_dim] */
+    float *v;       /* [max_batch][kv_dim] */
+    float *att_out; /* [max_batch][n_heads*head_dim] */
+    float *gate;    /* [max_batch][ffn_dim] */
+    float *up;      /* [max_batch][ffn_dim] */
+    float *scores;  /* [n_threads][n_ctx] attention scores */
+    float *row;     /* [n_threads][row_len] dequantized weight rows */
+    int64_t row_len; /* max(dim, ffn_dim, n_heads*head_dim): the widest matrix row */
+} kite_forward_scratch;
+
+int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, int32_t max_batch, int32_t n_threads,
+                              int32_t n_ctx, kite_error *e);
+void kite_forward_scratch_free(kite_forward_scratch *s);
+
+/* Runs tokens[0..n) at positions pos0..pos0+n-1 (causal, over the cache's rows below pos0 and
+ * each other), writing their K/V into the cache. n <= scratch max_batch, pos0 + n <= n_ctx.
+ * logits: NULL, or [n][n_vocab] when all_logits, else [n_vocab] for the last token only.
+ * Each row's result is independent of n and of its slot (fixed reduction order). */
+void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch *s, kite_pool *pool,
+                  const int32_t *tokens, int32_t n, int32_t pos0, float *logits, bool all_logits);
+
+#endif

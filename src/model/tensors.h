@@ -1,0 +1,54 @@
+/* What every loader produces: named tensors (views into mapped files) plus hyper-parameters.
+ * Names are canonical, in GGUF's spelling: token_embd.weight, output_norm.weight, output.weight,
+ * blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,attn_q_norm,attn_k_norm,ffn_norm,ffn_gate,
+ * ffn_up,ffn_down}.weight and blk.N.attn_{q,k,v}.bias. Loaders of other formats translate. */
+#ifndef KITE_MODEL_TENSORS_H
+#define KITE_MODEL_TENSORS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+typedef enum kite_arch { KITE_ARCH_LLAMA = 0, KITE_ARCH_QWEN2 = 1, KITE_ARCH_QWEN3 = 2 } kite_arch;
+
+/* How RoPE pairs the dimensions of a head:
+ *   INTERLEAVED: (x[2i], x[2i+1]) rotate together (llama2.c, llama.cpp's "norm" type, Llama GGUF
+ *                whose converter permuted q/k);
+ *   HALF:        (x[i], x[i + head_dim/2]) rotate together (Hugging Face "rotate_half", NEOX;
+ *                Qwen GGUF files). */
+typedef enum kite_rope_layout { KITE_ROPE_INTERLEAVED = 0, KITE_ROPE_HALF = 1 } kite_rope_layout;
+
+typedef enum kite_rope_scaling { KITE_ROPE_SCALING_NONE = 0, KITE_ROPE_SCALING_LLAMA3 = 1, KITE_ROPE_SCALING_LINEAR = 2 } kite_rope_scaling;
+
+typedef struct kite_hparams {
+    kite_arch arch;
+    int32_t n_vocab;
+    int32_t dim;          /* residual width */
+    int32_t n_layers;
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim;     /* per head; q has n_heads * head_dim rows, k/v n_kv_heads * head_dim */
+    int32_t ffn_dim;
+    int32_t n_ctx_train;
+    float rms_eps;
+    float rope_theta;
+    kite_rope_layout rope_layout;
+    kite_rope_scaling rope_scaling;
+    float rope_factor;            /* llama3 and linear scaling */
+    float rope_low_freq_factor;   /* llama3 */
+    float rope_high_freq_factor;  /* llama3 */
+    int32_t rope_orig_ctx;        /* llama3: original_max_position_embeddings */
+    bool tied_embeddings;         /* output.weight absent: the embedding is reused */
+} kite_hparams;
+
+typedef struct kite_tensor {
+    char name[96];       /* canonical name, NUL-terminated */
+    uint32_t type;       /* kite_type */
+    uint32_t n_dims;
+    int64_t ne[4];       /* ne[0] innermost; a weight matrix of out x in has ne[0] = in, ne[1] = out */
+    uint64_t n_bytes;
+    const void *data;    /* into a mapped file or a buffer owned by the loader */
+} kite_tensor;
+
+#endif

@@ -1,0 +1,106 @@
+#include "model/validate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static void format_shape(char *buf, size_t size, uint32_t n_dims, const int64_t *ne) {
+    int pos = snprintf(buf, size, "[");
+    for (uint32_t i = 0; i < n_dims && pos > 0 && (size_t)pos < size; i++)
+        pos += snprintf(buf + pos, size - (size_t)pos, "%s%lld", i ? ", " : "", (long long)ne[i]);
+    if (pos > 0 && (size_t)pos < size) snprintf(buf + pos, size - (size_t)pos, "]");
+}
+
+/* Compares t's shape with want (n_want dims), treating trailing dims of 1 as absent. */
+static bool shape_matches(const kite_tensor *t, uint32_t n_want, const int64_t *want) {
+    for (uint32_t i = 0; i < 4; i++) {
+        int64_t have = i < t->n_dims ? t->ne[i] : 1;
+        int64_t need = i < n_want ? want[i] : 1;
+        if (have != need) return false;
+    }
+    return true;
+}
+
+static int check_tensor(const kite_source *src, const char *name, bool required, uint32_t n_dims, int64_t ne0,
+                        int64_t ne1, kite_error *e) {
+    const kite_tensor *t = kite_source_find(src, name);
+    if (!t) {
+        if (required) return kite_fail(e, KITE_ERR_FORMAT, "%s: required tensor %s is missing", src->format, name);
+        return KITE_OK;
+    }
+    int64_t want[2] = {ne0, ne1};
+    if (!shape_matches(t, n_dims, want)) {
+        char have_s[96], want_s[96];
+        format_shape(have_s, sizeof have_s, t->n_dims, t->ne);
+        format_shape(want_s, sizeof want_s, n_dims, want);
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: tensor %s has shape %s but the hyper-parameters need %s (ne order, innermost first)",
+                         src->format, name, have_s, want_s);
+    }
+    if (!t->data || t->n_bytes == 0)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: tensor %s has no data", src->format, name);
+    return KITE_OK;
+}
+
+static int check_hparams(const kite_source *src, kite_error *e) {
+    const kite_hparams *hp = &src->hp;
+    if (hp->n_vocab < 1 || hp->dim < 1 || hp->n_layers < 1 || hp->n_heads < 1 || hp->n_kv_heads < 1 ||
+        hp->head_dim < 1 || hp->ffn_dim < 1 || hp->n_ctx_train < 1)
+        return kite_fail(e, KITE_ERR_FORMAT,
+                         "%s: hyper-parameters must be positive (vocab %d, dim %d, layers %d, heads %d, kv heads %d, "
+                         "head_dim %d, ffn %d, ctx %d)", src->format, hp->n_vocab, hp->dim, hp->n_layers, hp->n_heads,
+                         hp->n_kv_heads, hp->head_dim, hp->ffn_dim, hp->n_ctx_train);
+    if (hp->n_heads % hp->n_kv_heads != 0)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: %d heads is not a multiple of %d kv heads", src->format, hp->n_heads,
+                         hp->n_kv_heads);
+    if (hp->head_dim % 2 != 0)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: head_dim %d is odd (RoPE rotates pairs)", src->format, hp->head_dim);
+    if ((int64_t)hp->n_heads * hp->head_dim > (1 << 20))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: %d heads x head_dim %d is implausibly large", src->format, hp->n_heads,
+                         hp->head_dim);
+    if (!(hp->rms_eps > 0.0f) || !isfinite(hp->rms_eps))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: rms_eps %g must be positive", src->format, (double)hp->rms_eps);
+    if (!(hp->rope_theta > 0.0f) || !isfinite(hp->rope_theta))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: rope_theta %g must be positive", src->format, (double)hp->rope_theta);
+    if (hp->rope_scaling != KITE_ROPE_SCALING_NONE && (!(hp->rope_factor > 0.0f) || !isfinite(hp->rope_factor)))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: rope scaling factor %g must be positive", src->format,
+                         (double)hp->rope_factor);
+    return KITE_OK;
+}
+
+int kite_source_validate(const kite_source *src, kite_error *e) {
+    const kite_hparams *hp = &src->hp;
+    int rc = check_hparams(src, e);
+    if (rc) return rc;
+    const int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+    if ((rc = check_tensor(src, "token_embd.weight", true, 2, hp->dim, hp->n_vocab, e))) return rc;
+    if ((rc = check_tensor(src, "output_norm.weight", true, 1, hp->dim, 1, e))) return rc;
+    if ((rc = check_tensor(src, "output.weight", false, 2, hp->dim, hp->n_vocab, e))) return rc;
+    if (!kite_source_find(src, "output.weight") && !hp->tied_embeddings)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: output.weight is missing and the embeddings are not tied", src->format);
+
+    const bool need_bias = hp->arch == KITE_ARCH_QWEN2, need_qk_norm = hp->arch == KITE_ARCH_QWEN3;
+    char name[96];
+#define CHECK(suffix, required, n_dims, ne0, ne1)                                              \
+    do {                                                                                       \
+        snprintf(name, sizeof name, "blk.%d." suffix, layer);                                  \
+        if ((rc = check_tensor(src, name, required, n_dims, ne0, ne1, e))) return rc;          \
+    } while (0)
+    for (int32_t layer = 0; layer < hp->n_layers; layer++) {
+        CHECK("attn_norm.weight", true, 1, hp->dim, 1);
+        CHECK("attn_q.weight", true, 2, hp->dim, q_dim);
+        CHECK("attn_k.weight", true, 2, hp->dim, kv_dim);
+        CHECK("attn_v.weight", true, 2, hp->dim, kv_dim);
+        CHECK("attn_output.weight", true, 2, q_dim, hp->dim);
+        CHECK("attn_q.bias", need_bias, 1, q_dim, 1);
+        CHECK("attn_k.bias", need_bias, 1, kv_dim, 1);
+        CHECK("attn_v.bias", need_bias, 1, kv_dim, 1);
+        CHECK("attn_q_norm.weight", need_qk_norm, 1, hp->head_dim, 1);
+        CHECK("attn_k_norm.weight", need_qk_norm, 1, hp->head_dim, 1);
+        CHECK("ffn_norm.weight", true, 1, hp->dim, 1);
+        CHECK("ffn_gate.weight", true, 2, hp->dim, hp->ffn_dim);
+        CHECK("ffn_up.weight", true, 2, hp->dim, hp->ffn_dim);
+        CHECK("ffn_down.weight", true, 2, hp->ffn_dim, hp->dim);
+    }
+#undef CHECK
+    return KITE_OK;
+}

@@ -1,0 +1,143 @@
+/* Binding a source's canonical tensors to layer structs, and the RoPE frequency table. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "quant/types.h"
+
+/* A small tensor (norm weight, bias) as f32; NULL with an error if absent and required. */
+static int vector_f32(const kite_source *src, const char *name, int64_t expect_len, bool required, float **out,
+                      kite_error *e) {
+    *out = NULL;
+    const kite_tensor *t = kite_source_find(src, name);
+    if (!t) return required ? kite_fail(e, KITE_ERR_FORMAT, "%s: missing tensor %s", src->format, name) : KITE_OK;
+    int64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    if (n != expect_len)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: tensor %s has %lld elements, expected %lld", src->format, name,
+                         (long long)n, (long long)expect_len);
+    const kite_type_traits *tr = kite_type_get(t->type);
+    if (!tr || expect_len % tr->block_size != 0)
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: tensor %s has a type kite cannot read as a vector", src->format, name);
+    float *v = malloc(sizeof(float) * (size_t)expect_len);
+    if (!v) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    tr->to_float(t->data, v, expect_len);
+    *out = v;
+    return KITE_OK;
+}
+
+static const kite_tensor *matrix(const kite_source *src, const char *name, int64_t rows, int64_t cols, kite_error *e) {
+    const kite_tensor *t = kite_source_find(src, name);
+    if (!t) {
+        kite_fail(e, KITE_ERR_FORMAT, "%s: missing tensor %s", src->format, name);
+        return NULL;
+    }
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1) {
+        kite_fail(e, KITE_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld], expected [%lld, %lld] (rows, columns)",
+                  src->format, name, (long long)t->ne[1], (long long)t->ne[0], (long long)rows, (long long)cols);
+        return NULL;
+    }
+    const kite_type_traits *tr = kite_type_get(t->type);
+    if (!tr || !tr->to_float || cols % tr->block_size != 0) {
+        kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: tensor %s: type %u with rows of %lld is not supported", src->format,
+                  name, t->type, (long long)cols);
+        return NULL;
+    }
+    return t;
+}
+
+/* Inverse frequencies per rotated pair, with Llama-3 or linear scaling applied. */
+static int rope_table(kite_weights *w, const kite_source *src, kite_error *e) {
+    const kite_hparams *hp = &w->hp;
+    int32_t half = hp->head_dim / 2;
+    w->rope_inv_freq = malloc(sizeof(float) * (size_t)half);
+    if (!w->rope_inv_freq) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    /* GGUF files of Llama-3 carry the scaling as per-pair divisors (rope_freqs.weight). */
+    float *freq_factors = NULL;
+    int st = vector_f32(src, "rope_freqs.weight", half, false, &freq_factors, e);
+    if (st) return st;
+    for (int32_t i = 0; i < half; i++) {
+        double freq = pow((double)hp->rope_theta, -2.0 * i / (double)hp->head_dim);
+        if (freq_factors) {
+            freq /= freq_factors[i];
+        } else if (hp->rope_scaling == KITE_ROPE_SCALING_LLAMA3) {
+            double low_wavelen = hp->rope_orig_ctx / hp->rope_low_freq_factor;
+            double high_wavelen = hp->rope_orig_ctx / hp->rope_high_freq_factor;
+            double wavelen = 2.0 * M_PI / freq;
+            if (wavelen > low_wavelen) {
+                freq /= hp->rope_factor;
+            } else if (wavelen >= high_wavelen) {
+                double smooth = (hp->rope_orig_ctx / wavelen - hp->rope_low_freq_factor) /
+                                (hp->rope_high_freq_factor - hp->rope_low_freq_factor);
+                freq = (1.0 - smooth) * freq / hp->rope_factor + smooth * freq;
+            }
+        } else if (hp->rope_scaling == KITE_ROPE_SCALING_LINEAR) {
+            freq /= hp->rope_factor;
+        }
+        w->rope_inv_freq[i] = (float)freq;
+    }
+    free(freq_factors);
+    return KITE_OK;
+}
+
+int kite_weights_bind(kite_weights *w, const kite_source *src, kite_error *e) {
+    memset(w, 0, sizeof *w);
+    w->hp = src->hp;
+    const kite_hparams *hp = &w->hp;
+    int64_t dim = hp->dim, q_width = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+    int st = KITE_OK;
+    if (!(w->tok_embd = matrix(src, "token_embd.weight", hp->n_vocab, dim, e))) return e->status;
+    if (kite_source_find(src, "output.weight")) {
+        if (!(w->output = matrix(src, "output.weight", hp->n_vocab, dim, e))) return e->status;
+    } else {
+        w->output = w->tok_embd;
+    }
+    if ((st = vector_f32(src, "output_norm.weight", dim, true, &w->output_norm, e))) goto fail;
+    w->layers = calloc((size_t)hp->n_layers, sizeof *w->layers);
+    if (!w->layers) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
+    for (int32_t l = 0; l < hp->n_layers; l++) {
+        kite_layer_weights *L = &w->layers[l];
+        char name[96];
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
+#define MATRIX(field, suffix, rows, cols) \
+        if (!(L->field = matrix(src, NAME(suffix), rows, cols, e))) { st = e->status; goto fail; }
+        MATRIX(wq, "attn_q.weight", q_width, dim);
+        MATRIX(wk, "attn_k.weight", kv_dim, dim);
+        MATRIX(wv, "attn_v.weight", kv_dim, dim);
+        MATRIX(wo, "attn_output.weight", dim, q_width);
+        MATRIX(w_gate, "ffn_gate.weight", hp->ffn_dim, dim);
+        MATRIX(w_up, "ffn_up.weight", hp->ffn_dim, dim);
+        MATRIX(w_down, "ffn_down.weight", dim, hp->ffn_dim);
+#undef MATRIX
+        bool qwen3 = hp->arch == KITE_ARCH_QWEN3;
+        if ((st = vector_f32(src, NAME("attn_norm.weight"), dim, true, &L->attn_norm, e))) goto fail;
+        if ((st = vector_f32(src, NAME("ffn_norm.weight"), dim, true, &L->ffn_norm, e))) goto fail;
+        if ((st = vector_f32(src, NAME("attn_q.bias"), q_width, false, &L->q_bias, e))) goto fail;
+        if ((st = vector_f32(src, NAME("attn_k.bias"), kv_dim, false, &L->k_bias, e))) goto fail;
+        if ((st = vector_f32(src, NAME("attn_v.bias"), kv_dim, false, &L->v_bias, e))) goto fail;
+        if ((st = vector_f32(src, NAME("attn_q_norm.weight"), hp->head_dim, qwen3, &L->q_norm, e))) goto fail;
+        if ((st = vector_f32(src, NAME("attn_k_norm.weight"), hp->head_dim, qwen3, &L->k_norm, e))) goto fail;
+#undef NAME
+    }
+    if ((st = rope_table(w, src, e))) goto fail;
+    return KITE_OK;
+fail:
+    kite_weights_free(w);
+    return st;
+}
+
+void kite_weights_free(kite_weights *w) {
+    if (!w) return;
+    if (w->layers) {
+        for (int32_t l = 0; l < w->hp.n_layers; l++) {
+            kite_layer_weights *L = &w->layers[l];
+            free(L->attn_norm); free(L->ffn_norm); free(L->q_bias); free(L->k_bias); free(L->v_bias);
+            free(L->q_norm); free(L->k_norm);
+        }
+    }
+    free(w->layers);
+    free(w->output_norm);
+    free(w->rope_inv_freq);
+    memset(w, 0, sizeof *w);
+}

@@ -1,0 +1,34 @@
+/* Fuzzes config.json and generation_config.json parsing and the HF tensor-name translation. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/hf_config.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    kite_hparams hp;
+    int32_t bos, eos;
+    kite_error e;
+    if (kite_hf_parse_config((const char *)data, size, "config.json", &hp, &bos, &eos, &e) == KITE_OK) {
+        /* what the parser promises about accepted configs */
+        if (hp.dim < 1 || hp.n_layers < 1 || hp.n_heads < 1 || hp.n_kv_heads < 1 || hp.n_heads % hp.n_kv_heads != 0 ||
+            hp.head_dim < 2 || hp.head_dim % 2 != 0 || hp.n_vocab < 1 || !(hp.rms_eps > 0) || !(hp.rope_theta > 0) ||
+            bos >= hp.n_vocab || eos >= hp.n_vocab)
+            abort();
+    }
+    kite_gen_params p = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .repeat_penalty = 1.0f};
+    if (kite_hf_parse_generation_config((const char *)data, size, "generation_config.json", &p, &bos, &eos, &e) ==
+        KITE_OK) {
+        if (!(p.temperature >= 0) || p.top_k < 0 || !(p.top_p > 0 && p.top_p <= 1) || !(p.repeat_penalty > 0)) abort();
+    }
+    /* the same bytes as a tensor name */
+    char name[256];
+    size_t n = size < sizeof name - 1 ? size : sizeof name - 1;
+    memcpy(name, data, n);
+    name[n] = 0;
+    char out[96];
+    kite_hf_canonical_name(name, 64, out, sizeof out);
+    return 0;
+}

@@ -1,0 +1,68 @@
+/* Small random-weight models of the Llama-3, Qwen2 and Qwen3 families, written twice: as a GGUF file
+ * laid out the way llama.cpp's convert_hf_to_gguf.py lays one out (so llama.cpp can run it), and as a
+ * Hugging Face folder (config.json, model.safetensors with HF tensor names, the tokenizer files).
+ * Both hold the same weights, so kite must give the same logits for either, and llama.cpp's
+ * probabilities for the GGUF are an independent reference for kite's.
+ *
+ * The vocabulary is a real tokenizer's (tokenizer.json from ../shared/models/tokenizers), written
+ * into the GGUF metadata as the converter does ("gpt2" model, byte-level token strings, token types,
+ * "a b" merges, BOS/EOS ids). */
+#ifndef KITE_ORACLE_RANDOM_MODEL_H
+#define KITE_ORACLE_RANDOM_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Deliberate defects, written into the GGUF only, for negative controls: a run of the same weights
+ * with one feature missing must disagree with llama.cpp by more than the test's bound. */
+typedef enum oracle_variant {
+    ORACLE_VARIANT_NONE = 0,
+    ORACLE_VARIANT_NO_ROPE_SCALING = 1, /* llama: rope_freqs.weight left out (Llama-3 scaling ignored) */
+    ORACLE_VARIANT_ZERO_QKV_BIAS = 2,   /* qwen2: q/k/v biases all zero (as if the bias were dropped) */
+    ORACLE_VARIANT_UNIT_QK_NORM = 3,    /* qwen3: q_norm/k_norm weights all one (norm weights ignored) */
+} oracle_variant;
+
+typedef struct oracle_spec {
+    const char *arch;          /* "llama", "qwen2" or "qwen3" (GGUF general.architecture) */
+    const char *hf_model_type; /* config.json model_type */
+    const char *hf_class;      /* config.json architectures[0] */
+    const char *tokenizer_pre; /* tokenizer.ggml.pre: "llama-bpe" or "qwen2" */
+    const char *bos_text;      /* BOS token's text, looked up in tokenizer.json */
+    const char *eos_text;      /* EOS token's text */
+    bool add_bos;              /* tokenizer.ggml.add_bos_token */
+    int32_t dim;               /* residual width */
+    int32_t n_layers;
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim;          /* per head; may differ from dim / n_heads (Qwen3) */
+    bool explicit_head_dim;    /* write attention.key_length/value_length and config head_dim */
+    int32_t ffn_dim;
+    int32_t n_vocab;           /* embedding rows: the tokenizer's count, or more (padded like Qwen) */
+    int32_t n_ctx_train;       /* context_length / max_position_embeddings */
+    float rms_eps;
+    float rope_theta;
+    bool llama3_rope;          /* Llama-3 RoPE scaling (rope_freqs.weight / config rope_scaling) */
+    float rope_factor;         /* llama3: factor */
+    float rope_low_freq_factor;
+    float rope_high_freq_factor;
+    int32_t rope_orig_ctx;     /* llama3: original_max_position_embeddings */
+    bool qkv_bias;             /* Qwen2: q/k/v projections have biases */
+    bool qk_norm;              /* Qwen3: per-head RMSNorm of q and k before RoPE */
+    bool tied_embeddings;      /* no output.weight / lm_head.weight */
+    bool f16_embeddings;       /* token_embd / embed_tokens stored as F16 (only when not tied, so the
+                                  output matmul stays F32 in both engines) */
+    uint64_t seed;
+    oracle_variant variant;
+} oracle_spec;
+
+/* The spec the oracle test uses for arch "llama", "qwen2" or "qwen3"; false for another name. */
+bool oracle_default_spec(const char *arch, oracle_spec *spec);
+
+/* Writes the model. tokenizer_dir holds tokenizer.json (and optionally tokenizer_config.json).
+ * gguf_path and hf_dir may each be NULL to skip that output; hf_dir must exist. Returns 0, or -1 with a
+ * one-line message in err. */
+int oracle_write_model(const oracle_spec *spec, const char *tokenizer_dir, const char *gguf_path, const char *hf_dir,
+                       char *err, size_t err_size);
+
+#endif

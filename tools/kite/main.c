@@ -1,0 +1,463 @@
+/* kite: the command-line interface. Uses only the public API (kite.h). */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kite.h"
+
+static const char *g_prog = "kite";
+
+static int fail(int code, const char *fmt, const char *arg) {
+    fprintf(stderr, "%s: error: ", g_prog);
+    fprintf(stderr, fmt, arg);
+    fputc('\n', stderr);
+    return code;
+}
+
+/* ---- argument parsing ------------------------------------------------------------------------- */
+typedef struct cli_args {
+    const char *model;
+    const char *tokenizer;
+    const char *prompt;
+    const char *prompt_ids;
+    int32_t max_tokens;
+    bool have_max_tokens;
+    float temperature, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
+    bool have_temperature, have_top_p, have_min_p, have_repeat_penalty, have_presence, have_frequency;
+    int32_t top_k;
+    bool have_top_k;
+    uint64_t seed;
+    bool have_seed;
+    int32_t threads;
+    int32_t ctx;
+    bool json, no_bos, ignore_eos, quiet, help;
+    const char *positional;
+} cli_args;
+
+static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_float(const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end) return false;
+    *out = v;
+    return true;
+}
+
+/* Parses argv[first..argc). Returns 0, or 2 after printing a usage error. */
+static int parse_args(int argc, char **argv, int first, cli_args *a, const char *usage_hint) {
+    for (int i = first; i < argc; i++) {
+        const char *opt = argv[i];
+        if (!strcmp(opt, "-m")) opt = "--model";
+        else if (!strcmp(opt, "-p")) opt = "--prompt";
+        if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) { a->help = true; continue; }
+        if (!strcmp(opt, "--json")) { a->json = true; continue; }
+        if (!strcmp(opt, "--no-bos")) { a->no_bos = true; continue; }
+        if (!strcmp(opt, "--ignore-eos")) { a->ignore_eos = true; continue; }
+        if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) { a->quiet = true; continue; }
+        if (opt[0] != '-' || opt[1] != '-') {
+            if (a->positional) return fail(2, "unexpected argument '%s'", opt);
+            a->positional = opt;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "%s: error: option %s needs a value (see %s)\n", g_prog, opt, usage_hint);
+            return 2;
+        }
+        const char *val = argv[++i];
+        long long iv;
+        float fv;
+#define INT_OPT(name, field, lo, hi, flag)                                                              \
+        if (!strcmp(opt, name)) {                                                                       \
+            if (!parse_int(val, lo, hi, &iv)) {                                                         \
+                fprintf(stderr, "%s: error: %s expects an integer in [%lld, %lld], got '%s'\n", g_prog,   \
+                        name, (long long)(lo), (long long)(hi), val);                                   \
+                return 2;                                                                               \
+            }                                                                                           \
+            a->field = (int32_t)iv;                                                                     \
+            flag;                                                                                       \
+            continue;                                                                                   \
+        }
+#define FLOAT_OPT(name, field, flag)                                                                    \
+        if (!strcmp(opt, name)) {                                                                       \
+            if (!parse_float(val, &fv)) {                                                               \
+                fprintf(stderr, "%s: error: %s expects a number, got '%s'\n", g_prog, name, val);          \
+                return 2;                                                                               \
+            }                                                                                           \
+            a->field = fv;                                                                              \
+            a->flag = true;                                                                             \
+            continue;                                                                                   \
+        }
+        if (!strcmp(opt, "--model")) { a->model = val; continue; }
+        if (!strcmp(opt, "--tokenizer")) { a->tokenizer = val; continue; }
+        if (!strcmp(opt, "--prompt")) { a->prompt = val; continue; }
+        if (!strcmp(opt, "--prompt-ids")) { a->prompt_ids = val; continue; }
+        INT_OPT("--max-tokens", max_tokens, 0, INT32_MAX, a->have_max_tokens = true)
+        INT_OPT("--top-k", top_k, 0, INT32_MAX, a->have_top_k = true)
+        INT_OPT("--threads", threads, 1, 1024, (void)0)
+        INT_OPT("--ctx", ctx, 1, 1 << 22, (void)0)
+        FLOAT_OPT("--temperature", temperature, have_temperature)
+        FLOAT_OPT("--top-p", top_p, have_top_p)
+        FLOAT_OPT("--min-p", min_p, have_min_p)
+        FLOAT_OPT("--repeat-penalty", repeat_penalty, have_repeat_penalty)
+        FLOAT_OPT("--presence-penalty", presence_penalty, have_presence)
+        FLOAT_OPT("--frequency-penalty", frequency_penalty, have_frequency)
+#undef INT_OPT
+#undef FLOAT_OPT
+        if (!strcmp(opt, "--seed")) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(val, &end, 10);
+            if (errno || end == val || *end || val[0] == '-') return fail(2, "--seed expects a non-negative integer, got '%s'", val);
+            a->seed = v;
+            a->have_seed = true;
+            continue;
+        }
+        fprintf(stderr, "%s: error: unknown option %s (see %s)\n", g_prog, opt, usage_hint);
+        return 2;
+    }
+    return 0;
+}
+
+/* ---- progress bar ----------------------------------------------------------------------------- */
+static void progress_bar(float fraction, void *user) {
+    (void)user;
+    int width = 30, filled = (int)(fraction * (float)width + 0.5f);
+    fprintf(stderr, "\rloading [");
+    for (int i = 0; i < width; i++) fputc(i < filled ? '#' : ' ', stderr);
+    fprintf(stderr, "] %3d%%", (int)(fraction * 100.0f + 0.5f));
+    if (fraction >= 1.0f) fprintf(stderr, "\r%*s\r", width + 18, "");
+    fflush(stderr);
+}
+
+static int open_model(const cli_args *a, bool vocab_only, kite_model **model) {
+    kite_model_params mp = kite_model_default_params();
+    mp.tokenizer_path = a->tokenizer;
+    mp.vocab_only = vocab_only;
+    mp.n_threads = a->threads;
+    if (!vocab_only && isatty(STDERR_FILENO) && !a->quiet) mp.progress = progress_bar;
+    char err[512];
+    if (kite_model_open(model, a->model, &mp, err, sizeof err)) return fail(1, "%s", err);
+    return 0;
+}
+
+/* ---- run -------------------------------------------------------------------------------------- */
+static const char RUN_USAGE[] =
+    "usage: kite run --model PATH [--tokenizer PATH] (--prompt TEXT | --prompt-ids IDS) [options]\n"
+    "\n"
+    "Generates a completion of the prompt and streams it to stdout; statistics go to stderr.\n"
+    "\n"
+    "  --model, -m PATH        GGUF file, llama2.c .bin, or Hugging Face folder (or a .safetensors in one)\n"
+    "  --tokenizer PATH        llama2.c tokenizer .bin or tokenizer.json (needed for llama2.c checkpoints)\n"
+    "  --prompt, -p TEXT       prompt text (UTF-8)\n"
+    "  --prompt-ids IDS        prompt as token ids, separated by commas or spaces (no BOS added)\n"
+    "  --max-tokens N          tokens to generate at most (default 256)\n"
+    "  --temperature T         0 = greedy (default: the model's generation_config, else 0.8)\n"
+    "  --top-k K               keep the K most likely tokens (0 = off)\n"
+    "  --top-p P               nucleus sampling threshold (1 = off)\n"
+    "  --min-p P               drop tokens below P x the top probability (0 = off)\n"
+    "  --repeat-penalty R      penalize the last 64 tokens (1 = off)\n"
+    "  --presence-penalty X    --frequency-penalty X\n"
+    "  --seed S                sampling seed; the same seed gives the same tokens\n"
+    "  --threads N             worker threads (default: all cores)\n"
+    "  --ctx N                 context size in tokens (default: the model's, at most 4096)\n"
+    "  --no-bos                do not add BOS to the prompt\n"
+    "  --ignore-eos            keep generating past end-of-sequence tokens\n"
+    "  --json                  print one JSON object (prompt_ids, ids, text, stats) instead of the text\n"
+    "  --quiet, -q             no statistics and no progress bar on stderr\n";
+
+typedef struct run_output {
+    bool json;
+    json_t *ids;       /* generated ids (--json) */
+    char *text;        /* generated bytes (--json) */
+    size_t text_len, text_cap;
+} run_output;
+
+static bool on_token(int32_t id, const char *text, size_t len, void *user) {
+    run_output *o = user;
+    if (!o->json) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+        return true;
+    }
+    json_array_append_new(o->ids, json_integer(id));
+    if (o->text_len + len + 1 > o->text_cap) {
+        size_t cap = (o->text_cap + len + 1) * 2;
+        char *nt = realloc(o->text, cap);
+        if (!nt) return false;
+        o->text = nt;
+        o->text_cap = cap;
+    }
+    memcpy(o->text + o->text_len, text, len);
+    o->text_len += len;
+    o->text[o->text_len] = 0;
+    return true;
+}
+
+static int parse_id_list(const char *s, int32_t **ids, size_t *n) {
+    size_t cap = 16;
+    *ids = malloc(cap * sizeof **ids);
+    *n = 0;
+    if (!*ids) return fail(1, "%s", "out of memory");
+    const char *p = s;
+    while (*p) {
+        while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) return fail(2, "--prompt-ids: '%s' is not a list of token ids", s);
+        if (*n == cap) {
+            cap *= 2;
+            int32_t *ni = realloc(*ids, cap * sizeof **ids);
+            if (!ni) return fail(1, "%s", "out of memory");
+            *ids = ni;
+        }
+        (*ids)[(*n)++] = (int32_t)v;
+        p = end;
+    }
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+    cli_args a = {0};
+    int rc = parse_args(argc, argv, 2, &a, "kite run --help");
+    if (rc) return rc;
+    if (a.help) { fputs(RUN_USAGE, stdout); return 0; }
+    if (!a.model) return fail(2, "%s", "kite run needs --model PATH (see kite run --help)");
+    if (!a.prompt && !a.prompt_ids) return fail(2, "%s", "kite run needs --prompt TEXT or --prompt-ids IDS (see kite run --help)");
+    if (a.prompt && a.prompt_ids) return fail(2, "%s", "give either --prompt or --prompt-ids, not both");
+    if (a.positional) return fail(2, "unexpected argument '%s'", a.positional);
+
+    kite_model *model = NULL;
+    if ((rc = open_model(&a, false, &model))) return rc;
+    kite_model_info info;
+    kite_model_get_info(model, &info);
+
+    char err[512];
+    int32_t *prompt = NULL;
+    size_t n_prompt = 0;
+    if (a.prompt_ids) {
+        if ((rc = parse_id_list(a.prompt_ids, &prompt, &n_prompt))) goto done;
+    } else {
+        size_t len = strlen(a.prompt);
+        bool bos = info.add_bos && !a.no_bos;
+        if (kite_tokenize(model, a.prompt, len, bos, false, NULL, 0, &n_prompt, err, sizeof err)) { rc = fail(1, "%s", err); goto done; }
+        prompt = malloc((n_prompt ? n_prompt : 1) * sizeof *prompt);
+        if (!prompt) { rc = fail(1, "%s", "out of memory"); goto done; }
+        if (kite_tokenize(model, a.prompt, len, bos, false, prompt, n_prompt, &n_prompt, err, sizeof err)) { rc = fail(1, "%s", err); goto done; }
+    }
+    if (n_prompt == 0) { rc = fail(2, "%s", "the prompt is empty (and the model adds no BOS): nothing to continue from"); goto done; }
+
+    kite_gen_params gp = kite_model_gen_params(model);
+    if (a.have_max_tokens) gp.max_tokens = a.max_tokens;
+    if (a.have_temperature) gp.temperature = a.temperature;
+    if (a.have_top_k) gp.top_k = a.top_k;
+    if (a.have_top_p) gp.top_p = a.top_p;
+    if (a.have_min_p) gp.min_p = a.min_p;
+    if (a.have_repeat_penalty) gp.repeat_penalty = a.repeat_penalty;
+    if (a.have_presence) gp.presence_penalty = a.presence_penalty;
+    if (a.have_frequency) gp.frequency_penalty = a.frequency_penalty;
+    if (a.have_seed) gp.seed = a.seed;
+    gp.ignore_eos = a.ignore_eos;
+
+    kite_session_params sp = kite_session_default_params();
+    sp.n_ctx = a.ctx;
+    sp.n_threads = a.threads;
+    kite_session *session = NULL;
+    if (kite_session_open(&session, model, &sp, err, sizeof err)) { rc = fail(1, "%s", err); goto done; }
+
+    run_output out = {.json = a.json};
+    if (a.json) out.ids = json_array();
+    int st = kite_prompt(session, prompt, n_prompt, err, sizeof err);
+    if (!st) st = kite_generate(session, &gp, on_token, &out, err, sizeof err);
+    if (!a.json && !st) fputc('\n', stdout);
+    kite_stats stats;
+    kite_session_stats(session, &stats);
+    if (st) {
+        rc = fail(1, "%s", err);
+    } else if (a.json) {
+        json_t *pids = json_array();
+        for (size_t i = 0; i < n_prompt; i++) json_array_append_new(pids, json_integer(prompt[i]));
+        json_t *js = json_pack("{s:I,s:I,s:f,s:f,s:f,s:f,s:f}", "prompt_tokens", (json_int_t)stats.prompt_tokens,
+                               "generated_tokens", (json_int_t)stats.generated_tokens, "ttft_ms", stats.ttft_ms,
+                               "prefill_ms", stats.prefill_ms, "prefill_tok_s", stats.prefill_tok_s, "decode_ms",
+                               stats.decode_ms, "decode_tok_s", stats.decode_tok_s);
+        json_t *root = json_object();
+        json_object_set_new(root, "prompt_ids", pids);
+        json_object_set_new(root, "ids", out.ids);
+        out.ids = NULL;
+        /* Invalid UTF-8 in generated bytes (a model may emit any byte) is replaced for JSON. */
+        json_t *text = json_stringn(out.text ? out.text : "", out.text_len);
+        if (!text) {
+            char *clean = malloc(out.text_len * 3 + 1);
+            size_t k = 0;
+            for (size_t i = 0; clean && i < out.text_len; i++) {
+                unsigned char c = (unsigned char)out.text[i];
+                if (c < 0x80) clean[k++] = (char)c;
+                else { clean[k++] = (char)0xEF; clean[k++] = (char)0xBF; clean[k++] = (char)0xBD; }
+            }
+            text = json_stringn(clean ? clean : "", k);
+            free(clean);
+        }
+        json_object_set_new(root, "text", text);
+        json_object_set_new(root, "stats", js);
+        char *dump = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+        if (dump) puts(dump);
+        free(dump);
+        json_decref(root);
+    }
+    if (!a.quiet && !st)
+        fprintf(stderr, "prompt tokens: %lld, prefill: %.1f tok/s, time to first token: %.1f ms, generated: %lld, decode: %.1f tok/s\n",
+                (long long)stats.prompt_tokens, stats.prefill_tok_s, stats.ttft_ms, (long long)stats.generated_tokens,
+                stats.decode_tok_s);
+    json_decref(out.ids);
+    free(out.text);
+    kite_session_free(session);
+done:
+    free(prompt);
+    kite_model_free(model);
+    return rc;
+}
+
+/* ---- tokenize --------------------------------------------------------------------------------- */
+static const char TOKENIZE_USAGE[] =
+    "usage: kite tokenize (--model PATH | --tokenizer PATH) [--no-bos] < text\n"
+    "\n"
+    "Reads UTF-8 text on stdin and prints its token ids on stdout, space-separated.\n"
+    "BOS is added where the model adds one, unless --no-bos.\n";
+
+static int cmd_tokenize(int argc, char **argv) {
+    cli_args a = {0};
+    int rc = parse_args(argc, argv, 2, &a, "kite tokenize --help");
+    if (rc) return rc;
+    if (a.help) { fputs(TOKENIZE_USAGE, stdout); return 0; }
+    if (!a.model && !a.tokenizer) return fail(2, "%s", "kite tokenize needs --model PATH or --tokenizer PATH");
+    if (a.positional) return fail(2, "unexpected argument '%s'", a.positional);
+    size_t cap = 1 << 16, len = 0;
+    char *text = malloc(cap);
+    if (!text) return fail(1, "%s", "out of memory");
+    for (;;) {
+        if (len == cap) {
+            char *nt = realloc(text, cap *= 2);
+            if (!nt) { free(text); return fail(1, "%s", "out of memory"); }
+            text = nt;
+        }
+        size_t got = fread(text + len, 1, cap - len, stdin);
+        if (got == 0) break;
+        len += got;
+    }
+    kite_model *model = NULL;
+    if ((rc = open_model(&a, true, &model))) { free(text); return rc; }
+    kite_model_info info;
+    kite_model_get_info(model, &info);
+    char err[512];
+    size_t n = 0;
+    int32_t *ids = NULL;
+    bool bos = info.add_bos && !a.no_bos;
+    if (kite_tokenize(model, text, len, bos, false, NULL, 0, &n, err, sizeof err)) {
+        rc = fail(1, "%s", err);
+    } else if (!(ids = malloc((n ? n : 1) * sizeof *ids))) {
+        rc = fail(1, "%s", "out of memory");
+    } else if (kite_tokenize(model, text, len, bos, false, ids, n, &n, err, sizeof err)) {
+        rc = fail(1, "%s", err);
+    } else {
+        for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        putchar('\n');
+    }
+    free(ids);
+    free(text);
+    kite_model_free(model);
+    return rc;
+}
+
+/* ---- inspect ---------------------------------------------------------------------------------- */
+static const char INSPECT_USAGE[] =
+    "usage: kite inspect PATH [--tokenizer PATH]\n"
+    "\n"
+    "Prints a model's architecture, hyper-parameters, tokenizer and tensor table.\n";
+
+static int cmd_inspect(int argc, char **argv) {
+    cli_args a = {0};
+    int rc = parse_args(argc, argv, 2, &a, "kite inspect --help");
+    if (rc) return rc;
+    if (a.help) { fputs(INSPECT_USAGE, stdout); return 0; }
+    a.model = a.positional ? a.positional : a.model;
+    if (!a.model) return fail(2, "%s", "kite inspect needs a model PATH (see kite inspect --help)");
+    a.quiet = true;
+    kite_model *model = NULL;
+    if ((rc = open_model(&a, true, &model))) return rc;
+    kite_model_info in;
+    kite_model_get_info(model, &in);
+    printf("model:          %s\n", a.model);
+    printf("format:         %s\n", in.format);
+    printf("architecture:   %s\n", in.architecture);
+    printf("parameters:     %lld (%.2f MiB of weights)\n", (long long)in.n_params, (double)in.weight_bytes / 1048576.0);
+    printf("vocabulary:     %d\n", in.n_vocab);
+    printf("dim:            %d\n", in.dim);
+    printf("layers:         %d\n", in.n_layers);
+    printf("heads:          %d (kv heads %d, head dim %d)\n", in.n_heads, in.n_kv_heads, in.head_dim);
+    printf("ffn dim:        %d\n", in.ffn_dim);
+    printf("context:        %d\n", in.n_ctx_train);
+    printf("rope theta:     %g\n", in.rope_theta);
+    printf("rms eps:        %g\n", in.rms_eps);
+    printf("embeddings:     %s\n", in.tied_embeddings ? "tied" : "separate output");
+    printf("tokenizer:      %s (bos %d, eos %d, %s)\n", in.tokenizer, in.bos_id, in.eos_id, in.add_bos ? "adds bos" : "no bos");
+    printf("tensors:        %d\n", in.n_tensors);
+    printf("\n%-40s %-6s %-28s %12s\n", "name", "type", "shape", "bytes");
+    for (int32_t i = 0; i < in.n_tensors; i++) {
+        kite_tensor_desc d;
+        if (kite_model_tensor(model, i, &d)) continue;
+        char shape[64] = "";
+        size_t at = 0;
+        for (int32_t k = 0; k < d.n_dims && at < sizeof shape; k++)
+            at += (size_t)snprintf(shape + at, sizeof shape - at, k ? " x %lld" : "%lld", (long long)d.shape[k]);
+        printf("%-40s %-6s %-28s %12llu\n", d.name, d.type_name, shape, (unsigned long long)d.n_bytes);
+    }
+    kite_model_free(model);
+    return 0;
+}
+
+/* ---- main ------------------------------------------------------------------------------------- */
+static const char MAIN_USAGE[] =
+    "usage: kite <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run        generate text from a prompt\n"
+    "  tokenize   print the token ids of text read on stdin\n"
+    "  inspect    describe a model file\n"
+    "\n"
+    "kite <command> --help describes each command.\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(MAIN_USAGE, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(MAIN_USAGE, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("kite %d.%d.%d\n", KITE_VERSION_MAJOR, KITE_VERSION_MINOR, KITE_VERSION_PATCH);
+        return 0;
+    }
+    if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
+    fprintf(stderr, "%s: error: unknown command '%s'\n\n%s", g_prog, cmd, MAIN_USAGE);
+    return 2;
+}
