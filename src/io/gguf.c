@@ -285,7 +285,12 @@ static int check_tensor(kite_gguf *g, kite_gguf_tensor *t, kite_error *e) {
     if (t->ne[0] != 0 && n_rows > (uint64_t)INT64_MAX / (uint64_t)t->ne[0])
         return kite_fail(e, KITE_ERR_FORMAT, "gguf: tensor '%s' shape [%lld, %lld, %lld, %lld] overflows", tn,
                          (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
-    uint64_t row_bytes = (uint64_t)(t->ne[0] / tr->block_size) * tr->block_bytes; /* <= ne0 * 292 / 256 */
+    /* Bytes can overflow where elements do not: an f32 row of 2^62 elements is 2^64 bytes. */
+    const uint64_t n_blocks = (uint64_t)(t->ne[0] / tr->block_size);
+    if (n_blocks > (uint64_t)INT64_MAX / tr->block_bytes)
+        return kite_fail(e, KITE_ERR_FORMAT, "gguf: tensor '%s' row of %lld elements overflows in bytes", tn,
+                         (long long)t->ne[0]);
+    const uint64_t row_bytes = n_blocks * tr->block_bytes;
     if (row_bytes != 0 && n_rows > (uint64_t)INT64_MAX / row_bytes)
         return kite_fail(e, KITE_ERR_FORMAT, "gguf: tensor '%s' byte size overflows", tn);
     t->n_bytes = row_bytes * n_rows;

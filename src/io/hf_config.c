@@ -53,6 +53,9 @@ static int get_num(const json_t *obj, const char *key, double lo, bool lo_inclus
     if (!isfinite(x) || (lo_inclusive ? x < lo : x <= lo) || x > hi)
         return kite_fail(e, KITE_ERR_FORMAT, "%s: \"%s\" = %g is outside %c%g, %g]", label, key, x,
                          lo_inclusive ? '[' : '(', lo, hi);
+    /* kite keeps these as float: a value that would flush to zero there breaks the range above */
+    if (x != 0.0 && (float)x == 0.0f)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: \"%s\" = %g is too small for a 32-bit float", label, key, x);
     *out = x;
     return KITE_OK;
 }

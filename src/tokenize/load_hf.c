@@ -4,12 +4,12 @@
  *     or after Split regexes (a "Sequence"); normalizer null or NFC;
  *   - SentencePiece converted to BPE (Llama-2 style, TinyStories): byte_fallback, normalizer Prepend "▁" +
  *     Replace " " -> "▁", or pre_tokenizer Metaspace.
- * Anything else is KITE_ERR_UNSUPPORTED with the name of the part that is not understood. */
+ * Anything else is KITE_ERR_UNSUPPORTED with the name of the part that is not understood.
+ * Added tokens follow llama.cpp's GGUF conversion: "special": true -> control, else user-defined. */
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
+#include "tokenize/json_lite.h"
 #include "tokenize/tokenizer_internal.h"
 
 #define SPACE_MARKER "\xE2\x96\x81"
@@ -29,50 +29,55 @@ typedef struct hf_options {
     int n_regex;
 } hf_options;
 
-static const char *type_of(const json_t *node) {
-    const char *s = json_string_value(json_object_get(node, "type"));
-    return s ? s : "(no type)";
+/* A node's "type" for messages (at most 40 bytes shown). */
+static void type_name(const kj_doc *d, uint32_t node, char out[48]) {
+    const char *s;
+    size_t n;
+    if (!kj_string(d, kj_get(d, node, "type"), &s, &n)) {
+        strcpy(out, "(no type)");
+        return;
+    }
+    if (n > 40) n = 40;
+    memcpy(out, s, n);
+    out[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)out[i] < 0x20) out[i] = '?';
 }
 
-static bool string_is(const json_t *node, const char *want) {
-    const char *s = json_string_value(node);
-    return s && strcmp(s, want) == 0;
+static bool type_is(const kj_doc *d, uint32_t node, const char *want) {
+    return kj_string_is(d, kj_get(d, node, "type"), want);
 }
 
-static bool get_bool(const json_t *obj, const char *key, bool fallback) {
-    json_t *v = json_object_get(obj, key);
-    return json_is_boolean(v) ? json_is_true(v) : fallback;
-}
-
-static int parse_normalizer(const json_t *n, hf_options *o, int depth, kite_error *e) {
-    if (!n || json_is_null(n)) return KITE_OK;
-    if (!json_is_object(n) || depth > 8) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: normalizer is malformed");
-    const char *type = type_of(n);
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *list = json_object_get(n, "normalizers");
-        if (!json_is_array(list)) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: normalizer Sequence has no list");
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            int rc = parse_normalizer(json_array_get(list, i), o, depth + 1, e);
+static int parse_normalizer(const kj_doc *d, uint32_t n, hf_options *o, int depth, kite_error *e) {
+    if (kj_type_of(d, n) == KJ_NULL) return KITE_OK;
+    if (kj_type_of(d, n) != KJ_OBJECT || depth > 8) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: normalizer is malformed");
+    if (type_is(d, n, "Sequence")) {
+        uint32_t list = kj_get(d, n, "normalizers");
+        if (kj_type_of(d, list) != KJ_ARRAY) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: normalizer Sequence has no list");
+        for (uint32_t c = d->nodes[list].first; c; c = d->nodes[c].next) {
+            int rc = parse_normalizer(d, c, o, depth + 1, e);
             if (rc) return rc;
         }
         return KITE_OK;
     }
-    if (strcmp(type, "NFC") == 0) {
+    if (type_is(d, n, "NFC")) {
         o->nfc = true;
         return KITE_OK;
     }
-    if (strcmp(type, "Prepend") == 0 && string_is(json_object_get(n, "prepend"), SPACE_MARKER)) {
+    if (type_is(d, n, "Prepend") && kj_string_is(d, kj_get(d, n, "prepend"), SPACE_MARKER)) {
         o->prepend_marker = true;
         return KITE_OK;
     }
-    if (strcmp(type, "Replace") == 0) {
-        json_t *pattern = json_object_get(json_object_get(n, "pattern"), "String");
-        if (string_is(pattern, " ") && string_is(json_object_get(n, "content"), SPACE_MARKER)) {
+    if (type_is(d, n, "Replace")) {
+        if (kj_string_is(d, kj_get(d, kj_get(d, n, "pattern"), "String"), " ") &&
+            kj_string_is(d, kj_get(d, n, "content"), SPACE_MARKER)) {
             o->replace_space = true;
             return KITE_OK;
         }
         return kite_fail(e, KITE_ERR_UNSUPPORTED, "tokenizer.json: normalizer Replace other than \" \" -> \"\u2581\" is not supported");
     }
+    char type[48];
+    type_name(d, n, type);
     return kite_fail(e, KITE_ERR_UNSUPPORTED, "tokenizer.json: normalizer \"%s\" is not supported", type);
 }
 
@@ -88,30 +93,28 @@ static int add_regex(hf_options *o, const char *pattern, size_t len, char *owned
     return KITE_OK;
 }
 
-static int parse_pre_tokenizer(const json_t *p, hf_options *o, int depth, kite_error *e) {
-    if (!p || json_is_null(p)) return KITE_OK;
-    if (!json_is_object(p) || depth > 8) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: pre_tokenizer is malformed");
-    const char *type = type_of(p);
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *list = json_object_get(p, "pretokenizers");
-        if (!json_is_array(list)) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: pre_tokenizer Sequence has no list");
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            int rc = parse_pre_tokenizer(json_array_get(list, i), o, depth + 1, e);
+static int parse_pre_tokenizer(const kj_doc *d, uint32_t p, hf_options *o, int depth, kite_error *e) {
+    if (kj_type_of(d, p) == KJ_NULL) return KITE_OK;
+    if (kj_type_of(d, p) != KJ_OBJECT || depth > 8)
+        return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: pre_tokenizer is malformed");
+    if (type_is(d, p, "Sequence")) {
+        uint32_t list = kj_get(d, p, "pretokenizers");
+        if (kj_type_of(d, list) != KJ_ARRAY) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: pre_tokenizer Sequence has no list");
+        for (uint32_t c = d->nodes[list].first; c; c = d->nodes[c].next) {
+            int rc = parse_pre_tokenizer(d, c, o, depth + 1, e);
             if (rc) return rc;
         }
         return KITE_OK;
     }
-    if (strcmp(type, "Split") == 0) {
-        if (!string_is(json_object_get(p, "behavior"), "Isolated") || get_bool(p, "invert", false))
+    if (type_is(d, p, "Split")) {
+        if (!kj_string_is(d, kj_get(d, p, "behavior"), "Isolated") || kj_bool(d, kj_get(d, p, "invert"), false))
             return kite_fail(e, KITE_ERR_UNSUPPORTED, "tokenizer.json: Split pre-tokenizer supports only behavior \"Isolated\" without invert");
-        json_t *pattern = json_object_get(p, "pattern");
-        json_t *re = json_object_get(pattern, "Regex");
-        if (json_is_string(re)) return add_regex(o, json_string_value(re), json_string_length(re), NULL, e);
-        json_t *lit = json_object_get(pattern, "String");
-        if (json_is_string(lit)) {
-            const char *s = json_string_value(lit);
-            size_t n = json_string_length(lit);
-            if (n == 0 || strstr(s, "\\E") || strlen(s) != n)
+        uint32_t pattern = kj_get(d, p, "pattern");
+        const char *s;
+        size_t n;
+        if (kj_string(d, kj_get(d, pattern, "Regex"), &s, &n)) return add_regex(o, s, n, NULL, e);
+        if (kj_string(d, kj_get(d, pattern, "String"), &s, &n)) {
+            if (n == 0 || memchr(s, '\0', n) || memmem(s, n, "\\E", 2))
                 return kite_fail(e, KITE_ERR_UNSUPPORTED, "tokenizer.json: Split String pattern cannot be quoted");
             char *q = malloc(n + 5);
             if (!q) return kite_fail(e, KITE_ERR_NOMEM, "tokenizer.json: out of memory");
@@ -122,122 +125,119 @@ static int parse_pre_tokenizer(const json_t *p, hf_options *o, int depth, kite_e
         }
         return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: Split pre-tokenizer has no Regex or String pattern");
     }
-    if (strcmp(type, "ByteLevel") == 0) {
+    if (type_is(d, p, "ByteLevel")) {
         o->bytelevel = true;
-        if (get_bool(p, "add_prefix_space", false)) o->bpe_prefix_space = true;
-        if (get_bool(p, "use_regex", true)) return add_regex(o, kite_regex_gpt2_hf, strlen(kite_regex_gpt2_hf), NULL, e);
+        if (kj_bool(d, kj_get(d, p, "add_prefix_space"), false)) o->bpe_prefix_space = true;
+        if (kj_bool(d, kj_get(d, p, "use_regex"), true))
+            return add_regex(o, kite_regex_gpt2_hf, strlen(kite_regex_gpt2_hf), NULL, e);
         return KITE_OK;
     }
-    if (strcmp(type, "Metaspace") == 0) {
-        json_t *rep = json_object_get(p, "replacement");
-        if (rep && !string_is(rep, SPACE_MARKER))
+    if (type_is(d, p, "Metaspace")) {
+        uint32_t rep = kj_get(d, p, "replacement");
+        if (rep && !kj_string_is(d, rep, SPACE_MARKER))
             return kite_fail(e, KITE_ERR_UNSUPPORTED, "tokenizer.json: Metaspace replacement other than \"\u2581\"");
         o->metaspace = true;
-        o->metaspace_split = get_bool(p, "split", true);
-        const char *scheme = json_string_value(json_object_get(p, "prepend_scheme"));
-        if (scheme) {
-            if (strcmp(scheme, "always") == 0) o->metaspace_prefix = KITE_PREFIX_ALWAYS;
-            else if (strcmp(scheme, "first") == 0) o->metaspace_prefix = KITE_PREFIX_FIRST;
-            else if (strcmp(scheme, "never") == 0) o->metaspace_prefix = KITE_PREFIX_NONE;
-            else return kite_fail(e, KITE_ERR_UNSUPPORTED, "tokenizer.json: Metaspace prepend_scheme \"%s\"", scheme);
-        } else {
-            o->metaspace_prefix = get_bool(p, "add_prefix_space", true) ? KITE_PREFIX_ALWAYS : KITE_PREFIX_NONE;
-        }
+        o->metaspace_split = kj_bool(d, kj_get(d, p, "split"), true);
+        uint32_t scheme = kj_get(d, p, "prepend_scheme");
+        if (kj_string_is(d, scheme, "always")) o->metaspace_prefix = KITE_PREFIX_ALWAYS;
+        else if (kj_string_is(d, scheme, "first")) o->metaspace_prefix = KITE_PREFIX_FIRST;
+        else if (kj_string_is(d, scheme, "never")) o->metaspace_prefix = KITE_PREFIX_NONE;
+        else if (scheme) return kite_fail(e, KITE_ERR_UNSUPPORTED, "tokenizer.json: Metaspace prepend_scheme is not always/first/never");
+        else o->metaspace_prefix = kj_bool(d, kj_get(d, p, "add_prefix_space"), true) ? KITE_PREFIX_ALWAYS : KITE_PREFIX_NONE;
         return KITE_OK;
     }
+    char type[48];
+    type_name(d, p, type);
     return kite_fail(e, KITE_ERR_UNSUPPORTED, "tokenizer.json: pre_tokenizer \"%s\" is not supported", type);
 }
 
-/* The BOS a TemplateProcessing post-processor puts first (also inside a Sequence), or NULL. */
-static const char *template_bos(const json_t *pp, int depth) {
-    if (!json_is_object(pp) || depth > 8) return NULL;
-    const char *type = type_of(pp);
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *list = json_object_get(pp, "processors");
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            const char *s = template_bos(json_array_get(list, i), depth + 1);
-            if (s) return s;
-        }
-        return NULL;
+/* The BOS a TemplateProcessing post-processor puts first (also inside a Sequence): its token text. */
+static bool template_bos(const kj_doc *d, uint32_t pp, int depth, const char **s, size_t *n) {
+    if (kj_type_of(d, pp) != KJ_OBJECT || depth > 8) return false;
+    if (type_is(d, pp, "Sequence")) {
+        uint32_t list = kj_get(d, pp, "processors");
+        for (uint32_t c = kj_type_of(d, list) == KJ_ARRAY ? d->nodes[list].first : 0; c; c = d->nodes[c].next)
+            if (template_bos(d, c, depth + 1, s, n)) return true;
+        return false;
     }
-    if (strcmp(type, "TemplateProcessing") != 0) return NULL;
-    json_t *first = json_array_get(json_object_get(pp, "single"), 0);
-    const char *name = json_string_value(json_object_get(json_object_get(first, "SpecialToken"), "id"));
-    if (!name) return NULL;
-    json_t *ids = json_object_get(json_object_get(json_object_get(pp, "special_tokens"), name), "tokens");
-    const char *tok = json_string_value(json_array_get(ids, 0));
-    return tok ? tok : name;
+    if (!type_is(d, pp, "TemplateProcessing")) return false;
+    uint32_t first = kj_index(d, kj_get(d, pp, "single"), 0);
+    const char *name;
+    size_t name_len;
+    if (!kj_string(d, kj_get(d, kj_get(d, first, "SpecialToken"), "id"), &name, &name_len)) return false;
+    /* special_tokens maps the name to its token texts; the name itself is the text in practice */
+    uint32_t specials = kj_get(d, pp, "special_tokens");
+    for (uint32_t c = kj_type_of(d, specials) == KJ_OBJECT ? d->nodes[specials].first : 0; c; c = d->nodes[c].next) {
+        if (d->nodes[c].key_len == name_len && memcmp(d->nodes[c].key, name, name_len) == 0 &&
+            kj_string(d, kj_index(d, kj_get(d, c, "tokens"), 0), s, n))
+            return true;
+    }
+    *s = name;
+    *n = name_len;
+    return true;
 }
 
 /* tokenizer_config.json's bos_token / eos_token: a string, or an object with "content". */
-static const char *config_token(const json_t *config, const char *key) {
-    json_t *v = json_object_get(config, key);
-    if (json_is_object(v)) v = json_object_get(v, "content");
-    return json_string_value(v);
+static bool config_token(const kj_doc *d, const char *key, const char **s, size_t *n) {
+    uint32_t v = kj_get(d, KJ_ROOT, key);
+    if (kj_type_of(d, v) == KJ_OBJECT) v = kj_get(d, v, "content");
+    return kj_string(d, v, s, n);
 }
 
-static int32_t find_cstr(const kite_tokenizer *t, const char *s) {
-    return s ? kite_vocab_find(t, s, strlen(s)) : -1;
-}
-
-static int load_merges(kite_tokenizer *t, const json_t *merges, kite_error *e) {
-    size_t n = json_array_size(merges);
-    if (n > INT32_MAX) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: too many merges");
-    int rc = kite_merges_init(&t->merges, n, e);
+static int load_merges(kite_tokenizer *t, const kj_doc *d, uint32_t merges, kite_error *e) {
+    int rc = kite_merges_init(&t->merges, d->nodes[merges].len, e);
     if (rc) return rc;
     size_t skipped = 0;
-    for (size_t i = 0; i < n; i++) {
-        json_t *m = json_array_get(merges, i);
+    int32_t rank = 0;
+    for (uint32_t m = d->nodes[merges].first; m; m = d->nodes[m].next, rank++) {
         const char *l, *r;
         size_t ll, rl;
-        if (json_is_string(m)) { /* "left right" */
-            const char *s = json_string_value(m);
-            size_t len = json_string_length(m);
+        if (kj_type_of(d, m) == KJ_STRING) { /* "left right" */
+            const char *s = d->nodes[m].str;
+            size_t len = d->nodes[m].len;
             const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
-            if (!sp) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: merge %zu has no space between its parts", i);
+            if (!sp) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: merge %d has no space between its parts", rank);
             l = s;
             ll = (size_t)(sp - s);
             r = sp + 1;
             rl = len - ll - 1;
-        } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
-                   json_is_string(json_array_get(m, 1))) { /* ["left", "right"] */
-            l = json_string_value(json_array_get(m, 0));
-            ll = json_string_length(json_array_get(m, 0));
-            r = json_string_value(json_array_get(m, 1));
-            rl = json_string_length(json_array_get(m, 1));
+        } else if (kj_type_of(d, m) == KJ_ARRAY && d->nodes[m].len == 2 && kj_string(d, kj_index(d, m, 0), &l, &ll) &&
+                   kj_string(d, kj_index(d, m, 1), &r, &rl)) { /* ["left", "right"] */
         } else {
-            return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: merge %zu is neither \"a b\" nor [\"a\", \"b\"]", i);
+            return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: merge %d is neither \"a b\" nor [\"a\", \"b\"]", rank);
         }
-        rc = kite_merges_add_text(t, l, ll, r, rl, (int32_t)i, &skipped, e);
+        rc = kite_merges_add_text(t, l, ll, r, rl, rank, &skipped, e);
         if (rc) return rc;
     }
     if (skipped) kite_log(KITE_LOG_WARN, "tokenizer.json: skipped %zu merges naming texts outside the vocabulary", skipped);
     return KITE_OK;
 }
 
-static int build(kite_tokenizer **out, const json_t *root, const json_t *config, hf_options *o, kite_error *e) {
-    json_t *model = json_object_get(root, "model");
-    if (!json_is_object(model)) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: no \"model\" object");
-    json_t *merges = json_object_get(model, "merges");
-    const char *mtype = json_string_value(json_object_get(model, "type"));
-    if (mtype ? strcmp(mtype, "BPE") != 0 : !json_is_array(merges))
-        return kite_fail(e, KITE_ERR_UNSUPPORTED, "tokenizer.json: model type \"%s\" is not supported (only BPE)",
-                         mtype ? mtype : "(none)");
-    if (merges && !json_is_null(merges) && !json_is_array(merges))
+static int build(kite_tokenizer **out, const kj_doc *d, const kj_doc *config, hf_options *o, kite_error *e) {
+    uint32_t model = kj_get(d, KJ_ROOT, "model");
+    if (kj_type_of(d, model) != KJ_OBJECT) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: no \"model\" object");
+    uint32_t merges = kj_get(d, model, "merges");
+    uint32_t mtype = kj_get(d, model, "type");
+    if (mtype ? !kj_string_is(d, mtype, "BPE") : kj_type_of(d, merges) != KJ_ARRAY) {
+        char type[48];
+        type_name(d, model, type);
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "tokenizer.json: model type \"%s\" is not supported (only BPE)", type);
+    }
+    if (kj_type_of(d, merges) != KJ_NULL && kj_type_of(d, merges) != KJ_ARRAY)
         return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: model.merges is not an array");
-    json_t *vocab = json_object_get(model, "vocab");
-    if (!json_is_object(vocab)) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: model.vocab is not an object");
+    uint32_t vocab = kj_get(d, model, "vocab");
+    if (kj_type_of(d, vocab) != KJ_OBJECT) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: model.vocab is not an object");
     const char *affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int k = 0; k < 2; k++) {
-        json_t *v = json_object_get(model, affixes[k]);
-        if (v && !json_is_null(v) && !string_is(v, ""))
+        uint32_t v = kj_get(d, model, affixes[k]);
+        if (kj_type_of(d, v) != KJ_NULL && !kj_string_is(d, v, ""))
             return kite_fail(e, KITE_ERR_UNSUPPORTED, "tokenizer.json: model.%s is not supported", affixes[k]);
     }
 
-    int rc = parse_normalizer(json_object_get(root, "normalizer"), o, 0, e);
-    if (!rc) rc = parse_pre_tokenizer(json_object_get(root, "pre_tokenizer"), o, 0, e);
+    int rc = parse_normalizer(d, kj_get(d, KJ_ROOT, "normalizer"), o, 0, e);
+    if (!rc) rc = parse_pre_tokenizer(d, kj_get(d, KJ_ROOT, "pre_tokenizer"), o, 0, e);
     if (rc) return rc;
-    bool byte_fallback = get_bool(model, "byte_fallback", false);
+    bool byte_fallback = kj_bool(d, kj_get(d, model, "byte_fallback"), false);
     kite_tokenizer_kind kind;
     if (o->bytelevel) {
         if (o->prepend_marker || o->replace_space || o->metaspace)
@@ -253,26 +253,25 @@ static int build(kite_tokenizer **out, const json_t *root, const json_t *config,
     }
 
     /* ids: the vocabulary plus added tokens; they must be dense enough to allocate */
-    json_t *added = json_object_get(root, "added_tokens");
-    if (added && !json_is_null(added) && !json_is_array(added))
+    uint32_t added = kj_get(d, KJ_ROOT, "added_tokens");
+    if (kj_type_of(d, added) != KJ_NULL && kj_type_of(d, added) != KJ_ARRAY)
         return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: added_tokens is not an array");
-    size_t n_entries = json_object_size(vocab) + json_array_size(added);
+    size_t n_entries = (size_t)d->nodes[vocab].len + (added ? d->nodes[added].len : 0);
     int64_t max_id = -1;
-    const char *key;
-    size_t key_len;
-    json_t *value;
-    json_object_keylen_foreach((json_t *)vocab, key, key_len, value) {
-        if (!json_is_integer(value) || json_integer_value(value) < 0)
-            return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: vocab entry \"%.40s\" has no valid id", key);
-        if (json_integer_value(value) > max_id) max_id = json_integer_value(value);
+    for (uint32_t c = d->nodes[vocab].first; c; c = d->nodes[c].next) {
+        const kj_node *v = &d->nodes[c];
+        if (v->type != KJ_NUMBER || !v->is_int || v->ival < 0)
+            return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: vocab entry \"%.*s\" has no valid id",
+                             (int)(v->key_len > 40 ? 40 : v->key_len), v->key);
+        if (v->ival > max_id) max_id = v->ival;
     }
-    for (size_t i = 0; i < json_array_size(added); i++) {
-        json_t *a = json_array_get(added, i);
-        json_t *id = json_object_get(a, "id");
-        if (!json_is_object(a) || !json_is_integer(id) || json_integer_value(id) < 0 ||
-            !json_is_string(json_object_get(a, "content")))
+    size_t i = 0;
+    for (uint32_t a = added ? d->nodes[added].first : 0; a; a = d->nodes[a].next, i++) {
+        uint32_t id = kj_get(d, a, "id");
+        if (kj_type_of(d, id) != KJ_NUMBER || !d->nodes[id].is_int || d->nodes[id].ival < 0 ||
+            kj_type_of(d, kj_get(d, a, "content")) != KJ_STRING)
             return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: added_tokens[%zu] needs an id and a content", i);
-        if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
+        if (d->nodes[id].ival > max_id) max_id = d->nodes[id].ival;
     }
     if (max_id < 0) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: empty vocabulary");
     if (max_id >= (int64_t)(2 * n_entries + 1024) || max_id >= (1 << 26))
@@ -289,19 +288,18 @@ static int build(kite_tokenizer **out, const json_t *root, const json_t *config,
         return kite_fail(e, KITE_ERR_NOMEM, "tokenizer.json: out of memory");
     }
     memset(t->types, KITE_TOKEN_UNUSED, (size_t)n_vocab); /* ids nobody names stay unused */
-    json_object_keylen_foreach((json_t *)vocab, key, key_len, value) {
-        int32_t id = (int32_t)json_integer_value(value);
-        texts[id] = (kite_span){key, key_len};
+    for (uint32_t c = d->nodes[vocab].first; c; c = d->nodes[c].next) {
+        int32_t id = (int32_t)d->nodes[c].ival;
+        texts[id] = (kite_span){d->nodes[c].key, d->nodes[c].key_len};
         t->types[id] = KITE_TOKEN_NORMAL;
     }
-    for (size_t i = 0; i < json_array_size(added); i++) {
-        json_t *a = json_array_get(added, i);
-        int32_t id = (int32_t)json_integer_value(json_object_get(a, "id"));
-        json_t *content = json_object_get(a, "content");
-        texts[id] = (kite_span){json_string_value(content), json_string_length(content)};
-        t->types[id] = get_bool(a, "special", false) ? KITE_TOKEN_CONTROL : KITE_TOKEN_USER_DEFINED;
-        t->flags[id] = (uint8_t)((get_bool(a, "lstrip", false) ? KITE_TOKEN_FLAG_LSTRIP : 0) |
-                                 (get_bool(a, "rstrip", false) ? KITE_TOKEN_FLAG_RSTRIP : 0));
+    for (uint32_t a = added ? d->nodes[added].first : 0; a; a = d->nodes[a].next) {
+        int32_t id = (int32_t)d->nodes[kj_get(d, a, "id")].ival;
+        const kj_node *content = &d->nodes[kj_get(d, a, "content")];
+        texts[id] = (kite_span){content->str, content->len};
+        t->types[id] = kj_bool(d, kj_get(d, a, "special"), false) ? KITE_TOKEN_CONTROL : KITE_TOKEN_USER_DEFINED;
+        t->flags[id] = (uint8_t)((kj_bool(d, kj_get(d, a, "lstrip"), false) ? KITE_TOKEN_FLAG_LSTRIP : 0) |
+                                 (kj_bool(d, kj_get(d, a, "rstrip"), false) ? KITE_TOKEN_FLAG_RSTRIP : 0));
     }
     rc = kite_tokenizer_set_texts(t, texts, e);
     free(texts);
@@ -310,10 +308,12 @@ static int build(kite_tokenizer **out, const json_t *root, const json_t *config,
 
     t->kind = kind;
     t->algo = KITE_ALGO_BPE_RANKS;
-    t->ignore_merges = get_bool(model, "ignore_merges", false);
+    t->ignore_merges = kj_bool(d, kj_get(d, model, "ignore_merges"), false);
     t->byte_fallback = byte_fallback;
-    t->fuse_unk = get_bool(model, "fuse_unk", false);
-    t->unk = find_cstr(t, json_string_value(json_object_get(model, "unk_token")));
+    t->fuse_unk = kj_bool(d, kj_get(d, model, "fuse_unk"), false);
+    const char *s;
+    size_t n;
+    if (kj_string(d, kj_get(d, model, "unk_token"), &s, &n)) t->unk = kite_vocab_find(t, s, n);
     if (t->unk >= 0 && t->types[t->unk] != KITE_TOKEN_USER_DEFINED) t->types[t->unk] = KITE_TOKEN_UNKNOWN;
     if (kind == KITE_TOKENIZER_SPM) {
         t->escape_spaces = o->replace_space || o->metaspace;
@@ -326,21 +326,20 @@ static int build(kite_tokenizer **out, const json_t *root, const json_t *config,
     } else {
         t->nfc = o->nfc;
         t->bpe_prefix_space = o->bpe_prefix_space;
-        for (int i = 0; i < o->n_regex && !rc; i++) rc = kite_pretok_add_regex(t, o->regex[i], o->regex_len[i], e);
+        for (int k = 0; k < o->n_regex && !rc; k++) rc = kite_pretok_add_regex(t, o->regex[k], o->regex_len[k], e);
         if (rc) goto fail;
     }
 
-    const char *bos_text = template_bos(json_object_get(root, "post_processor"), 0);
-    t->bos = find_cstr(t, bos_text);
+    if (template_bos(d, kj_get(d, KJ_ROOT, "post_processor"), 0, &s, &n)) t->bos = kite_vocab_find(t, s, n);
     t->add_bos = t->bos >= 0;
     if (config) {
-        json_t *flag = json_object_get(config, "add_bos_token");
-        if (json_is_boolean(flag)) t->add_bos = json_is_true(flag);
-        if (json_object_get(config, "bos_token")) t->bos = find_cstr(t, config_token(config, "bos_token"));
-        if (json_object_get(config, "eos_token")) t->eos = find_cstr(t, config_token(config, "eos_token"));
+        uint32_t flag = kj_get(config, KJ_ROOT, "add_bos_token");
+        if (kj_type_of(config, flag) == KJ_TRUE || kj_type_of(config, flag) == KJ_FALSE) t->add_bos = kj_bool(config, flag, false);
+        if (kj_get(config, KJ_ROOT, "bos_token")) t->bos = config_token(config, "bos_token", &s, &n) ? kite_vocab_find(t, s, n) : -1;
+        if (kj_get(config, KJ_ROOT, "eos_token")) t->eos = config_token(config, "eos_token", &s, &n) ? kite_vocab_find(t, s, n) : -1;
     }
 
-    if (json_is_array(merges)) rc = load_merges(t, merges, e);
+    if (merges) rc = load_merges(t, d, merges, e);
     if (!rc) rc = kite_tokenizer_finish(t, NULL, 0, e);
     if (rc) goto fail;
     *out = t;
@@ -352,24 +351,23 @@ fail:
 
 int kite_tokenizer_from_hf_json(kite_tokenizer **out, const char *json, size_t json_len, const char *config_json,
                                 size_t config_len, kite_error *e) {
-    if (!out || (!json && json_len)) return kite_fail(e, KITE_ERR_INVALID_ARG, "tokenizer.json: no text or output");
+    if (!out || !json) return kite_fail(e, KITE_ERR_INVALID_ARG, "tokenizer.json: no text or output");
     *out = NULL;
-    json_error_t jerr;
-    json_t *root = json_loadb(json ? json : "", json_len, JSON_ALLOW_NUL, &jerr);
-    if (!root) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: line %d column %d: %s", jerr.line, jerr.column, jerr.text);
-    json_t *config = NULL;
-    int rc = KITE_OK;
-    if (!json_is_object(root)) rc = kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: top level is not an object");
+    kj_doc doc, config = {0};
+    int rc = kj_parse(&doc, json, json_len, "tokenizer.json", e);
+    if (rc) return rc;
+    if (kj_type_of(&doc, KJ_ROOT) != KJ_OBJECT) rc = kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: top level is not an object");
+    bool have_config = false;
     if (!rc && config_json && config_len) {
-        config = json_loadb(config_json, config_len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &jerr);
-        if (!config || !json_is_object(config))
-            rc = kite_fail(e, KITE_ERR_FORMAT, "tokenizer_config.json: line %d column %d: %s", jerr.line, jerr.column,
-                           config ? "top level is not an object" : jerr.text);
+        rc = kj_parse(&config, config_json, config_len, "tokenizer_config.json", e);
+        have_config = !rc;
+        if (!rc && kj_type_of(&config, KJ_ROOT) != KJ_OBJECT)
+            rc = kite_fail(e, KITE_ERR_FORMAT, "tokenizer_config.json: top level is not an object");
     }
     hf_options o = {0};
-    if (!rc) rc = build(out, root, config, &o, e);
-    for (int i = 0; i < o.n_regex; i++) free(o.owned[i]);
-    json_decref(config);
-    json_decref(root);
+    if (!rc) rc = build(out, &doc, have_config ? &config : NULL, &o, e);
+    for (int k = 0; k < o.n_regex; k++) free(o.owned[k]);
+    if (have_config) kj_free(&config);
+    kj_free(&doc);
     return rc;
 }

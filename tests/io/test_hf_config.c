@@ -144,6 +144,8 @@ static void test_ranges(void **state) {
     expect_fail("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"head_dim\":4096}", KITE_ERR_FORMAT, "head_dim");
     expect_fail("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rms_norm_eps\":0}", KITE_ERR_FORMAT, "rms_norm_eps");
     expect_fail("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rms_norm_eps\":-1e-5}", KITE_ERR_FORMAT, "rms_norm_eps");
+    expect_fail("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rms_norm_eps\":1e-52}", KITE_ERR_FORMAT,
+                "too small");
     expect_fail("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rope_theta\":0}", KITE_ERR_FORMAT, "rope_theta");
     expect_fail("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"rope_theta\":1e400}", KITE_ERR_FORMAT, "JSON");
     expect_fail("{" BASE ",\"hidden_size\":64,\"num_attention_heads\":4,\"max_position_embeddings\":0}", KITE_ERR_FORMAT,

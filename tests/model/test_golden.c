@@ -25,12 +25,12 @@ static void check_case(json_t *c, int index) {
     assert_non_null(model_rel);
     assert_non_null(prompt);
     char model_path[4096], tok_path[4096];
-    snprintf(model_path, sizeof model_path, "%s", kite_test_data(model_rel));
+    snprintf(model_path, sizeof model_path, "%s/models/%s", kite_test_data(""), model_rel);
     kite_model_params mp = kite_model_default_params();
     mp.n_threads = 2;
     /* llama2.c checkpoints need their tokenizer; the others carry one. */
     if (tok_rel && strstr(model_rel, ".bin")) {
-        snprintf(tok_path, sizeof tok_path, "%s", kite_test_data(tok_rel));
+        snprintf(tok_path, sizeof tok_path, "%s/models/%s", kite_test_data(""), tok_rel);
         mp.tokenizer_path = tok_path;
     }
     char err[512];
@@ -44,11 +44,16 @@ static void check_case(json_t *c, int index) {
     for (size_t i = 0; i < n_prompt; i++) seq[i] = (int32_t)json_integer_value(json_array_get(pids, i));
     for (size_t i = 0; i < n_gen; i++) seq[n_prompt + i] = (int32_t)json_integer_value(json_array_get(gids, i));
 
-    /* Tokenizer: the prompt gives the reference prompt ids (BOS included). */
+    /* Tokenizer: the prompt gives the reference prompt ids (BOS included). The reference ids come
+     * from a merge-rank BPE, as the HF tokenizer.json does it; the Q8_0 GGUF of TinyStories-656K
+     * carries a SentencePiece vocabulary with scores instead, which llama.cpp (and so kite) splits
+     * differently ("went" -> "w" "ent"...): its tokenization is checked against llama.cpp in the
+     * oracle test, and here the model is fed the reference ids, as shared/models/README.md says. */
+    bool gguf_spm_656k = strstr(model_rel, "656k") && strstr(model_rel, ".gguf");
     int32_t ids[512];
     size_t n_ids = 0;
     assert_int_equal(kite_tokenize(m, prompt, strlen(prompt), true, false, ids, 512, &n_ids, err, sizeof err), KITE_OK);
-    if (n_ids != n_prompt || memcmp(ids, seq, n_prompt * sizeof *seq) != 0) {
+    if (!gguf_spm_656k && (n_ids != n_prompt || memcmp(ids, seq, n_prompt * sizeof *seq) != 0)) {
         fprintf(stderr, "case %d (%s, '%s'): kite tokenized to", index, model_rel, prompt);
         for (size_t i = 0; i < n_ids; i++) fprintf(stderr, " %d", ids[i]);
         fprintf(stderr, "\n");

@@ -1,0 +1,1 @@
+kite_unit_test(test_session ${CMAKE_CURRENT_LIST_DIR}/test_session.c)

@@ -1,0 +1,81 @@
+// llama.cpp as an independent reference: next-token probabilities for given token ids.
+//
+//   node llamacpp_probs.mjs REQUEST.json OUT_PREFIX
+//
+// REQUEST.json: {"model": "x.gguf", "n_ctx": 256, "threads": 2,
+//                "prompts": [{"text": "...", "parse_special": false, "ids": [1, 2, ...]}, ...]}
+// Writes OUT_PREFIX.json: {"n_vocab": N, "llama_cpp": "...", "prompts": [{"n_positions": n, "text_ids": [...]}]}
+// and OUT_PREFIX.bin: for each prompt, for each of its positions, N float32 probabilities of the next
+// token in token-id order (little-endian), as llama.cpp computes them from its logits.
+//
+// The model runs on the CPU only, through node-llama-cpp's prebuilt binary (never built or downloaded:
+// build "never", skipDownload), with the KV cache in F32 and flash attention off, so llama.cpp does the
+// same f32 arithmetic as kite up to the order of summation. `text_ids` is llama.cpp's own tokenization of
+// `text` (no BOS), for comparing tokenizers; the probabilities always follow the given `ids`.
+import fs from "node:fs";
+import path from "node:path";
+import {fileURLToPath} from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+if (!fs.existsSync(path.join(here, "node_modules", "node-llama-cpp", "package.json"))) {
+    console.error(`llamacpp_probs: node-llama-cpp is not installed: run "npm ci" in ${here}`);
+    process.exit(3);
+}
+const {getLlama, LlamaLogLevel} = await import("node-llama-cpp");
+
+const [requestPath, outPrefix] = process.argv.slice(2);
+if (!requestPath || !outPrefix) {
+    console.error("usage: node llamacpp_probs.mjs REQUEST.json OUT_PREFIX");
+    process.exit(2);
+}
+const request = JSON.parse(fs.readFileSync(requestPath, "utf8"));
+const threads = request.threads ?? 2;
+
+const llama = await getLlama({
+    gpu: false,
+    build: "never",
+    skipDownload: true,
+    usePrebuiltBinaries: true,
+    progressLogs: false,
+    maxThreads: threads,
+    logLevel: LlamaLogLevel.warn,
+    logger: (level, message) => process.stderr.write(`[llama.cpp ${level}] ${message.trimEnd()}\n`),
+});
+const model = await llama.loadModel({modelPath: request.model, gpuLayers: 0});
+const context = await model.createContext({
+    contextSize: request.n_ctx ?? 256,
+    batchSize: request.n_ctx ?? 256,
+    threads: {ideal: threads, min: 1},
+    flashAttention: false,
+    experimentalKvCacheKeyType: "F32",
+    experimentalKvCacheValueType: "F32",
+});
+const sequence = context.getSequence();
+
+const out = fs.openSync(`${outPrefix}.bin`, "w");
+const result = {llama_cpp: `node-llama-cpp ${JSON.parse(fs.readFileSync(path.join(here, "node_modules", "node-llama-cpp", "package.json"), "utf8")).version}`,
+                n_vocab: null, prompts: []};
+for (const prompt of request.prompts) {
+    await sequence.clearHistory();
+    const textIds = Array.from(model.tokenize(prompt.text, prompt.parse_special === true));
+    const input = prompt.ids.map((id) => [id, {generateNext: {probabilities: true}}]);
+    const evaluated = await sequence.controlledEvaluate(input);
+    for (let pos = 0; pos < prompt.ids.length; pos++) {
+        const probabilities = evaluated[pos]?.next?.probabilities;
+        if (!probabilities) throw new Error(`no probabilities at position ${pos}`);
+        if (result.n_vocab === null) result.n_vocab = probabilities.size;
+        if (probabilities.size !== result.n_vocab) throw new Error(`position ${pos}: ${probabilities.size} probabilities, expected ${result.n_vocab}`);
+        const row = new Float32Array(result.n_vocab).fill(NaN);
+        for (const [token, p] of probabilities) {
+            if (!(token >= 0 && token < row.length)) throw new Error(`token id ${token} out of range`);
+            row[token] = p;
+        }
+        fs.writeSync(out, new Uint8Array(row.buffer));
+    }
+    result.prompts.push({n_positions: prompt.ids.length, text_ids: textIds});
+}
+fs.closeSync(out);
+fs.writeFileSync(`${outPrefix}.json`, JSON.stringify(result));
+await context.dispose();
+await model.dispose();
+await llama.dispose();

@@ -1,0 +1,577 @@
+/* Random-weight Llama-3 / Qwen2 / Qwen3 models as GGUF (llama.cpp's layout) and as a Hugging Face folder.
+ * See random_model.h. The GGUF conventions followed here are those of llama.cpp's convert_hf_to_gguf.py:
+ *   - Llama: q/k rows permuted so that llama.cpp's interleaved ("norm") RoPE equals HF's rotate-half;
+ *     Llama-3 scaling stored as rope_freqs.weight, one divisor per rotated pair.
+ *   - Qwen2/Qwen3: no permutation (NEOX RoPE is rotate-half).
+ *   - Tokenizer: tokenizer.ggml.model "gpt2", tokens by id (holes and padding rows as "[PAD<id>]",
+ *     type UNUSED), added tokens CONTROL when special or shaped like <|...|>, else USER_DEFINED. */
+#include "random_model.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fp16.h"
+#include "io/gguf.h"
+#include "quant/types.h"
+
+/* llama.cpp's token types (llama_token_type / gguf.TokenType). */
+enum { TOKEN_NORMAL = 1, TOKEN_CONTROL = 3, TOKEN_USER_DEFINED = 4, TOKEN_UNUSED = 5 };
+
+bool oracle_default_spec(const char *arch, oracle_spec *s) {
+    memset(s, 0, sizeof *s);
+    if (strcmp(arch, "llama") == 0) {
+        /* Llama-3.2 shape in miniature: tied embeddings, GQA 2:1, Llama-3 RoPE scaling. The original
+         * context (256) is small so that the scaled pairs turn by visibly different angles within the
+         * first hundred positions: ignoring the scaling must show. */
+        *s = (oracle_spec){
+            .arch = "llama", .hf_model_type = "llama", .hf_class = "LlamaForCausalLM", .tokenizer_pre = "llama-bpe",
+            .bos_text = "<|begin_of_text|>", .eos_text = "<|end_of_text|>", .add_bos = true,
+            .dim = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32, .ffn_dim = 384,
+            .n_vocab = 128256, .n_ctx_train = 2048, .rms_eps = 1e-5f, .rope_theta = 500000.0f,
+            .llama3_rope = true, .rope_factor = 8.0f, .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f,
+            .rope_orig_ctx = 256, .tied_embeddings = true, .seed = 0x11a3a3ull,
+        };
+        return true;
+    }
+    if (strcmp(arch, "qwen2") == 0) {
+        /* Qwen2 with q/k/v biases, 4 query heads sharing one kv head, untied output, F16 embeddings.
+         * 151936 rows as Qwen's configs say: the tokenizer's 151669 tokens plus padding. */
+        *s = (oracle_spec){
+            .arch = "qwen2", .hf_model_type = "qwen2", .hf_class = "Qwen2ForCausalLM", .tokenizer_pre = "qwen2",
+            .bos_text = "<|endoftext|>", .eos_text = "<|im_end|>", .add_bos = false,
+            .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 1, .head_dim = 16, .ffn_dim = 160,
+            .n_vocab = 151936, .n_ctx_train = 512, .rms_eps = 1e-6f, .rope_theta = 1000000.0f,
+            .qkv_bias = true, .tied_embeddings = false, .f16_embeddings = true, .seed = 0x9e2ull,
+        };
+        return true;
+    }
+    if (strcmp(arch, "qwen3") == 0) {
+        /* Qwen3: QK-norm, head_dim 32 given explicitly (4 heads x 32 = 128 != dim 64), tied embeddings. */
+        *s = (oracle_spec){
+            .arch = "qwen3", .hf_model_type = "qwen3", .hf_class = "Qwen3ForCausalLM", .tokenizer_pre = "qwen2",
+            .bos_text = "<|endoftext|>", .eos_text = "<|im_end|>", .add_bos = false,
+            .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32, .explicit_head_dim = true,
+            .ffn_dim = 192, .n_vocab = 151936, .n_ctx_train = 512, .rms_eps = 1e-6f, .rope_theta = 1000000.0f,
+            .qk_norm = true, .tied_embeddings = true, .seed = 0x93e3ull,
+        };
+        return true;
+    }
+    return false;
+}
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+typedef struct errbuf {
+    char *buf;
+    size_t size;
+} errbuf;
+
+static int fail(errbuf *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(errbuf *e, const char *fmt, ...) {
+    if (e->buf && e->size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->buf, e->size, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* ---- random numbers: splitmix64 and Box-Muller (deterministic, platform-independent) ------------ */
+
+typedef struct rng {
+    uint64_t state;
+} rng;
+
+static uint64_t rng_next(rng *r) {
+    uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1). */
+static double rng_uniform(rng *r) { return ((double)(rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+static double rng_normal(rng *r) {
+    double u1 = rng_uniform(r), u2 = rng_uniform(r);
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* ---- weights in Hugging Face layout -------------------------------------------------------------- */
+
+/* One tensor under its HF name, row-major [rows][cols] (cols innermost), or a vector (rows = 1). */
+typedef struct hf_tensor {
+    char hf_name[96];
+    char gguf_name[96];
+    int32_t rows, cols;     /* a vector has rows = 0 */
+    bool f16;               /* stored as F16 in both files */
+    int permute_heads;      /* > 0: Llama q/k, permuted for the GGUF with this many heads */
+    float *data;            /* [rows or 1][cols], already rounded to F16 when f16 */
+} hf_tensor;
+
+typedef struct model_weights {
+    hf_tensor *t;
+    int n, cap;
+} model_weights;
+
+static void weights_free(model_weights *w) {
+    for (int i = 0; i < w->n; i++) free(w->t[i].data);
+    free(w->t);
+    memset(w, 0, sizeof *w);
+}
+
+/* Adds a tensor whose elements are mean + std * N(0,1), drawn from a stream seeded by (seed, index),
+ * so each tensor's values do not depend on the others. */
+static hf_tensor *add_tensor(model_weights *w, uint64_t seed, const char *hf_name, const char *gguf_name, int32_t rows,
+                             int32_t cols, double mean, double std, errbuf *e) {
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 32;
+        hf_tensor *t = realloc(w->t, (size_t)cap * sizeof *t);
+        if (!t) { fail(e, "out of memory"); return NULL; }
+        w->t = t;
+        w->cap = cap;
+    }
+    hf_tensor *t = &w->t[w->n];
+    memset(t, 0, sizeof *t);
+    snprintf(t->hf_name, sizeof t->hf_name, "%s", hf_name);
+    snprintf(t->gguf_name, sizeof t->gguf_name, "%s", gguf_name);
+    t->rows = rows;
+    t->cols = cols;
+    size_t count = (size_t)(rows ? rows : 1) * (size_t)cols;
+    t->data = malloc(count * sizeof(float));
+    if (!t->data) { fail(e, "out of memory for %s (%zu floats)", hf_name, count); return NULL; }
+    rng r = {seed * 0x2545f4914f6cdd1dull + (uint64_t)w->n * 0x9e3779b97f4a7c15ull + 1};
+    for (size_t i = 0; i < count; i++) t->data[i] = (float)(mean + std * rng_normal(&r));
+    w->n++;
+    return t;
+}
+
+static void round_to_f16(hf_tensor *t) {
+    size_t count = (size_t)(t->rows ? t->rows : 1) * (size_t)t->cols;
+    for (size_t i = 0; i < count; i++) t->data[i] = kite_fp16_to_f32(kite_f32_to_fp16(t->data[i]));
+    t->f16 = true;
+}
+
+/* Scales are chosen so that the next-token distribution has real entropy (logits with a standard
+ * deviation near 2.5 over the vocabulary) and depends on the context as much as on the last token:
+ * the attention and MLP outputs are about as large as the embedding in the residual stream, and
+ * attention scores spread over a few units so RoPE angles, biases and norms change which positions win. */
+static int make_weights(const oracle_spec *s, model_weights *w, errbuf *e) {
+    const double dim = s->dim, qw = (double)s->n_heads * s->head_dim, ffn = s->ffn_dim;
+    const double embd_std = 2.5 / sqrt(dim);
+    const int32_t q_rows = s->n_heads * s->head_dim, kv_rows = s->n_kv_heads * s->head_dim;
+    const bool llama = strcmp(s->arch, "llama") == 0; /* q/k permuted for interleaved RoPE in the GGUF */
+    char hf[96], gg[96];
+    hf_tensor *t;
+    if (!(t = add_tensor(w, s->seed, "model.embed_tokens.weight", "token_embd.weight", s->n_vocab, s->dim, 0.0, embd_std, e)))
+        return -1;
+    if (s->f16_embeddings) round_to_f16(t);
+    for (int32_t l = 0; l < s->n_layers; l++) {
+#define ADD(hf_suffix, gguf_suffix, rows, cols, mean, std)                                                   \
+        (snprintf(hf, sizeof hf, "model.layers.%d.%s", l, hf_suffix),                                        \
+         snprintf(gg, sizeof gg, "blk.%d.%s", l, gguf_suffix),                                               \
+         (t = add_tensor(w, s->seed, hf, gg, rows, cols, mean, std, e)))
+        if (!ADD("input_layernorm.weight", "attn_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
+        /* Raw q/k have unit-ish variance per component; with QK-norm the norm weights (about 1.6)
+         * set the scale instead, so skipping the norm changes the attention temperature. */
+        double qk_std = (s->qk_norm ? 1.0 : 1.5) / sqrt(dim);
+        if (!ADD("self_attn.q_proj.weight", "attn_q.weight", q_rows, s->dim, 0.0, qk_std)) return -1;
+        if (llama) t->permute_heads = s->n_heads;
+        if (!ADD("self_attn.k_proj.weight", "attn_k.weight", kv_rows, s->dim, 0.0, qk_std)) return -1;
+        if (llama) t->permute_heads = s->n_kv_heads;
+        if (!ADD("self_attn.v_proj.weight", "attn_v.weight", kv_rows, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+        if (s->qkv_bias) {
+            double zero = s->variant == ORACLE_VARIANT_ZERO_QKV_BIAS ? 0.0 : 1.0;
+            if (!ADD("self_attn.q_proj.bias", "attn_q.bias", 0, q_rows, 0.0, 0.6 * zero)) return -1;
+            if (!ADD("self_attn.k_proj.bias", "attn_k.bias", 0, kv_rows, 0.0, 0.6 * zero)) return -1;
+            if (!ADD("self_attn.v_proj.bias", "attn_v.bias", 0, kv_rows, 0.0, 0.4 * zero)) return -1;
+        }
+        if (s->qk_norm) {
+            bool unit = s->variant == ORACLE_VARIANT_UNIT_QK_NORM;
+            if (!ADD("self_attn.q_norm.weight", "attn_q_norm.weight", 0, s->head_dim, unit ? 1.0 : 1.6, unit ? 0.0 : 0.2)) return -1;
+            if (!ADD("self_attn.k_norm.weight", "attn_k_norm.weight", 0, s->head_dim, unit ? 1.0 : 1.6, unit ? 0.0 : 0.2)) return -1;
+        }
+        if (!ADD("self_attn.o_proj.weight", "attn_output.weight", s->dim, q_rows, 0.0, 1.5 * embd_std / sqrt(qw))) return -1;
+        if (!ADD("post_attention_layernorm.weight", "ffn_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
+        if (!ADD("mlp.gate_proj.weight", "ffn_gate.weight", s->ffn_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+        if (!ADD("mlp.up_proj.weight", "ffn_up.weight", s->ffn_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+        if (!ADD("mlp.down_proj.weight", "ffn_down.weight", s->dim, s->ffn_dim, 0.0, 2.5 * embd_std / sqrt(ffn))) return -1;
+#undef ADD
+    }
+    if (!add_tensor(w, s->seed, "model.norm.weight", "output_norm.weight", 0, s->dim, 1.0, 0.1, e)) return -1;
+    if (!s->tied_embeddings && !add_tensor(w, s->seed, "lm_head.weight", "output.weight", s->n_vocab, s->dim, 0.0, embd_std, e))
+        return -1;
+    return 0;
+}
+
+/* convert_hf_to_gguf.py's LlamaModel.permute: within each head, HF rows [half0 | half1] become
+ * interleaved pairs, so GGUF row h*hd + 2i + s holds HF row h*hd + s*hd/2 + i. */
+static float *permute_rows(const hf_tensor *t, int32_t n_heads) {
+    float *out = malloc((size_t)t->rows * (size_t)t->cols * sizeof(float));
+    if (!out) return NULL;
+    int32_t hd = t->rows / n_heads, half = hd / 2;
+    for (int32_t h = 0; h < n_heads; h++)
+        for (int32_t i = 0; i < half; i++)
+            for (int32_t s = 0; s < 2; s++)
+                memcpy(out + ((size_t)h * hd + 2 * i + s) * t->cols, t->data + ((size_t)h * hd + s * half + i) * t->cols,
+                       (size_t)t->cols * sizeof(float));
+    return out;
+}
+
+/* convert_hf_to_gguf.py's Llama-3 rope factors: per rotated pair, the divisor of its frequency
+ * (1 for short wavelengths, factor for long ones, a smooth blend between). The base frequencies are
+ * float32 as in the converter (torch float32 arange and power). */
+static void llama3_rope_factors(const oracle_spec *s, float *factors) {
+    int32_t half = s->head_dim / 2;
+    double low_wavelen = s->rope_orig_ctx / (double)s->rope_low_freq_factor;
+    double high_wavelen = s->rope_orig_ctx / (double)s->rope_high_freq_factor;
+    for (int32_t i = 0; i < half; i++) {
+        float freq = 1.0f / powf(s->rope_theta, (float)(2 * i) / (float)s->head_dim);
+        double wavelen = 2.0 * M_PI / (double)freq;
+        if (wavelen < high_wavelen) {
+            factors[i] = 1.0f;
+        } else if (wavelen > low_wavelen) {
+            factors[i] = s->rope_factor;
+        } else {
+            double smooth = (s->rope_orig_ctx / wavelen - s->rope_low_freq_factor) /
+                            (double)(s->rope_high_freq_factor - s->rope_low_freq_factor);
+            factors[i] = (float)(1.0 / ((1.0 - smooth) / s->rope_factor + smooth));
+        }
+    }
+}
+
+/* ---- tokenizer ------------------------------------------------------------------------------- */
+
+typedef struct vocab {
+    char **tokens;    /* [n_vocab] */
+    int32_t *types;   /* [n_vocab] */
+    char **merges;    /* [n_merges] "a b" */
+    size_t n_merges;
+    int32_t n_vocab;
+    int32_t bos, eos;
+} vocab;
+
+static void vocab_free(vocab *v) {
+    if (v->tokens)
+        for (int32_t i = 0; i < v->n_vocab; i++) free(v->tokens[i]);
+    for (size_t i = 0; i < v->n_merges; i++) free(v->merges[i]);
+    free(v->tokens);
+    free(v->types);
+    free(v->merges);
+    memset(v, 0, sizeof *v);
+}
+
+static bool looks_special(const char *s) {
+    size_t n = strlen(s);
+    return n >= 4 && strncmp(s, "<|", 2) == 0 && strcmp(s + n - 2, "|>") == 0;
+}
+
+static int set_token(vocab *v, int64_t id, const char *text, int32_t type, const char *path, errbuf *e) {
+    if (id < 0 || id >= v->n_vocab) return fail(e, "%s: token id %lld is outside the model's %d rows", path, (long long)id, v->n_vocab);
+    if (v->tokens[id]) {
+        if (strcmp(v->tokens[id], text) == 0) return 0; /* an added token that is also in the vocab */
+        return fail(e, "%s: id %lld names both '%s' and '%s'", path, (long long)id, v->tokens[id], text);
+    }
+    if (!(v->tokens[id] = strdup(text))) return fail(e, "out of memory");
+    v->types[id] = type;
+    return 0;
+}
+
+static int load_vocab(const oracle_spec *s, const char *tokenizer_dir, vocab *v, errbuf *e) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", tokenizer_dir);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) return fail(e, "%s: %s (line %d)", path, jerr.text, jerr.line);
+    int rc = -1;
+    v->n_vocab = s->n_vocab;
+    v->bos = v->eos = -1;
+    v->tokens = calloc((size_t)v->n_vocab, sizeof *v->tokens);
+    v->types = calloc((size_t)v->n_vocab, sizeof *v->types);
+    json_t *model = json_object_get(root, "model");
+    json_t *tokens = json_object_get(model, "vocab");
+    json_t *merges = json_object_get(model, "merges");
+    json_t *added = json_object_get(root, "added_tokens");
+    if (!v->tokens || !v->types) { fail(e, "out of memory"); goto done; }
+    if (!json_is_object(tokens) || !json_is_array(merges) || !json_is_array(added)) {
+        fail(e, "%s: expected model.vocab (object), model.merges and added_tokens (arrays)", path);
+        goto done;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(tokens, key, val) {
+        if (!json_is_integer(val)) { fail(e, "%s: vocab entry '%s' is not an integer", path, key); goto done; }
+        if (set_token(v, json_integer_value(val), key, TOKEN_NORMAL, path, e)) goto done;
+    }
+    size_t i;
+    json_array_foreach(added, i, val) {
+        json_t *id = json_object_get(val, "id"), *content = json_object_get(val, "content");
+        if (!json_is_integer(id) || !json_is_string(content)) { fail(e, "%s: added_tokens[%zu] lacks id/content", path, i); goto done; }
+        const char *text = json_string_value(content);
+        int32_t type = json_is_true(json_object_get(val, "special")) || looks_special(text) ? TOKEN_CONTROL : TOKEN_USER_DEFINED;
+        /* Added tokens override the plain vocab entry's type when both exist. */
+        int64_t tid = json_integer_value(id);
+        if (tid >= 0 && tid < v->n_vocab && v->tokens[tid] && strcmp(v->tokens[tid], text) == 0) {
+            v->types[tid] = type;
+            continue;
+        }
+        if (set_token(v, tid, text, type, path, e)) goto done;
+        if (strcmp(text, s->bos_text) == 0) v->bos = (int32_t)tid;
+        if (strcmp(text, s->eos_text) == 0) v->eos = (int32_t)tid;
+    }
+    if (v->bos < 0 || v->eos < 0) { fail(e, "%s: BOS '%s' or EOS '%s' not among the added tokens", path, s->bos_text, s->eos_text); goto done; }
+    for (int32_t id = 0; id < v->n_vocab; id++) {
+        if (v->tokens[id]) continue;
+        char pad[32];
+        snprintf(pad, sizeof pad, "[PAD%d]", id);
+        if (set_token(v, id, pad, TOKEN_UNUSED, path, e)) goto done;
+    }
+    v->n_merges = json_array_size(merges);
+    v->merges = calloc(v->n_merges ? v->n_merges : 1, sizeof *v->merges);
+    if (!v->merges) { fail(e, "out of memory"); goto done; }
+    json_array_foreach(merges, i, val) {
+        /* Llama-3 stores "a b"; Qwen stores ["a", "b"]. GGUF wants "a b". */
+        if (json_is_string(val)) {
+            v->merges[i] = strdup(json_string_value(val));
+        } else if (json_is_array(val) && json_array_size(val) == 2 && json_is_string(json_array_get(val, 0)) &&
+                   json_is_string(json_array_get(val, 1))) {
+            const char *a = json_string_value(json_array_get(val, 0)), *b = json_string_value(json_array_get(val, 1));
+            size_t n = strlen(a) + strlen(b) + 2;
+            if ((v->merges[i] = malloc(n))) snprintf(v->merges[i], n, "%s %s", a, b);
+        } else {
+            fail(e, "%s: merges[%zu] is neither a string nor a pair of strings", path, i);
+            goto done;
+        }
+        if (!v->merges[i]) { fail(e, "out of memory"); goto done; }
+    }
+    rc = 0;
+done:
+    json_decref(root);
+    if (rc) vocab_free(v);
+    return rc;
+}
+
+/* ---- GGUF ------------------------------------------------------------------------------------- */
+
+static int write_gguf(const oracle_spec *s, const model_weights *w, const vocab *v, const char *path, errbuf *e) {
+    kite_gguf_writer *g = kite_gguf_writer_new();
+    if (!g) return fail(e, "out of memory");
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", s->arch, suffix), key)
+    kite_gguf_w_str(g, "general.architecture", s->arch);
+    kite_gguf_w_str(g, "general.name", "kite oracle random model");
+    kite_gguf_w_u32(g, "general.file_type", s->f16_embeddings ? 1 : 0); /* ALL_F32 / MOSTLY_F16 */
+    kite_gguf_w_u32(g, KEY("context_length"), (uint32_t)s->n_ctx_train);
+    kite_gguf_w_u32(g, KEY("embedding_length"), (uint32_t)s->dim);
+    kite_gguf_w_u32(g, KEY("block_count"), (uint32_t)s->n_layers);
+    kite_gguf_w_u32(g, KEY("feed_forward_length"), (uint32_t)s->ffn_dim);
+    kite_gguf_w_u32(g, KEY("attention.head_count"), (uint32_t)s->n_heads);
+    kite_gguf_w_u32(g, KEY("attention.head_count_kv"), (uint32_t)s->n_kv_heads);
+    kite_gguf_w_f32(g, KEY("rope.freq_base"), s->rope_theta);
+    kite_gguf_w_f32(g, KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
+    if (s->explicit_head_dim) {
+        kite_gguf_w_u32(g, KEY("attention.key_length"), (uint32_t)s->head_dim);
+        kite_gguf_w_u32(g, KEY("attention.value_length"), (uint32_t)s->head_dim);
+    }
+    if (strcmp(s->arch, "llama") == 0) {
+        kite_gguf_w_u32(g, KEY("rope.dimension_count"), (uint32_t)s->head_dim);
+        kite_gguf_w_u32(g, KEY("vocab_size"), (uint32_t)s->n_vocab);
+    }
+#undef KEY
+    kite_gguf_w_str(g, "tokenizer.ggml.model", "gpt2");
+    kite_gguf_w_str(g, "tokenizer.ggml.pre", s->tokenizer_pre);
+    kite_gguf_w_arr_str(g, "tokenizer.ggml.tokens", (const char *const *)v->tokens, (uint64_t)v->n_vocab);
+    kite_gguf_w_arr_i32(g, "tokenizer.ggml.token_type", v->types, (uint64_t)v->n_vocab);
+    kite_gguf_w_arr_str(g, "tokenizer.ggml.merges", (const char *const *)v->merges, v->n_merges);
+    kite_gguf_w_u32(g, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
+    kite_gguf_w_u32(g, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
+    kite_gguf_w_bool(g, "tokenizer.ggml.add_bos_token", s->add_bos);
+    kite_gguf_w_bool(g, "tokenizer.ggml.add_eos_token", false);
+
+    int rc = 0;
+    for (int i = 0; i < w->n && rc == 0; i++) {
+        const hf_tensor *t = &w->t[i];
+        int64_t ne[2] = {t->cols, t->rows};
+        uint32_t n_dims = t->rows ? 2 : 1;
+        size_t count = (size_t)(t->rows ? t->rows : 1) * (size_t)t->cols;
+        float *permuted = NULL;
+        const float *src = t->data;
+        if (t->permute_heads > 0) {
+            if (!(permuted = permute_rows(t, t->permute_heads))) { rc = fail(e, "out of memory"); break; }
+            src = permuted;
+        }
+        if (t->f16) {
+            uint16_t *h = malloc(count * sizeof *h);
+            if (!h) { free(permuted); rc = fail(e, "out of memory"); break; }
+            for (size_t k = 0; k < count; k++) h[k] = kite_f32_to_fp16(src[k]);
+            kite_gguf_w_tensor(g, t->gguf_name, KITE_TYPE_F16, n_dims, ne, h, count * sizeof *h);
+            free(h);
+        } else {
+            kite_gguf_w_tensor(g, t->gguf_name, KITE_TYPE_F32, n_dims, ne, src, count * sizeof(float));
+        }
+        free(permuted);
+    }
+    if (rc == 0 && s->llama3_rope && s->variant != ORACLE_VARIANT_NO_ROPE_SCALING) {
+        float factors[512];
+        int64_t ne[1] = {s->head_dim / 2};
+        if (s->head_dim / 2 > 512) rc = fail(e, "head_dim %d too large", s->head_dim);
+        else {
+            llama3_rope_factors(s, factors);
+            kite_gguf_w_tensor(g, "rope_freqs.weight", KITE_TYPE_F32, 1, ne, factors, (uint64_t)ne[0] * sizeof(float));
+        }
+    }
+    if (rc == 0) {
+        kite_error ke = {0};
+        if (kite_gguf_writer_save(g, path, &ke)) rc = fail(e, "%s: %s", path, ke.msg);
+    }
+    kite_gguf_writer_free(g);
+    return rc;
+}
+
+/* ---- Hugging Face folder ---------------------------------------------------------------------- */
+
+static int copy_file(const char *from, const char *to, bool optional, errbuf *e) {
+    FILE *in = fopen(from, "rb");
+    if (!in) return optional ? 0 : fail(e, "cannot open %s: %s", from, strerror(errno));
+    FILE *out = fopen(to, "wb");
+    if (!out) {
+        fclose(in);
+        return fail(e, "cannot create %s: %s", to, strerror(errno));
+    }
+    char buf[1 << 16];
+    size_t n;
+    bool ok = true;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+    if (ferror(in)) ok = false;
+    fclose(in);
+    if (fclose(out) != 0) ok = false;
+    return ok ? 0 : fail(e, "copying %s to %s failed", from, to);
+}
+
+static int write_config(const oracle_spec *s, const vocab *v, const char *dir, errbuf *e) {
+    json_t *c = json_object();
+    json_object_set_new(c, "architectures", json_pack("[s]", s->hf_class));
+    json_object_set_new(c, "model_type", json_string(s->hf_model_type));
+    json_object_set_new(c, "hidden_size", json_integer(s->dim));
+    json_object_set_new(c, "intermediate_size", json_integer(s->ffn_dim));
+    json_object_set_new(c, "num_hidden_layers", json_integer(s->n_layers));
+    json_object_set_new(c, "num_attention_heads", json_integer(s->n_heads));
+    json_object_set_new(c, "num_key_value_heads", json_integer(s->n_kv_heads));
+    if (s->explicit_head_dim) json_object_set_new(c, "head_dim", json_integer(s->head_dim));
+    json_object_set_new(c, "vocab_size", json_integer(s->n_vocab));
+    json_object_set_new(c, "max_position_embeddings", json_integer(s->n_ctx_train));
+    /* float -> double is exact, and jansson prints round-trip digits, so the reader gets the same float. */
+    json_object_set_new(c, "rms_norm_eps", json_real((double)s->rms_eps));
+    json_object_set_new(c, "rope_theta", json_real((double)s->rope_theta));
+    if (s->llama3_rope && s->variant != ORACLE_VARIANT_NO_ROPE_SCALING)
+        json_object_set_new(c, "rope_scaling",
+                            json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", (double)s->rope_factor,
+                                      "low_freq_factor", (double)s->rope_low_freq_factor, "high_freq_factor",
+                                      (double)s->rope_high_freq_factor, "original_max_position_embeddings",
+                                      s->rope_orig_ctx));
+    else
+        json_object_set_new(c, "rope_scaling", json_null());
+    json_object_set_new(c, "tie_word_embeddings", json_boolean(s->tied_embeddings));
+    json_object_set_new(c, "bos_token_id", json_integer(v->bos));
+    json_object_set_new(c, "eos_token_id", json_integer(v->eos));
+    json_object_set_new(c, "hidden_act", json_string("silu"));
+    json_object_set_new(c, "torch_dtype", json_string("float32"));
+    if (strcmp(s->arch, "llama") == 0) {
+        json_object_set_new(c, "attention_bias", json_false());
+        json_object_set_new(c, "mlp_bias", json_false());
+    }
+    if (strcmp(s->arch, "qwen2") == 0 || strcmp(s->arch, "qwen3") == 0) {
+        json_object_set_new(c, "use_sliding_window", json_false());
+        json_object_set_new(c, "attention_bias", json_boolean(s->qkv_bias));
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    int rc = json_dump_file(c, path, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) == 0 ? 0 : fail(e, "cannot write %s", path);
+    json_decref(c);
+    return rc;
+}
+
+/* safetensors: u64 little-endian header length, JSON header (padded with spaces to 8 bytes), data. */
+static int write_safetensors(const model_weights *w, const char *dir, errbuf *e) {
+    json_t *h = json_object();
+    json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"));
+    uint64_t offset = 0;
+    for (int i = 0; i < w->n; i++) {
+        const hf_tensor *t = &w->t[i];
+        uint64_t count = (uint64_t)(t->rows ? t->rows : 1) * (uint64_t)t->cols;
+        uint64_t bytes = count * (t->f16 ? 2 : 4);
+        json_t *shape = t->rows ? json_pack("[i, i]", t->rows, t->cols) : json_pack("[i]", t->cols);
+        json_object_set_new(h, t->hf_name,
+                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", t->f16 ? "F16" : "F32", "shape", shape, "data_offsets",
+                                      (json_int_t)offset, (json_int_t)(offset + bytes)));
+        offset += bytes;
+    }
+    char *text = json_dumps(h, JSON_COMPACT);
+    json_decref(h);
+    if (!text) return fail(e, "out of memory");
+    size_t len = strlen(text), padded = (len + 7) / 8 * 8;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(text);
+        return fail(e, "cannot create %s: %s", path, strerror(errno));
+    }
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++) le[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    bool ok = fwrite(le, 1, 8, f) == 8 && fwrite(text, 1, len, f) == len;
+    for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    free(text);
+    for (int i = 0; ok && i < w->n; i++) {
+        const hf_tensor *t = &w->t[i];
+        size_t count = (size_t)(t->rows ? t->rows : 1) * (size_t)t->cols;
+        if (t->f16) {
+            uint16_t *half = malloc(count * sizeof *half);
+            if (!half) { ok = false; break; }
+            for (size_t k = 0; k < count; k++) half[k] = kite_f32_to_fp16(t->data[k]);
+            ok = fwrite(half, sizeof *half, count, f) == count;
+            free(half);
+        } else {
+            ok = fwrite(t->data, sizeof(float), count, f) == count;
+        }
+    }
+    if (fclose(f) != 0) ok = false;
+    return ok ? 0 : fail(e, "writing %s failed", path);
+}
+
+static int write_hf(const oracle_spec *s, const model_weights *w, const vocab *v, const char *tokenizer_dir,
+                    const char *dir, errbuf *e) {
+    if (write_config(s, v, dir, e) || write_safetensors(w, dir, e)) return -1;
+    char from[4096], to[4096];
+    snprintf(from, sizeof from, "%s/tokenizer.json", tokenizer_dir);
+    snprintf(to, sizeof to, "%s/tokenizer.json", dir);
+    if (copy_file(from, to, false, e)) return -1;
+    snprintf(from, sizeof from, "%s/tokenizer_config.json", tokenizer_dir);
+    snprintf(to, sizeof to, "%s/tokenizer_config.json", dir);
+    return copy_file(from, to, true, e);
+}
+
+int oracle_write_model(const oracle_spec *s, const char *tokenizer_dir, const char *gguf_path, const char *hf_dir,
+                       char *err, size_t err_size) {
+    errbuf e = {err, err_size};
+    if (err && err_size) err[0] = 0;
+    if (s->head_dim % 2 || s->n_heads % s->n_kv_heads || (s->f16_embeddings && s->tied_embeddings))
+        return fail(&e, "inconsistent spec for %s", s->arch);
+    model_weights w = {0};
+    vocab v = {0};
+    int rc = -1;
+    if (load_vocab(s, tokenizer_dir, &v, &e) || make_weights(s, &w, &e)) goto done;
+    if (gguf_path && write_gguf(s, &w, &v, gguf_path, &e)) goto done;
+    if (hf_dir && write_hf(s, &w, &v, tokenizer_dir, hf_dir, &e)) goto done;
+    rc = 0;
+done:
+    weights_free(&w);
+    vocab_free(&v);
+    return rc;
+}
