@@ -156,6 +156,10 @@ void kite_session_reset(kite_session *session);
 int32_t kite_session_n_past(const kite_session *session);
 int32_t kite_session_n_ctx(const kite_session *session);
 
+/* Forgets every token after the first n_past (0 <= n_past <= kite_session_n_past): the next prompt
+ * or generation continues from there. Costs nothing; the statistics are kept. */
+int kite_session_truncate(kite_session *session, int32_t n_past, char *err, size_t err_size);
+
 /* Appends tokens to the context, running the model over them (prefill). */
 int kite_prompt(kite_session *session, const int32_t *ids, size_t n_ids, char *err, size_t err_size);
 
@@ -176,17 +180,94 @@ int kite_generate(kite_session *session, const kite_gen_params *params, kite_tok
 /* Safe from any thread: makes a running kite_prompt/kite_generate return KITE_ERR_CANCELLED soon. */
 void kite_cancel(kite_session *session);
 
+/* ---- speculative decoding -------------------------------------------------------------------- */
+/* A drafter proposes a chain or a tree of tokens; the model verifies all of them in one batched pass
+ * and keeps the longest path that matches its own choices. Greedy output is token-identical to plain
+ * decoding; sampled output (Gumbel verification) is token-identical to plain sampling with the same
+ * seed and settings. Speculation changes speed, never the output (rejection verification excepted:
+ * it is exact in distribution only, and kept for comparison). */
+typedef enum kite_drafter {
+    KITE_DRAFT_NONE = 0,   /* plain decoding */
+    KITE_DRAFT_NGRAM = 1,  /* suffix / n-gram matches over the prompt, the output and the session's history */
+    KITE_DRAFT_MODEL = 2,  /* a smaller model sharing the vocabulary (draft_model) */
+    KITE_DRAFT_ORACLE = 3, /* benchmarks only: replays oracle_ids (a previous plain run), corrupting each
+                              proposed token with probability oracle_error_rate */
+} kite_drafter;
+
+typedef enum kite_spec_verify {
+    KITE_VERIFY_GUMBEL = 0,    /* shared Gumbel noise: exact, token-identical to plain sampling */
+    KITE_VERIFY_REJECTION = 1, /* standard speculative sampling, min(1, p/q) then the residual (chains) */
+} kite_spec_verify;
+
+enum { KITE_MAX_DRAFT = 32 }; /* drafted tokens per verification pass, at most */
+
+typedef struct kite_spec_params {
+    kite_drafter drafter;
+    kite_model *draft_model;      /* KITE_DRAFT_MODEL; borrowed, must outlive the session */
+    int32_t budget;               /* drafted tokens per pass, 1..KITE_MAX_DRAFT; 0 = adaptive */
+    int32_t tree_width;           /* children per node, 1 (a chain) .. 8 */
+    kite_spec_verify verify;
+    const int32_t *oracle_ids;    /* KITE_DRAFT_ORACLE: the continuation to replay (borrowed) */
+    size_t n_oracle_ids;
+    float oracle_error_rate;      /* in [0, 1] */
+} kite_spec_params;
+
+kite_spec_params kite_spec_default_params(void);
+/* Sets how the session decodes from now on. A draft model whose vocabulary differs from the
+ * session's model is refused (KITE_ERR_INVALID_ARG) and the session keeps its previous setting. */
+int kite_session_set_spec(kite_session *session, const kite_spec_params *params, char *err, size_t err_size);
+
 typedef struct kite_stats {
     int64_t prompt_tokens;    /* tokens given to kite_prompt since open/reset */
     int64_t generated_tokens; /* tokens produced by kite_generate since open/reset */
     double prefill_ms;        /* time spent in prompt processing */
-    double ttft_ms;           /* last kite_generate: from the start of the preceding prompt call to its first token */
+    double ttft_ms;           /* last kite_generate: the preceding prompt's processing plus the wait for its first token */
     double decode_ms;         /* time spent generating, after the first token of each generate call */
     double prefill_tok_s;
     double decode_tok_s;
+    /* Speculative decoding (zero when plain). */
+    int64_t target_passes;    /* verification passes of the model */
+    int64_t drafted;          /* drafted tokens verified */
+    int64_t accepted;         /* drafted tokens accepted */
+    double tau;               /* tokens emitted per target pass (accepted + 1 per pass) */
+    double draft_ms;          /* time spent drafting */
+    double verify_ms;         /* time spent in verification passes */
+    int64_t drafted_by_depth[KITE_MAX_DRAFT];  /* drafted nodes at depth d+1 */
+    int64_t accepted_by_depth[KITE_MAX_DRAFT]; /* accepted nodes at depth d+1 */
 } kite_stats;
 
 void kite_session_stats(const kite_session *session, kite_stats *stats);
+
+/* ---- machine and benchmarks ------------------------------------------------------------------ */
+typedef struct kite_hw_info {
+    char kernels[32];        /* the kernel set in use: "ref", "avx2", "avx512-vnni", "neon-dotprod", ... */
+    int32_t n_cpus;          /* online CPUs */
+    int32_t n_threads;       /* threads the multi-threaded figures used */
+    double read_gbs_1t;      /* read bandwidth of one thread, GB/s (1e9 bytes) */
+    double read_gbs;         /* read bandwidth of n_threads, GB/s */
+    double int8_gops_1t;     /* int8 multiply-add peak of one thread, GOP/s (2 ops per multiply-add) */
+    double int8_gops;        /* the same over n_threads */
+    double f32_gflops;       /* fp32 FMA peak over n_threads, GFLOP/s */
+} kite_hw_info;
+
+/* Measures the machine (about `seconds` in all; 0 = a default of about 1.5 s). */
+int kite_hw_probe(int32_t n_threads, double seconds, kite_hw_info *info, char *err, size_t err_size);
+
+/* Writes a GGUF model of a real shape with random weights, for benchmarks. shape: "llama-1.1b"
+ * (dim 2048, 16 layers, 32/8 heads, FFN 8192, vocab 32000), "qwen3-0.6b", "llama-3.2-1b", or "tiny";
+ * type: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m". The tokenizer (a tokenizer.json or a
+ * llama2.c tokenizer .bin whose vocabulary fits the shape) is written into the file so other engines
+ * can load it. */
+typedef struct kite_random_model_params {
+    const char *shape;
+    const char *type;
+    const char *tokenizer_path;
+    uint64_t seed;
+    kite_progress_fn progress; /* optional */
+    void *progress_user_data;
+} kite_random_model_params;
+
+int kite_write_random_model(const char *path, const kite_random_model_params *params, char *err, size_t err_size);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -2,9 +2,11 @@
 #ifndef KITE_ENGINE_ENGINE_H
 #define KITE_ENGINE_ENGINE_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "model/model.h"
+#include "spec/spec.h"
 #include "tokenize/tokenizer.h"
 
 struct kite_model {
@@ -15,6 +17,11 @@ struct kite_model {
     kite_tokenizer *tokenizer;
     int32_t n_threads;      /* default for sessions */
     kite_gen_params gen_defaults;
+    /* Speculative decoding's cost curve: ms per target pass at B = 1, 2, 4, 8, 16, 33, measured once
+     * per thread count by the first session that needs it. */
+    pthread_mutex_t cost_lock;
+    int32_t cost_threads;   /* threads the curve was measured with; 0 = not measured */
+    double pass_cost_ms[6];
 };
 
 enum { KITE_PREFILL_CHUNK = 64 }; /* tokens per forward pass while processing a prompt */
@@ -24,6 +31,7 @@ struct kite_session {
     kite_kv_cache kv;
     kite_forward_scratch scratch;
     kite_pool *pool;
+    bool pool_borrowed;      /* a draft session runs on its target's pool */
     int32_t n_ctx;
     int32_t n_past;          /* tokens whose K/V are in the cache */
     int32_t *history;        /* [n_ctx] the tokens at positions 0..n_past-1 */
@@ -33,7 +41,12 @@ struct kite_session {
     atomic_bool cancel;
     kite_stats stats;
     double last_prompt_ms;   /* duration of the latest kite_prompt, counted into the next ttft */
+    kite_spec_state spec;    /* drafter and budget controller (drafter NONE: plain decoding) */
+    float *tree_logits;      /* [KITE_MAX_DRAFT + 1][n_vocab] target logits of a verification pass */
 };
+
+/* Runs ids as a chain after the context (no checks); logits, if not NULL, gets one row per id. */
+int kite_session_run_chain(kite_session *s, const int32_t *ids, size_t n, float *logits, kite_error *e);
 
 double kite_now_ms(void);
 

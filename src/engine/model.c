@@ -113,6 +113,7 @@ int kite_model_open(kite_model **out, const char *path, const kite_model_params 
         return kite_error_export(&e, err, err_size);
     }
     m->vocab_only = params->vocab_only;
+    pthread_mutex_init(&m->cost_lock, NULL);
     int st = KITE_OK;
     if (path) {
         if ((st = open_source(&m->src, path, &e))) { free(m); return kite_error_export(&e, err, err_size); }
@@ -139,6 +140,7 @@ void kite_model_free(kite_model *m) {
     kite_tokenizer_free(m->tokenizer);
     kite_weights_free(&m->weights);
     kite_source_close(&m->src);
+    pthread_mutex_destroy(&m->cost_lock);
     free(m);
 }
 

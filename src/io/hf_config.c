@@ -137,8 +137,8 @@ static int parse_rope_scaling(const json_t *root, kite_hparams *hp, const char *
     if (!json_is_string(type))
         return kite_fail(e, KITE_ERR_FORMAT, "%s: \"rope_scaling\" has no string \"rope_type\" or \"type\"", label);
     const char *name = json_string_value(type);
-    double factor, low, high;
-    int64_t orig;
+    double factor = 0.0, low = 0.0, high = 0.0;
+    int64_t orig = 0;
     int rc;
     if (strcmp(name, "default") == 0) return KITE_OK;
     if (strcmp(name, "linear") == 0) {
@@ -180,8 +180,8 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
     json_t *root = load_object(text, len, label, e);
     if (!root) return e ? e->status : KITE_ERR_FORMAT;
     int rc;
-    int64_t dim, ffn, layers, heads, kv_heads, head_dim, vocab, ctx;
-    double eps, theta;
+    int64_t dim = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, ctx = 0;
+    double eps = 0.0, theta = 0.0;
     if ((rc = parse_arch(root, &hp->arch, label, e))) goto done;
 
     const json_t *act = field(root, "hidden_act");
@@ -271,8 +271,8 @@ int kite_hf_parse_generation_config(const char *text, size_t len, const char *la
     json_t *root = load_object(text, len, label, e);
     if (!root) return e ? e->status : KITE_ERR_FORMAT;
     kite_gen_params out = *p;
-    double x;
-    int64_t k;
+    double x = 0.0;
+    int64_t k = 0;
     bool given;
     int rc;
     if ((rc = get_num(root, "temperature", 0.0, true, 1e6, out.temperature, &x, NULL, label, e))) goto done;

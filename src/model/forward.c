@@ -91,12 +91,33 @@ typedef struct attention_job {
     const kite_hparams *hp;
     const kite_kv_cache *kv;
     int32_t layer;
-    int32_t pos0;
-    const float *q;   /* [n][n_heads*head_dim], rotated */
-    float *out;       /* [n][n_heads*head_dim] */
-    float *scores;    /* [n_threads][n_ctx] */
+    int32_t pos0;           /* committed rows [0, pos0) of the cache are visible to every node */
+    const int32_t *parent;  /* tree: parent[j] of node j (-1 = the committed context); NULL = a chain */
+    int32_t first;          /* tree index of the batch's first node */
+    const float *q;         /* [n][n_heads*head_dim], rotated */
+    float *out;             /* [n][n_heads*head_dim] */
+    float *scores;          /* [n_threads][n_ctx] */
+    int32_t *slots;         /* [n_threads][n_ctx] cache rows the node attends to, in position order */
     int32_t n_ctx;
 } attention_job;
+
+/* The cache rows node b sees, in position order: the committed prefix, then its ancestors in the
+ * batch (node j lives in row pos0 + j), then itself. Plain decoding sees the same keys in the same
+ * order, so a drafted node's result is bit-identical to decoding its prefix token by token. */
+static int32_t visible_rows(const attention_job *job, int32_t b, int32_t *slots) {
+    int32_t n = 0, node = job->first + b;
+    for (int32_t t = 0; t < job->pos0; t++) slots[n++] = t;
+    if (!job->parent) {
+        for (int32_t j = 0; j <= node; j++) slots[n++] = job->pos0 + j;
+        return n;
+    }
+    int32_t depth = 0;
+    for (int32_t j = node; j >= 0; j = job->parent[j]) depth++;
+    n += depth;
+    int32_t at = n;
+    for (int32_t j = node; j >= 0; j = job->parent[j]) slots[--at] = job->pos0 + j;
+    return n;
+}
 
 static void attention_task(void *ctx, int64_t task, int thread) {
     const attention_job *job = ctx;
@@ -104,28 +125,29 @@ static void attention_task(void *ctx, int64_t task, int thread) {
     int32_t hd = hp->head_dim, q_width = hp->n_heads * hd, kv_dim = job->kv->kv_dim;
     int32_t b = (int32_t)(task / hp->n_heads), h = (int32_t)(task % hp->n_heads);
     int32_t kvh = h / (hp->n_heads / hp->n_kv_heads);
-    int32_t pos = job->pos0 + b;
     const float *q = job->q + (int64_t)b * q_width + (int64_t)h * hd;
     const float *kbase = job->kv->k + (int64_t)job->layer * job->kv->n_ctx * kv_dim + (int64_t)kvh * hd;
     const float *vbase = job->kv->v + (int64_t)job->layer * job->kv->n_ctx * kv_dim + (int64_t)kvh * hd;
     float *sc = job->scores + (int64_t)thread * job->n_ctx;
+    int32_t *slots = job->slots + (int64_t)thread * job->n_ctx;
+    int32_t n_visible = visible_rows(job, b, slots);
     float scale = 1.0f / sqrtf((float)hd);
     float maxv = -INFINITY;
-    for (int32_t t = 0; t <= pos; t++) {
-        sc[t] = dot_f32(q, kbase + (int64_t)t * kv_dim, hd) * scale;
+    for (int32_t t = 0; t < n_visible; t++) {
+        sc[t] = dot_f32(q, kbase + (int64_t)slots[t] * kv_dim, hd) * scale;
         if (sc[t] > maxv) maxv = sc[t];
     }
     float sum = 0.0f;
-    for (int32_t t = 0; t <= pos; t++) {
+    for (int32_t t = 0; t < n_visible; t++) {
         sc[t] = expf(sc[t] - maxv);
         sum += sc[t];
     }
     float inv = 1.0f / sum;
     float *out = job->out + (int64_t)b * q_width + (int64_t)h * hd;
     for (int32_t i = 0; i < hd; i++) out[i] = 0.0f;
-    for (int32_t t = 0; t <= pos; t++) {
+    for (int32_t t = 0; t < n_visible; t++) {
         float p = sc[t] * inv;
-        const float *vt = vbase + (int64_t)t * kv_dim;
+        const float *vt = vbase + (int64_t)slots[t] * kv_dim;
         for (int32_t i = 0; i < hd; i++) out[i] += p * vt[i];
     }
 }
@@ -133,10 +155,20 @@ static void attention_task(void *ctx, int64_t task, int thread) {
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
 void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch *s, kite_pool *pool,
-                  const int32_t *tokens, int32_t n, int32_t pos0, float *logits, bool all_logits) {
+                  const int32_t *tokens, const int32_t *parent, int32_t first, int32_t n, int32_t pos0, float *logits,
+                  bool all_logits) {
     const kite_hparams *hp = &w->hp;
     int32_t dim = hp->dim, hd = hp->head_dim, q_width = hp->n_heads * hd, kv_dim = hp->n_kv_heads * hd;
     int32_t ffn = hp->ffn_dim;
+
+    /* Absolute positions: a chain runs pos0, pos0+1, ...; a tree node sits at pos0 + its depth. */
+    int32_t *pos = s->positions;
+    for (int32_t b = 0; b < n; b++) {
+        int32_t depth = 0;
+        if (parent)
+            for (int32_t j = parent[first + b]; j >= 0; j = parent[j]) depth++;
+        pos[b] = pos0 + (parent ? depth : first + b);
+    }
 
     /* Embedding rows. */
     const kite_type_traits *et = kite_type_get(w->tok_embd->type);
@@ -157,19 +189,19 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
             if (L->v_bias) for (int32_t i = 0; i < kv_dim; i++) v[i] += L->v_bias[i];
             for (int32_t h = 0; h < hp->n_heads; h++) {
                 if (L->q_norm) rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
-                rope(q + h * hd, hd, pos0 + b, w->rope_inv_freq, hp->rope_layout);
+                rope(q + h * hd, hd, pos[b], w->rope_inv_freq, hp->rope_layout);
             }
             for (int32_t h = 0; h < hp->n_kv_heads; h++) {
                 if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
-                rope(k + h * hd, hd, pos0 + b, w->rope_inv_freq, hp->rope_layout);
+                rope(k + h * hd, hd, pos[b], w->rope_inv_freq, hp->rope_layout);
             }
-            int64_t at = ((int64_t)l * kv->n_ctx + pos0 + b) * kv_dim;
+            int64_t at = ((int64_t)l * kv->n_ctx + pos0 + first + b) * kv_dim;
             memcpy(kv->k + at, k, sizeof(float) * (size_t)kv_dim);
             memcpy(kv->v + at, v, sizeof(float) * (size_t)kv_dim);
         }
         attention_job aj = {
-            .hp = hp, .kv = kv, .layer = l, .pos0 = pos0, .q = s->q, .out = s->att_out, .scores = s->scores,
-            .n_ctx = s->n_ctx,
+            .hp = hp, .kv = kv, .layer = l, .pos0 = pos0, .parent = parent, .first = first, .q = s->q, .out = s->att_out,
+            .scores = s->scores, .slots = s->slots, .n_ctx = s->n_ctx,
         };
         kite_pool_run(pool, attention_task, &aj, (int64_t)n * hp->n_heads);
         /* Output projection into xn, then the residual add. */
@@ -185,9 +217,10 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
     }
 
     if (!logits) return;
-    int32_t first = all_logits ? 0 : n - 1;
-    for (int32_t b = first; b < n; b++) rmsnorm(s->xn + (int64_t)(b - first) * dim, s->x + (int64_t)b * dim, w->output_norm, dim, hp->rms_eps);
-    matmul(pool, s, w->output, s->xn, logits, hp->n_vocab, n - first);
+    int32_t first_out = all_logits ? 0 : n - 1;
+    for (int32_t b = first_out; b < n; b++)
+        rmsnorm(s->xn + (int64_t)(b - first_out) * dim, s->x + (int64_t)b * dim, w->output_norm, dim, hp->rms_eps);
+    matmul(pool, s, w->output, s->xn, logits, hp->n_vocab, n - first_out);
 }
 
 int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, int32_t max_batch, int32_t n_threads,
@@ -210,8 +243,11 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
     s->gate = calloc((size_t)max_batch * (size_t)hp->ffn_dim, sizeof(float));
     s->up = calloc((size_t)max_batch * (size_t)hp->ffn_dim, sizeof(float));
     s->scores = calloc((size_t)n_threads * (size_t)n_ctx, sizeof(float));
+    s->slots = calloc((size_t)n_threads * (size_t)n_ctx, sizeof(int32_t));
+    s->positions = calloc((size_t)max_batch, sizeof(int32_t));
     s->row = calloc((size_t)(n_threads * widest), sizeof(float));
-    if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att_out || !s->gate || !s->up || !s->scores || !s->row) {
+    if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att_out || !s->gate || !s->up || !s->scores || !s->slots ||
+        !s->positions || !s->row) {
         kite_forward_scratch_free(s);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for activations (batch %d, context %d)", max_batch, n_ctx);
     }
@@ -220,7 +256,7 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
 
 void kite_forward_scratch_free(kite_forward_scratch *s) {
     free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att_out);
-    free(s->gate); free(s->up); free(s->scores); free(s->row);
+    free(s->gate); free(s->up); free(s->scores); free(s->slots); free(s->positions); free(s->row);
     memset(s, 0, sizeof *s);
 }
 
@@ -237,6 +273,19 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
                          2.0 * (double)count * 4 / 1048576.0);
     }
     return KITE_OK;
+}
+
+void kite_kv_commit(kite_kv_cache *kv, int32_t n_layers, int32_t pos0, const int32_t *nodes, int32_t n_nodes) {
+    size_t row_bytes = sizeof(float) * (size_t)kv->kv_dim;
+    for (int32_t i = 0; i < n_nodes; i++) {
+        int32_t from = pos0 + nodes[i], to = pos0 + i;
+        if (from == to) continue;
+        for (int32_t l = 0; l < n_layers; l++) {
+            int64_t base = (int64_t)l * kv->n_ctx;
+            memmove(kv->k + (base + to) * kv->kv_dim, kv->k + (base + from) * kv->kv_dim, row_bytes);
+            memmove(kv->v + (base + to) * kv->kv_dim, kv->v + (base + from) * kv->kv_dim, row_bytes);
+        }
+    }
 }
 
 void kite_kv_cache_free(kite_kv_cache *kv) {

@@ -62,6 +62,8 @@ typedef struct kite_forward_scratch {
     float *gate;    /* [max_batch][ffn_dim] */
     float *up;      /* [max_batch][ffn_dim] */
     float *scores;  /* [n_threads][n_ctx] attention scores */
+    int32_t *slots; /* [n_threads][n_ctx] cache rows one node attends to */
+    int32_t *positions; /* [max_batch] absolute position of each batch row */
     float *row;     /* [n_threads][row_len] dequantized weight rows */
     int64_t row_len; /* max(dim, ffn_dim, n_heads*head_dim): the widest matrix row */
 } kite_forward_scratch;
@@ -70,11 +72,24 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
                               int32_t n_ctx, kite_error *e);
 void kite_forward_scratch_free(kite_forward_scratch *s);
 
-/* Runs tokens[0..n) at positions pos0..pos0+n-1 (causal, over the cache's rows below pos0 and
- * each other), writing their K/V into the cache. n <= scratch max_batch, pos0 + n <= n_ctx.
+/* Runs a batch of n tokens after the committed context of pos0 tokens. The batch holds nodes
+ * first .. first+n-1 of a chain or a tree that starts right after the committed context; node j's
+ * K/V go to cache row pos0 + j. first + n <= max rows of the cache after pos0.
+ *   parent == NULL: a chain (prefill, decode): node j sits at position pos0 + j and sees the committed
+ *                   rows and nodes 0..j.
+ *   parent != NULL: a tree (drafted tokens): parent[j] < j is node j's parent, or -1 for a child of
+ *                   the committed context; node j sits at position pos0 + depth(j) and sees the
+ *                   committed rows, its ancestors and itself (ancestor-only mask). Nodes before
+ *                   `first` must already be in the cache (an earlier call).
  * logits: NULL, or [n][n_vocab] when all_logits, else [n_vocab] for the last token only.
  * Each row's result is independent of n and of its slot (fixed reduction order). */
 void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch *s, kite_pool *pool,
-                  const int32_t *tokens, int32_t n, int32_t pos0, float *logits, bool all_logits);
+                  const int32_t *tokens, const int32_t *parent, int32_t first, int32_t n, int32_t pos0, float *logits,
+                  bool all_logits);
+
+/* After a tree pass at pos0: keeps the accepted nodes (batch indices, root first, each the child of
+ * the one before) as rows pos0, pos0+1, ... by moving only those rows; rejected rows are left behind
+ * past the committed length, never visible again. */
+void kite_kv_commit(kite_kv_cache *kv, int32_t n_layers, int32_t pos0, const int32_t *nodes, int32_t n_nodes);
 
 #endif

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "model/source.h"
+#include "model/validate.h"
 #include "quant/types.h"
 
 static bool gguf_str_eq(kite_gguf_str s, const char *lit) { return s.len == strlen(lit) && memcmp(s.ptr, lit, s.len) == 0; }
@@ -117,6 +118,12 @@ int kite_source_open_gguf(kite_source *src, const char *path, kite_error *e) {
     hp->tied_embeddings = kite_source_find(src, "output.weight") == NULL;
     if (kite_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &v)) src->bos_id = (int32_t)v;
     if (kite_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &v)) src->eos_id = (int32_t)v;
+    if ((st = kite_source_validate(src, e))) {
+        char inner[sizeof e->msg];
+        snprintf(inner, sizeof inner, "%s", e->msg);
+        kite_fail(e, st, "%s: %s", path, inner);
+        goto fail;
+    }
     return KITE_OK;
 fail:
     kite_source_close(src);

@@ -287,7 +287,7 @@ static int open_hf(kite_source *src, loader *ld, const char *path, kite_error *e
             use_index = true;
         }
     } else {
-        const char *base;
+        const char *base = path;
         if ((rc = split_path(path, ld->dir, &base, e))) return rc;
         if (!is_file(path)) return kite_fail(e, KITE_ERR_IO, "%s: no such file or folder", path);
         if (ends_with(base, ".safetensors")) {

@@ -816,7 +816,7 @@ static void test_malformed(void **state) {
     const uint64_t ne_wrap[1] = {(1ull << 62) + 5};
     gb_header(&b, 3, 1, 0); gb_tensor(&b, "t", 1, ne_wrap, KITE_TYPE_F32, 0); gb_pad(&b, 32); gb_zeros(&b, 64);
     expect_bad(&b, KITE_ERR_FORMAT, "overflows in bytes"); gb_free(&b);
-    const uint64_t ne_wrap_q[2] = {1ull << 62, 1}; /* 2^57 blocks of 34 bytes */
+    const uint64_t ne_wrap_q[2] = {31ull << 58, 1}; /* fits int64; 31 * 2^53 blocks of 34 bytes do not */
     gb_header(&b, 3, 1, 0); gb_tensor(&b, "t", 2, ne_wrap_q, KITE_TYPE_Q8_0, 0); gb_pad(&b, 32); gb_zeros(&b, 64);
     expect_bad(&b, KITE_ERR_FORMAT, "overflow"); gb_free(&b);
     const uint64_t ne_neg[1] = {1ull << 63};

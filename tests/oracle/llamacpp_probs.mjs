@@ -1,17 +1,21 @@
 // llama.cpp as an independent reference: next-token probabilities for given token ids.
 //
-//   node llamacpp_probs.mjs REQUEST.json OUT_PREFIX
+//   node llamacpp_probs.mjs REQUEST.json
 //
-// REQUEST.json: {"model": "x.gguf", "n_ctx": 256, "threads": 2,
-//                "prompts": [{"text": "...", "parse_special": false, "ids": [1, 2, ...]}, ...]}
-// Writes OUT_PREFIX.json: {"n_vocab": N, "llama_cpp": "...", "prompts": [{"n_positions": n, "text_ids": [...]}]}
-// and OUT_PREFIX.bin: for each prompt, for each of its positions, N float32 probabilities of the next
-// token in token-id order (little-endian), as llama.cpp computes them from its logits.
+// REQUEST.json: {"threads": 2, "n_ctx": 256,
+//                "jobs": [{"model": "x.gguf", "out": "/tmp/x",
+//                          "prompts": [{"text": "...", "parse_special": false, "ids": [1, 2, ...]}, ...]}, ...]}
+// For each job, writes OUT.json: {"llama_cpp": "node-llama-cpp 3.21.1", "n_vocab": N,
+//                                 "prompts": [{"n_positions": n, "text_ids": [...]}, ...]}
+// and OUT.bin: for each prompt, for each of its positions, N float32 probabilities of the next token in
+// token-id order (host byte order), as llama.cpp computes them from its logits.
 //
 // The model runs on the CPU only, through node-llama-cpp's prebuilt binary (never built or downloaded:
 // build "never", skipDownload), with the KV cache in F32 and flash attention off, so llama.cpp does the
 // same f32 arithmetic as kite up to the order of summation. `text_ids` is llama.cpp's own tokenization of
-// `text` (no BOS), for comparing tokenizers; the probabilities always follow the given `ids`.
+// `text` (no BOS added), for comparing tokenizers; the probabilities always follow the given `ids`.
+// Exit status: 0 on success, 3 when node-llama-cpp is not installed, 1 when a job failed (its OUT.json
+// then holds {"error": "..."}).
 import fs from "node:fs";
 import path from "node:path";
 import {fileURLToPath} from "node:url";
@@ -23,13 +27,15 @@ if (!fs.existsSync(path.join(here, "node_modules", "node-llama-cpp", "package.js
 }
 const {getLlama, LlamaLogLevel} = await import("node-llama-cpp");
 
-const [requestPath, outPrefix] = process.argv.slice(2);
-if (!requestPath || !outPrefix) {
-    console.error("usage: node llamacpp_probs.mjs REQUEST.json OUT_PREFIX");
+const [requestPath] = process.argv.slice(2);
+if (!requestPath) {
+    console.error("usage: node llamacpp_probs.mjs REQUEST.json");
     process.exit(2);
 }
 const request = JSON.parse(fs.readFileSync(requestPath, "utf8"));
 const threads = request.threads ?? 2;
+const nCtx = request.n_ctx ?? 256;
+const version = JSON.parse(fs.readFileSync(path.join(here, "node_modules", "node-llama-cpp", "package.json"), "utf8")).version;
 
 const llama = await getLlama({
     gpu: false,
@@ -41,41 +47,55 @@ const llama = await getLlama({
     logLevel: LlamaLogLevel.warn,
     logger: (level, message) => process.stderr.write(`[llama.cpp ${level}] ${message.trimEnd()}\n`),
 });
-const model = await llama.loadModel({modelPath: request.model, gpuLayers: 0});
-const context = await model.createContext({
-    contextSize: request.n_ctx ?? 256,
-    batchSize: request.n_ctx ?? 256,
-    threads: {ideal: threads, min: 1},
-    flashAttention: false,
-    experimentalKvCacheKeyType: "F32",
-    experimentalKvCacheValueType: "F32",
-});
-const sequence = context.getSequence();
 
-const out = fs.openSync(`${outPrefix}.bin`, "w");
-const result = {llama_cpp: `node-llama-cpp ${JSON.parse(fs.readFileSync(path.join(here, "node_modules", "node-llama-cpp", "package.json"), "utf8")).version}`,
-                n_vocab: null, prompts: []};
-for (const prompt of request.prompts) {
-    await sequence.clearHistory();
-    const textIds = Array.from(model.tokenize(prompt.text, prompt.parse_special === true));
-    const input = prompt.ids.map((id) => [id, {generateNext: {probabilities: true}}]);
-    const evaluated = await sequence.controlledEvaluate(input);
-    for (let pos = 0; pos < prompt.ids.length; pos++) {
-        const probabilities = evaluated[pos]?.next?.probabilities;
-        if (!probabilities) throw new Error(`no probabilities at position ${pos}`);
-        if (result.n_vocab === null) result.n_vocab = probabilities.size;
-        if (probabilities.size !== result.n_vocab) throw new Error(`position ${pos}: ${probabilities.size} probabilities, expected ${result.n_vocab}`);
-        const row = new Float32Array(result.n_vocab).fill(NaN);
-        for (const [token, p] of probabilities) {
-            if (!(token >= 0 && token < row.length)) throw new Error(`token id ${token} out of range`);
-            row[token] = p;
+async function runJob(job) {
+    const model = await llama.loadModel({modelPath: job.model, gpuLayers: 0});
+    const context = await model.createContext({
+        contextSize: nCtx,
+        batchSize: nCtx,
+        threads: {ideal: threads, min: 1},
+        flashAttention: false,
+        experimentalKvCacheKeyType: "F32",
+        experimentalKvCacheValueType: "F32",
+    });
+    const sequence = context.getSequence();
+    const out = fs.openSync(`${job.out}.bin`, "w");
+    const result = {llama_cpp: `node-llama-cpp ${version}`, n_vocab: null, prompts: []};
+    for (const prompt of job.prompts) {
+        if (prompt.ids.length > nCtx) throw new Error(`prompt of ${prompt.ids.length} tokens exceeds n_ctx ${nCtx}`);
+        await sequence.clearHistory();
+        const textIds = Array.from(model.tokenize(prompt.text, prompt.parse_special === true));
+        const input = prompt.ids.map((id) => [id, {generateNext: {probabilities: true}}]);
+        const evaluated = await sequence.controlledEvaluate(input);
+        for (let pos = 0; pos < prompt.ids.length; pos++) {
+            const probabilities = evaluated[pos]?.next?.probabilities;
+            if (!probabilities) throw new Error(`${job.model}: no probabilities at position ${pos}`);
+            if (result.n_vocab === null) result.n_vocab = probabilities.size;
+            if (probabilities.size !== result.n_vocab)
+                throw new Error(`${job.model}: position ${pos} has ${probabilities.size} probabilities, expected ${result.n_vocab}`);
+            const row = new Float32Array(result.n_vocab).fill(NaN);
+            for (const [token, p] of probabilities) {
+                if (!(token >= 0 && token < row.length)) throw new Error(`${job.model}: token id ${token} out of range`);
+                row[token] = p;
+            }
+            fs.writeSync(out, new Uint8Array(row.buffer));
         }
-        fs.writeSync(out, new Uint8Array(row.buffer));
+        result.prompts.push({n_positions: prompt.ids.length, text_ids: textIds});
     }
-    result.prompts.push({n_positions: prompt.ids.length, text_ids: textIds});
+    fs.closeSync(out);
+    fs.writeFileSync(`${job.out}.json`, JSON.stringify(result));
+    await context.dispose();
+    await model.dispose();
 }
-fs.closeSync(out);
-fs.writeFileSync(`${outPrefix}.json`, JSON.stringify(result));
-await context.dispose();
-await model.dispose();
+
+// A failing job writes {"error": "..."} to its OUT.json and the others still run.
+for (const job of request.jobs) {
+    try {
+        await runJob(job);
+    } catch (err) {
+        console.error(`llamacpp_probs: ${job.model}: ${err?.stack ?? err}`);
+        fs.writeFileSync(`${job.out}.json`, JSON.stringify({error: String(err?.message ?? err)}));
+        process.exitCode = 1;
+    }
+}
 await llama.dispose();

@@ -36,6 +36,10 @@ typedef struct cli_args {
     int32_t ctx;
     bool json, no_bos, ignore_eos, quiet, help;
     const char *positional;
+    const char *draft;        /* --draft PATH|ngram|none */
+    int32_t spec_budget;      /* 0 = auto */
+    int32_t spec_tree;
+    const char *spec_verify;
 } cli_args;
 
 static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
@@ -104,10 +108,15 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         if (!strcmp(opt, "--tokenizer")) { a->tokenizer = val; continue; }
         if (!strcmp(opt, "--prompt")) { a->prompt = val; continue; }
         if (!strcmp(opt, "--prompt-ids")) { a->prompt_ids = val; continue; }
+        if (!strcmp(opt, "--draft")) { a->draft = val; continue; }
+        if (!strcmp(opt, "--spec-verify")) { a->spec_verify = val; continue; }
+        if (!strcmp(opt, "--spec-budget") && !strcmp(val, "auto")) { a->spec_budget = 0; continue; }
         INT_OPT("--max-tokens", max_tokens, 0, INT32_MAX, a->have_max_tokens = true)
         INT_OPT("--top-k", top_k, 0, INT32_MAX, a->have_top_k = true)
         INT_OPT("--threads", threads, 1, 1024, (void)0)
         INT_OPT("--ctx", ctx, 1, 1 << 22, (void)0)
+        INT_OPT("--spec-budget", spec_budget, 1, KITE_MAX_DRAFT, (void)0)
+        INT_OPT("--spec-tree", spec_tree, 1, 8, (void)0)
         FLOAT_OPT("--temperature", temperature, have_temperature)
         FLOAT_OPT("--top-p", top_p, have_top_p)
         FLOAT_OPT("--min-p", min_p, have_min_p)
@@ -175,6 +184,13 @@ static const char RUN_USAGE[] =
     "  --ctx N                 context size in tokens (default: the model's, at most 4096)\n"
     "  --no-bos                do not add BOS to the prompt\n"
     "  --ignore-eos            keep generating past end-of-sequence tokens\n"
+    "  --draft PATH|ngram|none speculative decoding with a draft model sharing the vocabulary, or with\n"
+    "                          n-gram matches over the context (default none); the output is unchanged\n"
+    "  --spec-budget N|auto    drafted tokens per verification pass, 1..32 (default auto: chosen per pass\n"
+    "                          from the measured pass cost and the acceptance so far)\n"
+    "  --spec-tree C           children per draft node (1 = a chain, default)\n"
+    "  --spec-verify MODE      gumbel (default; identical to plain sampling with the same seed) or\n"
+    "                          rejection (standard speculative sampling, same distribution only)\n"
     "  --json                  print one JSON object (prompt_ids, ids, text, stats) instead of the text\n"
     "  --quiet, -q             no statistics and no progress bar on stderr\n";
 
@@ -279,6 +295,43 @@ static int cmd_run(int argc, char **argv) {
     kite_session *session = NULL;
     if (kite_session_open(&session, model, &sp, err, sizeof err)) { rc = fail(1, "%s", err); goto done; }
 
+    kite_model *draft_model = NULL;
+    if (a.draft || a.spec_budget || a.spec_tree || a.spec_verify) {
+        kite_spec_params spec = kite_spec_default_params();
+        const char *d = a.draft ? a.draft : "ngram";
+        if (!strcmp(d, "none")) {
+            spec.drafter = KITE_DRAFT_NONE;
+        } else if (!strcmp(d, "ngram")) {
+            spec.drafter = KITE_DRAFT_NGRAM;
+        } else {
+            kite_model_params dp = kite_model_default_params();
+            dp.tokenizer_path = a.tokenizer;
+            dp.n_threads = a.threads;
+            if (kite_model_open(&draft_model, d, &dp, err, sizeof err)) {
+                rc = fail(1, "draft model: %s", err);
+                kite_session_free(session);
+                goto done;
+            }
+            spec.drafter = KITE_DRAFT_MODEL;
+            spec.draft_model = draft_model;
+        }
+        spec.budget = a.spec_budget;
+        spec.tree_width = a.spec_tree ? a.spec_tree : 1;
+        if (a.spec_verify && strcmp(a.spec_verify, "gumbel") && strcmp(a.spec_verify, "rejection")) {
+            rc = fail(2, "--spec-verify expects gumbel or rejection, got '%s'", a.spec_verify);
+            kite_session_free(session);
+            kite_model_free(draft_model);
+            goto done;
+        }
+        spec.verify = a.spec_verify && !strcmp(a.spec_verify, "rejection") ? KITE_VERIFY_REJECTION : KITE_VERIFY_GUMBEL;
+        if (kite_session_set_spec(session, &spec, err, sizeof err)) {
+            rc = fail(1, "%s", err);
+            kite_session_free(session);
+            kite_model_free(draft_model);
+            goto done;
+        }
+    }
+
     run_output out = {.json = a.json};
     if (a.json) out.ids = json_array();
     int st = kite_prompt(session, prompt, n_prompt, err, sizeof err);
@@ -313,19 +366,41 @@ static int cmd_run(int argc, char **argv) {
             free(clean);
         }
         json_object_set_new(root, "text", text);
+        if (stats.target_passes > 0) {
+            json_t *depth = json_array();
+            for (int d = 0; d < KITE_MAX_DRAFT && stats.drafted_by_depth[d] > 0; d++)
+                json_array_append_new(depth, json_real((double)stats.accepted_by_depth[d] / (double)stats.drafted_by_depth[d]));
+            json_object_set_new(js, "tau", json_real(stats.tau));
+            json_object_set_new(js, "drafted", json_integer(stats.drafted));
+            json_object_set_new(js, "accepted", json_integer(stats.accepted));
+            json_object_set_new(js, "target_passes", json_integer(stats.target_passes));
+            json_object_set_new(js, "acceptance_by_depth", depth);
+            json_object_set_new(js, "draft_ms", json_real(stats.draft_ms));
+            json_object_set_new(js, "verify_ms", json_real(stats.verify_ms));
+        }
         json_object_set_new(root, "stats", js);
         char *dump = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
         if (dump) puts(dump);
         free(dump);
         json_decref(root);
     }
-    if (!a.quiet && !st)
+    if (!a.quiet && !st) {
         fprintf(stderr, "prompt tokens: %lld, prefill: %.1f tok/s, time to first token: %.1f ms, generated: %lld, decode: %.1f tok/s\n",
                 (long long)stats.prompt_tokens, stats.prefill_tok_s, stats.ttft_ms, (long long)stats.generated_tokens,
                 stats.decode_tok_s);
+        if (stats.target_passes > 0) {
+            fprintf(stderr, "speculative: %.2f tokens per pass (%lld passes), accepted %lld of %lld drafted, draft %.1f ms, verify %.1f ms; acceptance by depth:",
+                    stats.tau, (long long)stats.target_passes, (long long)stats.accepted, (long long)stats.drafted,
+                    stats.draft_ms, stats.verify_ms);
+            for (int d = 0; d < KITE_MAX_DRAFT && stats.drafted_by_depth[d] > 0; d++)
+                fprintf(stderr, " %.2f", (double)stats.accepted_by_depth[d] / (double)stats.drafted_by_depth[d]);
+            fputc('\n', stderr);
+        }
+    }
     json_decref(out.ids);
     free(out.text);
     kite_session_free(session);
+    kite_model_free(draft_model);
 done:
     free(prompt);
     kite_model_free(model);

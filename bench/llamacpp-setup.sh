@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's llama-bench and llama-batched-bench natively, once, from the source that the npm
+# package node-llama-cpp@3.21.1 ships (its llama/gitRelease.bundle), into $KITE_BENCH_CACHE
+# (default ~/.cache/kite-bench). Prints the bin folder on stdout. Sourced or run by bench/vs-llamacpp.
+set -euo pipefail
+
+NODE_LLAMA_CPP_VERSION=3.21.1
+cache=${KITE_BENCH_CACHE:-$HOME/.cache/kite-bench}
+npm_dir=$cache/npm
+src=$cache/llama.cpp-src
+build=$cache/llama.cpp-build
+mkdir -p "$cache"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+if [[ -x $build/bin/llama-bench && -x $build/bin/llama-batched-bench ]]; then
+    echo "$build/bin"
+    exit 0
+fi
+
+bundle=$npm_dir/node_modules/node-llama-cpp/llama/gitRelease.bundle
+if [[ ! -f $bundle ]]; then
+    log "installing node-llama-cpp@$NODE_LLAMA_CPP_VERSION into $npm_dir (scripts off: only its source bundle is needed)"
+    mkdir -p "$npm_dir"
+    [[ -f $npm_dir/package.json ]] || echo '{"name":"kite-bench-peer","private":true}' >"$npm_dir/package.json"
+    npm install --prefix "$npm_dir" --ignore-scripts --no-audit --no-fund -E "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" >&2
+fi
+if [[ ! -d $src/.git ]]; then
+    log "cloning $bundle"
+    rm -rf "$src"
+    git clone --quiet "$bundle" "$src" >&2
+fi
+log "llama.cpp source: $(git -C "$src" describe --tags --always 2>/dev/null || echo unknown) ($(git -C "$src" rev-parse --short HEAD))"
+
+flags=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF
+       -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF)
+# In recent trees llama-bench and llama-batched-bench live under tools/, behind LLAMA_BUILD_TOOLS.
+if grep -q LLAMA_BUILD_TOOLS "$src/CMakeLists.txt"; then flags+=(-DLLAMA_BUILD_TOOLS=ON); fi
+log "configuring: cmake ${flags[*]}"
+cmake -S "$src" -B "$build" "${flags[@]}" >&2
+log "building llama-bench and llama-batched-bench (about 4 minutes on 2 cores)"
+cmake --build "$build" -j"$(nproc)" --target llama-bench llama-batched-bench >&2
+echo "$build/bin"

@@ -1,0 +1,600 @@
+/* kite_write_random_model: GGUF files of real model shapes with random weights, for benchmarks.
+ *
+ * Weights are drawn row by row from a counter-based stream keyed by (seed, tensor name, row), so the
+ * file does not depend on the thread count, and quantized on all cores with the reference quantizers
+ * (kite_type_get(t)->from_float). Types follow llama.cpp's recipes: "q4_0" and "q8_0" quantize every
+ * matrix, the embedding and the output included (llama-quantize --pure; the figures in
+ * docs/PERFORMANCE.md assume this); "q4_k_m" is llama-quantize's Q4_K_M (Q4_K, with Q6_K for the
+ * output matrix (or the tied embedding) and for attn_v / ffn_down in the layers use_more_bits picks).
+ * Norm weights are 1 and stay f32.
+ *
+ * The tokenizer goes into the file as tokenizer.ggml.* so llama.cpp loads it too: a llama2.c
+ * tokenizer .bin becomes an SPM ("llama") vocabulary with scores and token types; a byte-level BPE
+ * tokenizer.json becomes a "gpt2" vocabulary with merges; without one, a byte-only SPM vocabulary
+ * (<unk>, <s>, </s>, <0x00>..<0xFF>) is written. A vocabulary smaller than the shape's is padded with
+ * "<pad_N>" tokens (type unused). */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/threadpool.h"
+#include "engine/random_model.h"
+#include "io/gguf.h"
+#include "io/mmap.h"
+#include "quant/types.h"
+
+/* ---- shapes ----------------------------------------------------------------------------------- */
+typedef struct model_shape {
+    const char *name;
+    const char *arch;      /* general.architecture */
+    int32_t dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim;
+    int32_t n_vocab;       /* 0: the tokenizer's (tiny) */
+    int32_t n_ctx;
+    float rope_theta, rms_eps;
+    bool tied, qk_norm;
+} model_shape;
+
+static const model_shape k_shapes[] = {
+    /* TinyLlama-1.1B's layout with the FFN of the project's issue (8192 rather than TinyLlama's 5632). */
+    {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false},
+    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true},
+    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false},
+    {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false},
+};
+
+enum { TINY_DEFAULT_VOCAB = 512 };
+
+/* ---- types ------------------------------------------------------------------------------------ */
+typedef enum model_type { MT_F32, MT_F16, MT_BF16, MT_Q8_0, MT_Q4_0, MT_Q4_K_M } model_type;
+
+static const struct {
+    const char *name;
+    model_type type;
+    uint32_t file_type; /* llama_ftype, for general.file_type */
+} k_types[] = {
+    {"f32", MT_F32, 0}, {"f16", MT_F16, 1}, {"bf16", MT_BF16, 32},
+    {"q8_0", MT_Q8_0, 7}, {"q4_0", MT_Q4_0, 2}, {"q4_k_m", MT_Q4_K_M, 15},
+};
+
+/* llama.cpp's use_more_bits: the first and last eighth of the layers and every third in between. */
+static bool use_more_bits(int i_layer, int n_layers) {
+    return i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2;
+}
+
+typedef enum tensor_role { ROLE_NORM, ROLE_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_FFN_DOWN, ROLE_MATRIX } tensor_role;
+
+static uint32_t storage_type(model_type mt, tensor_role role, int layer, int n_layers, bool tied) {
+    if (role == ROLE_NORM) return KITE_TYPE_F32;
+    switch (mt) {
+    case MT_F32: return KITE_TYPE_F32;
+    case MT_F16: return KITE_TYPE_F16;
+    case MT_BF16: return KITE_TYPE_BF16;
+    case MT_Q8_0: return KITE_TYPE_Q8_0;
+    case MT_Q4_0: return KITE_TYPE_Q4_0;
+    case MT_Q4_K_M:
+        if (role == ROLE_OUTPUT || (role == ROLE_EMBD && tied)) return KITE_TYPE_Q6_K;
+        if ((role == ROLE_ATTN_V || role == ROLE_FFN_DOWN) && use_more_bits(layer, n_layers)) return KITE_TYPE_Q6_K;
+        return KITE_TYPE_Q4_K;
+    }
+    return KITE_TYPE_F32;
+}
+
+/* ---- the value stream ------------------------------------------------------------------------- */
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t fnv1a64(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+static bool is_norm_name(const char *name) {
+    size_t n = strlen(name), k = strlen("norm.weight");
+    return n >= k && strcmp(name + n - k, "norm.weight") == 0;
+}
+
+void kite_random_model_row(uint64_t seed, const char *name, int64_t row, float *out, int64_t n) {
+    if (is_norm_name(name)) {
+        for (int64_t i = 0; i < n; i++) out[i] = 1.0f;
+        return;
+    }
+    /* xorshift64* seeded per row; each draw gives four 16-bit uniforms whose sum (Irwin-Hall, n = 4:
+     * mean 2, variance 1/3 in units of 65536) is scaled to the target deviation. */
+    uint64_t state = splitmix64(splitmix64(seed ^ fnv1a64(name)) + (uint64_t)row);
+    if (state == 0) state = 1;
+    const float scale = KITE_RANDOM_WEIGHT_STD * 1.7320508f / 65536.0f; /* sqrt(3) / 65536 */
+    for (int64_t i = 0; i < n; i++) {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        uint64_t r = state * 0x2545F4914F6CDD1Dull;
+        int32_t sum = (int32_t)(r & 0xffff) + (int32_t)((r >> 16) & 0xffff) + (int32_t)((r >> 32) & 0xffff) +
+                      (int32_t)(r >> 48);
+        out[i] = (float)(sum - 131070) * scale;
+    }
+}
+
+/* ---- the tokenizer to embed ------------------------------------------------------------------- */
+typedef struct vocab {
+    const char *model;  /* tokenizer.ggml.model: "llama" or "gpt2" */
+    const char *pre;    /* tokenizer.ggml.pre for gpt2, or NULL */
+    int32_t n;          /* tokens, after padding */
+    char **tokens;      /* [n] owned NUL-terminated texts */
+    float *scores;      /* [n] or NULL */
+    int32_t *types;     /* [n] GGUF token types */
+    char **merges;      /* [n_merges] owned "left right" */
+    uint64_t n_merges;
+    int32_t bos, eos, unk; /* -1 when absent */
+    bool add_bos;
+} vocab;
+
+enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5, TOK_BYTE = 6 };
+
+static void vocab_free(vocab *v) {
+    for (int32_t i = 0; v->tokens && i < v->n; i++) free(v->tokens[i]);
+    for (uint64_t i = 0; v->merges && i < v->n_merges; i++) free(v->merges[i]);
+    free(v->tokens);
+    free(v->scores);
+    free(v->types);
+    free(v->merges);
+    memset(v, 0, sizeof *v);
+}
+
+static int vocab_alloc(vocab *v, int32_t n, bool scores, kite_error *e) {
+    v->n = n;
+    v->tokens = calloc((size_t)n, sizeof *v->tokens);
+    v->types = calloc((size_t)n, sizeof *v->types);
+    v->scores = scores ? calloc((size_t)n, sizeof *v->scores) : NULL;
+    if (!v->tokens || !v->types || (scores && !v->scores)) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory for %d tokens", n);
+    return KITE_OK;
+}
+
+static char *dup_bytes(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+/* Fills token slots that are still empty (ids no source token claimed, and the shape's extra
+ * rows) with "<pad_N>", type unused. */
+static int vocab_pad(vocab *v, int32_t n_total, kite_error *e) {
+    if (n_total > v->n) {
+        char **t = realloc(v->tokens, (size_t)n_total * sizeof *t);
+        if (t) v->tokens = t;
+        int32_t *ty = t ? realloc(v->types, (size_t)n_total * sizeof *ty) : NULL;
+        if (ty) v->types = ty;
+        float *sc = v->scores && ty ? realloc(v->scores, (size_t)n_total * sizeof *sc) : NULL;
+        if (sc) v->scores = sc;
+        if (!t || !ty || (v->scores && !sc)) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory padding the vocabulary");
+        for (int32_t i = v->n; i < n_total; i++) {
+            v->tokens[i] = NULL;
+            v->types[i] = 0;
+            if (v->scores) v->scores[i] = 0;
+        }
+        v->n = n_total;
+    }
+    for (int32_t i = 0; i < v->n; i++) {
+        if (v->tokens[i]) continue;
+        char buf[32];
+        snprintf(buf, sizeof buf, "<pad_%d>", i);
+        if (!(v->tokens[i] = strdup(buf))) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
+        v->types[i] = TOK_UNUSED;
+        if (v->scores) v->scores[i] = -1e9f;
+    }
+    return KITE_OK;
+}
+
+/* <unk>, <s>, </s> and the 256 byte tokens: every text tokenizes (as bytes), and llama.cpp accepts it. */
+static int vocab_bytes_only(vocab *v, kite_error *e) {
+    int st = vocab_alloc(v, 3 + 256, true, e);
+    if (st) return st;
+    const char *specials[3] = {"<unk>", "<s>", "</s>"};
+    for (int i = 0; i < 3; i++) {
+        v->tokens[i] = strdup(specials[i]);
+        v->types[i] = i == 0 ? TOK_UNKNOWN : TOK_CONTROL;
+    }
+    for (int b = 0; b < 256; b++) {
+        char buf[8];
+        snprintf(buf, sizeof buf, "<0x%02X>", b);
+        v->tokens[3 + b] = strdup(buf);
+        v->types[3 + b] = TOK_BYTE;
+    }
+    for (int i = 0; i < v->n; i++)
+        if (!v->tokens[i]) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
+    v->model = "llama";
+    v->unk = 0, v->bos = 1, v->eos = 2;
+    v->add_bos = true;
+    return KITE_OK;
+}
+
+static bool is_byte_token(const char *s, size_t n) {
+    static const char hex[] = "0123456789ABCDEF";
+    return n == 6 && memcmp(s, "<0x", 3) == 0 && strchr(hex, s[3]) && strchr(hex, s[4]) && s[3] && s[4] && s[5] == '>';
+}
+
+/* llama2.c tokenizer .bin: int32 max_token_len, then per id f32 score, int32 len, len bytes. Spaces
+ * are stored as ' ' and BOS / EOS as "\n<s>\n" / "\n</s>\n"; GGUF wants SentencePiece's spelling. */
+static int vocab_from_llama2c(vocab *v, const char *path, const unsigned char *p, size_t size, kite_error *e) {
+    if (size < 4) return kite_fail(e, KITE_ERR_FORMAT, "%s: %zu bytes is too short for a llama2.c tokenizer", path, size);
+    size_t off = 4, count = 0;
+    while (off < size) {
+        int32_t len;
+        if (size - off < 8) return kite_fail(e, KITE_ERR_FORMAT, "%s: token %zu header truncated at byte %zu", path, count, off);
+        memcpy(&len, p + off + 4, 4);
+        if (len < 0 || (size_t)len > size - off - 8)
+            return kite_fail(e, KITE_ERR_FORMAT, "%s: token %zu length %d runs past the end of the file", path, count, len);
+        if (memchr(p + off + 8, 0, (size_t)len)) return kite_fail(e, KITE_ERR_FORMAT, "%s: token %zu contains a NUL byte", path, count);
+        off += 8 + (size_t)len;
+        if (++count > (1u << 24)) return kite_fail(e, KITE_ERR_FORMAT, "%s: more than 16M tokens", path);
+    }
+    if (count < 3) return kite_fail(e, KITE_ERR_FORMAT, "%s: %zu tokens; a llama2.c tokenizer has <unk>, <s>, </s> first", path, count);
+    int st = vocab_alloc(v, (int32_t)count, true, e);
+    if (st) return st;
+    off = 4;
+    for (size_t id = 0; id < count; id++) {
+        int32_t len;
+        memcpy(&v->scores[id], p + off, 4);
+        memcpy(&len, p + off + 4, 4);
+        const char *s = (const char *)p + off + 8;
+        off += 8 + (size_t)len;
+        if (!isfinite(v->scores[id])) return kite_fail(e, KITE_ERR_FORMAT, "%s: token %zu has a non-finite score", path, id);
+        if ((id == 1 || id == 2) && len >= 4 && s[0] == '\n' && s[len - 1] == '\n') s++, len -= 2;
+        char *t = malloc((size_t)len * 3 + 1), *w = t;
+        if (!t) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
+        for (int32_t k = 0; k < len; k++) {
+            if (s[k] == ' ') memcpy(w, "\xE2\x96\x81", 3), w += 3; /* U+2581 */
+            else *w++ = s[k];
+        }
+        *w = 0;
+        v->tokens[id] = t;
+        v->types[id] = id == 0 ? TOK_UNKNOWN : id <= 2 ? TOK_CONTROL : is_byte_token(t, (size_t)(w - t)) ? TOK_BYTE : TOK_NORMAL;
+    }
+    v->model = "llama";
+    v->unk = 0, v->bos = 1, v->eos = 2;
+    v->add_bos = true;
+    return KITE_OK;
+}
+
+static int32_t vocab_find(const vocab *v, const char *text) {
+    for (int32_t i = 0; i < v->n; i++)
+        if (v->tokens[i] && strcmp(v->tokens[i], text) == 0) return i;
+    return -1;
+}
+
+/* A byte-level BPE tokenizer.json (Llama-3, Qwen2/3, GPT-2 style): model.vocab, model.merges (as
+ * "a b" strings or ["a", "b"] pairs) and added_tokens. */
+static int vocab_from_hf_json(vocab *v, const char *path, const char *text, size_t len, const char *arch, kite_error *e) {
+    json_error_t je;
+    json_t *root = json_loadb(text, len, 0, &je);
+    if (!root) return kite_fail(e, KITE_ERR_FORMAT, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
+    int st = KITE_OK;
+    json_t *model = json_object_get(root, "model");
+    json_t *type = json_object_get(model, "type");
+    json_t *jv = json_object_get(model, "vocab");
+    json_t *jm = json_object_get(model, "merges");
+    json_t *added = json_object_get(root, "added_tokens");
+    if (!json_is_object(model) || !json_is_string(type) || strcmp(json_string_value(type), "BPE") != 0) {
+        st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: model.type is not \"BPE\"; only byte-level BPE tokenizer.json files are supported", path);
+        goto done;
+    }
+    if (!json_is_object(jv) || !json_is_array(jm)) {
+        st = kite_fail(e, KITE_ERR_FORMAT, "%s: model.vocab must be an object and model.merges an array", path);
+        goto done;
+    }
+    json_t *byte_fallback = json_object_get(model, "byte_fallback");
+    if (json_is_true(byte_fallback)) {
+        st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: a SentencePiece-style BPE (byte_fallback) tokenizer.json is not supported; give a byte-level one", path);
+        goto done;
+    }
+    /* Highest id among the vocabulary and the added tokens decides the size. */
+    int64_t max_id = -1;
+    const char *key;
+    json_t *val;
+    json_object_foreach(jv, key, val) {
+        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= (1 << 24)) {
+            st = kite_fail(e, KITE_ERR_FORMAT, "%s: model.vocab[\"%.40s\"] is not an id in 0..16M", path, key);
+            goto done;
+        }
+        if (json_integer_value(val) > max_id) max_id = json_integer_value(val);
+    }
+    size_t i;
+    json_array_foreach(added, i, val) {
+        json_t *id = json_object_get(val, "id"), *content = json_object_get(val, "content");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 24) || !json_is_string(content)) {
+            st = kite_fail(e, KITE_ERR_FORMAT, "%s: added_tokens[%zu] needs an id in 0..16M and a content string", path, i);
+            goto done;
+        }
+        if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
+    }
+    if (max_id < 0) {
+        st = kite_fail(e, KITE_ERR_FORMAT, "%s: empty vocabulary", path);
+        goto done;
+    }
+    if ((st = vocab_alloc(v, (int32_t)max_id + 1, false, e))) goto done;
+    json_object_foreach(jv, key, val) {
+        int32_t id = (int32_t)json_integer_value(val);
+        free(v->tokens[id]);
+        if (!(v->tokens[id] = strdup(key))) { st = kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory"); goto done; }
+        v->types[id] = TOK_NORMAL;
+    }
+    json_array_foreach(added, i, val) {
+        int32_t id = (int32_t)json_integer_value(json_object_get(val, "id"));
+        size_t n = json_string_length(json_object_get(val, "content"));
+        const char *content = json_string_value(json_object_get(val, "content"));
+        if (memchr(content, 0, n)) { st = kite_fail(e, KITE_ERR_FORMAT, "%s: added_tokens[%zu] contains a NUL", path, i); goto done; }
+        free(v->tokens[id]);
+        if (!(v->tokens[id] = dup_bytes(content, n))) { st = kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory"); goto done; }
+        v->types[id] = json_is_true(json_object_get(val, "special")) ? TOK_CONTROL : TOK_USER_DEFINED;
+    }
+    v->n_merges = json_array_size(jm);
+    v->merges = calloc(v->n_merges ? v->n_merges : 1, sizeof *v->merges);
+    if (!v->merges) { st = kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory for %llu merges", (unsigned long long)v->n_merges); goto done; }
+    json_array_foreach(jm, i, val) {
+        const char *a, *b;
+        size_t na, nb;
+        if (json_is_string(val)) {
+            a = json_string_value(val), na = json_string_length(val), b = NULL, nb = 0;
+        } else if (json_is_array(val) && json_array_size(val) == 2 && json_is_string(json_array_get(val, 0)) &&
+                   json_is_string(json_array_get(val, 1))) {
+            a = json_string_value(json_array_get(val, 0)), na = json_string_length(json_array_get(val, 0));
+            b = json_string_value(json_array_get(val, 1)), nb = json_string_length(json_array_get(val, 1));
+        } else {
+            st = kite_fail(e, KITE_ERR_FORMAT, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", path, i);
+            goto done;
+        }
+        char *m = malloc(na + nb + 2);
+        if (!m) { st = kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory"); goto done; }
+        memcpy(m, a, na);
+        if (b) m[na] = ' ', memcpy(m + na + 1, b, nb), m[na + 1 + nb] = 0;
+        else m[na] = 0;
+        if (strlen(m) != (b ? na + nb + 1 : na)) { free(m); st = kite_fail(e, KITE_ERR_FORMAT, "%s: model.merges[%zu] contains a NUL", path, i); goto done; }
+        v->merges[i] = m;
+    }
+    v->model = "gpt2";
+    v->unk = -1;
+    /* Special tokens and the pre-tokenizer, as llama.cpp's converter names them for these families. */
+    int32_t begin = vocab_find(v, "<|begin_of_text|>"), endoftext = vocab_find(v, "<|endoftext|>");
+    if (begin >= 0) {
+        v->pre = "llama-bpe";
+        v->bos = begin;
+        v->eos = vocab_find(v, "<|end_of_text|>");
+        v->add_bos = true;
+    } else if (endoftext >= 0 && (vocab_find(v, "<|im_start|>") >= 0 || strcmp(arch, "qwen3") == 0)) {
+        v->pre = "qwen2";
+        v->bos = endoftext;
+        int32_t im_end = vocab_find(v, "<|im_end|>");
+        v->eos = im_end >= 0 ? im_end : endoftext;
+        v->add_bos = false;
+    } else {
+        v->pre = "gpt-2";
+        v->bos = v->eos = endoftext;
+        v->add_bos = false;
+    }
+done:
+    json_decref(root);
+    return st;
+}
+
+static int load_vocab(vocab *v, const char *path, const char *arch, kite_error *e) {
+    memset(v, 0, sizeof *v);
+    v->bos = v->eos = v->unk = -1;
+    if (!path) return vocab_bytes_only(v, e);
+    kite_mapped_file f;
+    int st = kite_map_file(&f, path, e);
+    if (st) return st;
+    size_t k = 0;
+    while (k < f.size && k < 64 && (f.data[k] == ' ' || f.data[k] == '\n' || f.data[k] == '\r' || f.data[k] == '\t')) k++;
+    if (k < f.size && f.data[k] == '{') st = vocab_from_hf_json(v, path, (const char *)f.data, f.size, arch, e);
+    else st = vocab_from_llama2c(v, path, f.data, f.size, e);
+    kite_unmap_file(&f);
+    if (st) vocab_free(v);
+    return st;
+}
+
+/* ---- the tensors ------------------------------------------------------------------------------ */
+typedef struct tensor_plan {
+    char name[64];
+    uint32_t type;
+    int64_t ne[2];   /* ne[0] = row length (inputs), ne[1] = rows; ne[1] = 1 for vectors */
+    uint32_t n_dims;
+} tensor_plan;
+
+typedef struct quant_job {
+    const tensor_plan *t;
+    uint64_t seed;
+    unsigned char *out;
+    size_t row_bytes;
+    int64_t rows_per_task;
+    float *scratch;   /* [n_threads][ne[0]] */
+    void (*from_float)(const float *, void *, int64_t);
+} quant_job;
+
+static void quant_task(void *ctx, int64_t task, int thread) {
+    const quant_job *job = ctx;
+    int64_t cols = job->t->ne[0], r0 = task * job->rows_per_task, r1 = r0 + job->rows_per_task;
+    if (r1 > job->t->ne[1]) r1 = job->t->ne[1];
+    float *row = job->scratch + (size_t)thread * (size_t)cols;
+    for (int64_t r = r0; r < r1; r++) {
+        kite_random_model_row(job->seed, job->t->name, r, row, cols);
+        job->from_float(row, job->out + (size_t)r * job->row_bytes, cols);
+    }
+}
+
+static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, tensor_plan **out, int *n_out, kite_error *e) {
+    int cap = 3 + s->n_layers * 11, n = 0;
+    tensor_plan *p = calloc((size_t)cap, sizeof *p);
+    if (!p) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
+    int32_t q_dim = s->n_heads * s->head_dim, kv_dim = s->n_kv_heads * s->head_dim;
+#define ADD(role, layer, cols, rows, ...)                                                          \
+    do {                                                                                           \
+        tensor_plan *t = &p[n++];                                                                  \
+        snprintf(t->name, sizeof t->name, __VA_ARGS__);                                            \
+        t->type = storage_type(mt, role, layer, s->n_layers, s->tied);                             \
+        t->ne[0] = cols, t->ne[1] = rows, t->n_dims = (rows) > 1 ? 2 : 1;                          \
+    } while (0)
+    ADD(ROLE_EMBD, 0, s->dim, n_vocab, "token_embd.weight");
+    for (int l = 0; l < s->n_layers; l++) {
+        ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.attn_norm.weight", l);
+        ADD(ROLE_MATRIX, l, s->dim, q_dim, "blk.%d.attn_q.weight", l);
+        ADD(ROLE_MATRIX, l, s->dim, kv_dim, "blk.%d.attn_k.weight", l);
+        ADD(ROLE_ATTN_V, l, s->dim, kv_dim, "blk.%d.attn_v.weight", l);
+        if (s->qk_norm) {
+            ADD(ROLE_NORM, l, s->head_dim, 1, "blk.%d.attn_q_norm.weight", l);
+            ADD(ROLE_NORM, l, s->head_dim, 1, "blk.%d.attn_k_norm.weight", l);
+        }
+        ADD(ROLE_MATRIX, l, q_dim, s->dim, "blk.%d.attn_output.weight", l);
+        ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.ffn_norm.weight", l);
+        ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_gate.weight", l);
+        ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_up.weight", l);
+        ADD(ROLE_FFN_DOWN, l, s->ffn_dim, s->dim, "blk.%d.ffn_down.weight", l);
+    }
+    ADD(ROLE_NORM, 0, s->dim, 1, "output_norm.weight");
+    if (!s->tied) ADD(ROLE_OUTPUT, 0, s->dim, n_vocab, "output.weight");
+#undef ADD
+    for (int i = 0; i < n; i++) {
+        const kite_type_traits *tr = kite_type_get(p[i].type);
+        if (!tr || !tr->from_float || p[i].ne[0] % tr->block_size != 0) {
+            int st = kite_fail(e, KITE_ERR_UNSUPPORTED, "random model: %s has rows of %lld, not a multiple of %s's block of %d",
+                               p[i].name, (long long)p[i].ne[0], tr ? tr->name : "?", tr ? tr->block_size : 0);
+            free(p);
+            return st;
+        }
+    }
+    *out = p;
+    *n_out = n;
+    return KITE_OK;
+}
+
+static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_vocab, const char *type_name,
+                           uint32_t file_type, uint64_t seed, const vocab *v) {
+    char key[96], name[128];
+    kite_gguf_w_str(w, "general.architecture", s->arch);
+    snprintf(name, sizeof name, "kite random %s %s seed %llu", s->name, type_name, (unsigned long long)seed);
+    kite_gguf_w_str(w, "general.name", name);
+    kite_gguf_w_u32(w, "general.file_type", file_type);
+    kite_gguf_w_u32(w, "general.quantization_version", 2);
+#define ARCH_KEY(suffix) (snprintf(key, sizeof key, "%s.%s", s->arch, suffix), key)
+    kite_gguf_w_u32(w, ARCH_KEY("context_length"), (uint32_t)s->n_ctx);
+    kite_gguf_w_u32(w, ARCH_KEY("embedding_length"), (uint32_t)s->dim);
+    kite_gguf_w_u32(w, ARCH_KEY("block_count"), (uint32_t)s->n_layers);
+    kite_gguf_w_u32(w, ARCH_KEY("feed_forward_length"), (uint32_t)s->ffn_dim);
+    kite_gguf_w_u32(w, ARCH_KEY("attention.head_count"), (uint32_t)s->n_heads);
+    kite_gguf_w_u32(w, ARCH_KEY("attention.head_count_kv"), (uint32_t)s->n_kv_heads);
+    kite_gguf_w_u32(w, ARCH_KEY("attention.key_length"), (uint32_t)s->head_dim);
+    kite_gguf_w_u32(w, ARCH_KEY("attention.value_length"), (uint32_t)s->head_dim);
+    kite_gguf_w_u32(w, ARCH_KEY("rope.dimension_count"), (uint32_t)s->head_dim);
+    kite_gguf_w_f32(w, ARCH_KEY("rope.freq_base"), s->rope_theta);
+    kite_gguf_w_f32(w, ARCH_KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
+    kite_gguf_w_u32(w, ARCH_KEY("vocab_size"), (uint32_t)n_vocab);
+#undef ARCH_KEY
+    kite_gguf_w_str(w, "tokenizer.ggml.model", v->model);
+    if (v->pre) kite_gguf_w_str(w, "tokenizer.ggml.pre", v->pre);
+    kite_gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, (uint64_t)v->n);
+    if (v->scores) kite_gguf_w_arr_f32(w, "tokenizer.ggml.scores", v->scores, (uint64_t)v->n);
+    kite_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", v->types, (uint64_t)v->n);
+    if (v->merges) kite_gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, v->n_merges);
+    if (v->bos >= 0) kite_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
+    if (v->eos >= 0) kite_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
+    if (v->unk >= 0) kite_gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
+    kite_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
+    kite_gguf_w_bool(w, "tokenizer.ggml.add_eos_token", false);
+}
+
+static void report(const kite_random_model_params *p, float fraction) {
+    if (p->progress) p->progress(fraction, p->progress_user_data);
+}
+
+int kite_write_random_model(const char *path, const kite_random_model_params *params, char *err, size_t err_size) {
+    kite_error e = {0};
+    if (!path || !params || !params->shape || !params->type)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: path, params, shape and type must not be NULL"),
+               kite_error_export(&e, err, err_size);
+    const model_shape *shape = NULL;
+    for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
+        if (strcmp(params->shape, k_shapes[i].name) == 0) shape = &k_shapes[i];
+    if (!shape)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny)",
+                         params->shape),
+               kite_error_export(&e, err, err_size);
+    int type_index = -1;
+    for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++)
+        if (strcmp(params->type, k_types[i].name) == 0) type_index = (int)i;
+    if (type_index < 0)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown type '%s' (known: f32, f16, bf16, q8_0, q4_0, q4_k_m)",
+                         params->type),
+               kite_error_export(&e, err, err_size);
+
+    vocab v;
+    int st = load_vocab(&v, params->tokenizer_path, shape->arch, &e);
+    if (st) return kite_error_export(&e, err, err_size);
+    int32_t n_vocab = shape->n_vocab ? shape->n_vocab : (params->tokenizer_path ? v.n : TINY_DEFAULT_VOCAB);
+    tensor_plan *plan = NULL;
+    int n_tensors = 0;
+    kite_gguf_writer *w = NULL;
+    kite_pool *pool = NULL;
+    float *scratch = NULL;
+    if (v.n > n_vocab) {
+        st = kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: the tokenizer %s has %d tokens, more than the %s shape's vocabulary of %d",
+                       params->tokenizer_path, v.n, shape->name, n_vocab);
+        goto done;
+    }
+    if ((st = vocab_pad(&v, n_vocab, &e))) goto done;
+    if ((st = plan_tensors(shape, n_vocab, k_types[type_index].type, &plan, &n_tensors, &e))) goto done;
+
+    w = kite_gguf_writer_new();
+    int n_threads = kite_cpu_count();
+    pool = kite_pool_new(n_threads);
+    int64_t max_cols = 0;
+    double total_elems = 0, done_elems = 0;
+    for (int i = 0; i < n_tensors; i++) {
+        if (plan[i].ne[0] > max_cols) max_cols = plan[i].ne[0];
+        total_elems += (double)plan[i].ne[0] * (double)plan[i].ne[1];
+    }
+    scratch = malloc((size_t)n_threads * (size_t)max_cols * sizeof *scratch);
+    if (!w || !pool || !scratch) {
+        st = kite_fail(&e, KITE_ERR_NOMEM, "random model: out of memory");
+        goto done;
+    }
+    write_metadata(w, shape, n_vocab, k_types[type_index].name, k_types[type_index].file_type, params->seed, &v);
+    report(params, 0.0f);
+    for (int i = 0; i < n_tensors; i++) {
+        const tensor_plan *t = &plan[i];
+        size_t row_bytes = kite_type_row_bytes(t->type, t->ne[0]);
+        size_t n_bytes = row_bytes * (size_t)t->ne[1];
+        unsigned char *data = malloc(n_bytes);
+        if (!data) {
+            st = kite_fail(&e, KITE_ERR_NOMEM, "random model: out of memory for %s (%zu bytes)", t->name, n_bytes);
+            goto done;
+        }
+        quant_job job = {
+            .t = t, .seed = params->seed, .out = data, .row_bytes = row_bytes, .scratch = scratch,
+            .from_float = kite_type_get(t->type)->from_float,
+        };
+        job.rows_per_task = 65536 / t->ne[0] > 0 ? 65536 / t->ne[0] : 1;
+        kite_pool_run(pool, quant_task, &job, (t->ne[1] + job.rows_per_task - 1) / job.rows_per_task);
+        kite_gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, data, n_bytes);
+        free(data);
+        done_elems += (double)t->ne[0] * (double)t->ne[1];
+        report(params, (float)(0.9 * done_elems / total_elems)); /* the last tenth is writing the file */
+    }
+    if ((st = kite_gguf_writer_save(w, path, &e))) goto done;
+    report(params, 1.0f);
+done:
+    free(scratch);
+    kite_pool_free(pool);
+    kite_gguf_writer_free(w);
+    free(plan);
+    vocab_free(&v);
+    return kite_error_export(&e, err, err_size);
+}

@@ -1,0 +1,18 @@
+/* The random-model generator's value stream, shared with its tests: what a tensor held before it was
+ * quantized is a pure function of (seed, tensor name, row), so a test can check a written file
+ * against it without keeping the floats. */
+#ifndef KITE_ENGINE_RANDOM_MODEL_H
+#define KITE_ENGINE_RANDOM_MODEL_H
+
+#include <stdint.h>
+
+/* Standard deviation of every random weight matrix (embeddings, projections, output). */
+#define KITE_RANDOM_WEIGHT_STD 0.02f
+
+/* Fills out[0..n) with row `row` of tensor `name` as kite_write_random_model draws it before
+ * quantization: 1.0 for norm weights (names ending in "norm.weight"), otherwise a sum of four
+ * uniforms (mean 0, standard deviation KITE_RANDOM_WEIGHT_STD, bounded by 3.47 of them) from a
+ * counter-based stream keyed by (seed, name, row). */
+void kite_random_model_row(uint64_t seed, const char *name, int64_t row, float *out, int64_t n);
+
+#endif

@@ -1,0 +1,67 @@
+/* Matrix kernels: weight matrices repacked once at load, activations quantized once per product, and
+ * products y = W x over a batch of n activation rows that read each weight block once for all rows.
+ *
+ * One kernel set per CPU level (scalar reference, AVX2, AVX-512 with VNNI/BF16 where present, NEON
+ * with dotprod), chosen once at start-up from CPU features; KITE_CPU=ref|avx2|avx512|neon forces a
+ * level (a level the CPU lacks is refused with a log message and the best available is used).
+ *
+ * Exactness contract (batch invariance): y[b][r] depends only on weight row r and activation row b,
+ * never on n, on b's slot, or on the row range a thread was given: every reduction runs in a fixed
+ * order. The SIMD levels agree with the reference within the bounds stated in tests/kernels. */
+#ifndef KITE_KERNELS_KERNELS_H
+#define KITE_KERNELS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "model/tensors.h"
+
+typedef enum kite_cpu_level {
+    KITE_CPU_REF = 0,    /* portable C, the truth */
+    KITE_CPU_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    KITE_CPU_AVX512 = 2, /* AVX-512 F/BW/VL (+ VNNI, + BF16 when present) */
+    KITE_CPU_NEON = 3,   /* AArch64 NEON (+ dotprod when present) */
+} kite_cpu_level;
+
+/* A weight matrix in the layout its kernel reads best. rows x cols, cols = the input width. */
+typedef struct kite_packed_matrix {
+    uint32_t type;        /* kite_type of the source tensor */
+    uint32_t layout;      /* kernel-set specific id of the packing */
+    int64_t rows, cols;
+    const void *data;     /* packed bytes */
+    size_t n_bytes;
+    void *owned;          /* allocation behind data, or NULL when data views the mapped file */
+} kite_packed_matrix;
+
+typedef struct kite_kernel_set {
+    kite_cpu_level level;
+    const char *name;     /* "ref", "avx2", "avx512", "avx512-vnni", "neon", "neon-dotprod" */
+
+    /* Repacks a weight tensor (ne[0] = cols, ne[1] = rows) for this set. */
+    int (*pack)(const kite_tensor *t, kite_packed_matrix *out, kite_error *e);
+
+    /* Bytes of the quantized-activation buffer for n rows of cols inputs against weights of `type`
+     * (0 when the kernel reads float activations directly). */
+    size_t (*act_bytes)(uint32_t type, int64_t cols, int32_t n);
+    /* Quantizes activation rows [b0, b1) of x ([n][cols] floats) into act (layout private to the set).
+     * Row b's quantization depends on row b alone. */
+    void (*quantize_act)(uint32_t type, const float *x, int64_t cols, int32_t b0, int32_t b1, void *act);
+
+    /* y[b * y_stride + r] = sum_k W[r][k] x[b][k] for r in [r0, r1), b in [0, n). act is the buffer
+     * quantize_act filled (for all n rows), x the float rows (for kernels that read floats). */
+    void (*matmul)(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
+                   int64_t y_stride, int64_t r0, int64_t r1);
+
+    /* Preferred granularity of row ranges handed to matmul (a multiple of any row interleave). */
+    int32_t row_block;
+} kite_kernel_set;
+
+/* The set chosen for this process (CPU features and KITE_CPU), resolved on first use. */
+const kite_kernel_set *kite_kernels(void);
+/* A specific level, or NULL when this CPU or build cannot run it (tests iterate over levels). */
+const kite_kernel_set *kite_kernels_for(kite_cpu_level level);
+
+void kite_packed_matrix_free(kite_packed_matrix *m);
+
+#endif

@@ -1,0 +1,176 @@
+/* Shared internals of the kernel sets: the quantized-activation formats (one format for every level, so
+ * the SIMD quantizers are tested byte for byte against the reference), the row-interleaved packed
+ * weight layout, and the integer decoding of weight blocks used by the reference and the packers.
+ *
+ * ---- The math (every level computes exactly this; see tests/kernels) --------------------------------
+ * Activations: each row of x is cut into blocks (32 elements for the 32-block weight types, 256 for the
+ * K-quants). Block amax = max |x_j|, d_x = amax / 127 (float), id = 1 / d_x (0 when d_x = 0), and
+ * q_j = round-to-nearest-even(clamp(x_j * id, -127, 127)) as int8; integer sums of q are kept per block
+ * (32-blocks) or per 16 and per 32 elements (K-quants). Every level computes these bytes identically.
+ *
+ * 32-block weights (w_j = d * v_j, or d * v_j + m for q4_1/q5_1; v_j the integer value of the block):
+ *     isum = sum_j v_j q_j                                  (exact int32)
+ *     acc  = fma((float)isum, d * d_x, acc)
+ *     acc  = fma((float)xsum, m * d_x, acc)                 (q4_1, q5_1 only; xsum = sum_j q_j)
+ * K-quants (w_j = d * sc_s * v_j - dmin * m_s, s the sub-block of j):
+ *     A = sum_s sc_s sum_{j in s} v_j q_j,  B = sum_s m_s sum_{j in s} q_j      (exact int32)
+ *     acc = fma((float)A, d * d_x, acc);  acc = fma(-(float)B, dmin * d_x, acc)  (B term when m exists)
+ * Floats (f32, f16, bf16; activations stay f32): acc = fma(w_k, x_k, acc) for k = 0, 1, ... in order.
+ * acc starts at 0 for each (weight row, activation row) and blocks are taken in order, so the result
+ * is a fixed sequence of float operations: any level, any batch size n, slot b or row range gives the
+ * same bits (the integer parts are exact whatever order a SIMD kernel sums them in). The only error
+ * against the exact product sum_j w_j x_j is the activation rounding (|x_j - d_x q_j| <= d_x / 2) plus
+ * float rounding of the per-block products and the accumulation. */
+#ifndef KITE_KERNELS_INTERNAL_H
+#define KITE_KERNELS_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "quant/blocks.h"
+#include "quant/types.h"
+
+#define KITE_ACT_ALIGN 64
+
+static inline size_t kite_round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+/* ---- Weight type families ------------------------------------------------------------------------ */
+
+typedef enum kite_family {
+    KITE_FAMILY_NONE = 0,  /* not a matrix type kite runs */
+    KITE_FAMILY_FLOAT = 1, /* f32, f16, bf16: float activations */
+    KITE_FAMILY_B32 = 2,   /* q4_0, q4_1, q5_0, q5_1, q8_0: 32-element activation blocks */
+    KITE_FAMILY_K = 3,     /* q2_K .. q6_K: 256-element activation blocks */
+} kite_family;
+
+static inline kite_family kite_type_family(uint32_t type) {
+    switch (type) {
+    case KITE_TYPE_F32: case KITE_TYPE_F16: case KITE_TYPE_BF16: return KITE_FAMILY_FLOAT;
+    case KITE_TYPE_Q4_0: case KITE_TYPE_Q4_1: case KITE_TYPE_Q5_0: case KITE_TYPE_Q5_1: case KITE_TYPE_Q8_0:
+        return KITE_FAMILY_B32;
+    case KITE_TYPE_Q2_K: case KITE_TYPE_Q3_K: case KITE_TYPE_Q4_K: case KITE_TYPE_Q5_K: case KITE_TYPE_Q6_K:
+        return KITE_FAMILY_K;
+    default: return KITE_FAMILY_NONE;
+    }
+}
+
+/* ---- Activation formats -------------------------------------------------------------------------- *
+ * 32-block rows (nb = cols / 32), each row KITE_ACT_ALIGN-aligned within the buffer:
+ *     int8_t qs[nb * 32]; float d[nb]; int32_t sum[nb];
+ * K rows (nsb = cols / 256):
+ *     int8_t qs[nsb * 256]; float d[nsb]; int16_t sum16[nsb * 16]; int16_t sum32[nsb * 8]; */
+
+typedef struct kite_act_geom {
+    int64_t n_blocks;   /* blocks per row */
+    int32_t block;      /* elements per block: 32 or 256 */
+    size_t off_d;       /* byte offset of the float scales within a row */
+    size_t off_sum;     /* byte offset of sum (b32) or sum16 (K) */
+    size_t off_sum32;   /* K only: byte offset of sum32 */
+    size_t row_bytes;   /* bytes per row, a multiple of KITE_ACT_ALIGN */
+} kite_act_geom;
+
+static inline kite_act_geom kite_act_geometry(kite_family f, int64_t cols) {
+    kite_act_geom g = {0};
+    if (f == KITE_FAMILY_B32) {
+        g.block = 32;
+        g.n_blocks = cols / 32;
+        g.off_d = (size_t)g.n_blocks * 32;
+        g.off_sum = g.off_d + (size_t)g.n_blocks * 4;
+        g.row_bytes = kite_round_up(g.off_sum + (size_t)g.n_blocks * 4, KITE_ACT_ALIGN);
+    } else if (f == KITE_FAMILY_K) {
+        g.block = 256;
+        g.n_blocks = cols / 256;
+        g.off_d = (size_t)g.n_blocks * 256;
+        g.off_sum = g.off_d + (size_t)g.n_blocks * 4;
+        g.off_sum32 = g.off_sum + (size_t)g.n_blocks * 32;
+        g.row_bytes = kite_round_up(g.off_sum32 + (size_t)g.n_blocks * 16, KITE_ACT_ALIGN);
+    }
+    return g;
+}
+
+/* Bytes of the activation buffer for n rows of cols (shared act_bytes of every set). */
+size_t kite_act_bytes_common(uint32_t type, int64_t cols, int32_t n);
+
+/* The reference activation quantizer (the definition; SIMD quantizers must give the same bytes). */
+void kite_ref_quantize_act(uint32_t type, const float *x, int64_t cols, int32_t b0, int32_t b1, void *act);
+
+/* ---- Integer decoding of weight blocks -------------------------------------------------------------- */
+
+/* One 32-block: w_j = d * v[j] (+ m for q4_1/q5_1, has_min set). */
+typedef struct kite_b32_ints {
+    float d, m;
+    bool has_min;
+    int8_t v[32];
+} kite_b32_ints;
+void kite_decode_b32(uint32_t type, const void *block, kite_b32_ints *out);
+
+/* One K super-block: w_j = d * sc[j / sub] * v[j] - dmin * m[j / sub] (has_min for q2_K, q4_K, q5_K). */
+typedef struct kite_k_ints {
+    float d, dmin;
+    bool has_min;
+    int32_t sub;        /* elements per sub-block: 16 or 32 */
+    int8_t v[256];
+    int16_t sc[16];
+    int16_t m[16];
+} kite_k_ints;
+void kite_decode_k(uint32_t type, const void *block, kite_k_ints *out);
+
+/* ---- Packed layouts -------------------------------------------------------------------------------- *
+ * KITE_LAYOUT_RAW: data views the tensor's rows as stored (the reference set; owned = NULL).
+ * KITE_LAYOUT_INTERLEAVED: rows in groups of G (16 for AVX-512, 8 for AVX2, 4 for NEON); the last group
+ * is padded with zero rows. Group g occupies group_bytes at data + g * group_bytes: first the quant
+ * region (n_blocks * q_bytes), then the scale region (n_blocks * s_bytes); group_bytes is a multiple of
+ * 64. A "vector" below is 4 * G bytes: byte 4r + i holds element 4j + i of row r for one 4-element
+ * column group j (the layout a dot-of-4 instruction with a broadcast activation word consumes).
+ *   f32/f16/bf16: block = 1 column: G values (the G rows of that column) in the source format.
+ *   q8_0: 8 vectors (column groups 0..7) of int8 values; with KITE_PACK_Q8_OFFSET stored as v + 128 (u8).
+ *         scales: G fp16 d.
+ *   q4_0: 4 vectors, vector p holds column group p in the low nibbles and p + 4 in the high nibbles
+ *         (nibbles as stored, v + 8). scales: G fp16 d.
+ *   q4_K: per 32-column sub-block s, 4 nibble vectors as q4_0 (v in 0..15). scales: for pairs of
+ *         sub-blocks p = 0..3, G pairs (sc_2p, sc_2p+1) of u8, then G pairs (m_2p, m_2p+1) of u8;
+ *         then G fp16 d and G fp16 dmin.
+ *   q5_K: as q4_K, then per sub-block one vector whose byte holds in bit j the fifth bit of column group
+ *         j's element (v = nibble + 16 * bit). scales as q4_K.
+ *   q6_K: per 32 columns (sub-blocks 2t, 2t+1): 4 nibble vectors (low 4 bits of v + 32), then 2 vectors
+ *         of the high 2 bits: vector h holds column group 4h + j in bits 2j..2j+1. scales: per pair of
+ *         sub-blocks p = 0..7, G pairs (sc_2p, sc_2p+1) of int8, then G fp16 d. */
+enum {
+    KITE_LAYOUT_RAW = 0,
+    KITE_LAYOUT_INTERLEAVED = 0x100, /* | G | flags */
+    KITE_PACK_Q8_OFFSET = 0x1000,
+};
+
+typedef struct kite_pack_geom {
+    int32_t G;          /* rows per group */
+    int64_t n_groups;
+    int64_t n_blocks;   /* per row */
+    size_t q_bytes;     /* quant bytes per block per group */
+    size_t s_bytes;     /* scale bytes per block per group */
+    size_t group_bytes; /* multiple of 64 */
+} kite_pack_geom;
+
+/* Geometry for type with rows x cols in groups of G; false if the type has no interleaved form. */
+bool kite_pack_geometry(uint32_t type, int64_t rows, int64_t cols, int32_t G, kite_pack_geom *g);
+
+/* Validates t as a matrix of a supported type (shape, byte size, block multiple). */
+int kite_check_matrix(const kite_tensor *t, kite_error *e);
+
+/* Packs t into the interleaved layout with G rows per group (flags: KITE_PACK_Q8_OFFSET). */
+int kite_pack_interleaved(const kite_tensor *t, int32_t G, uint32_t flags, kite_packed_matrix *out, kite_error *e);
+
+/* The reference set's entry points, which the SIMD sets use for types they do not accelerate. */
+int kite_ref_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e);
+void kite_ref_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
+                     int64_t y_stride, int64_t r0, int64_t r1);
+
+/* The sets. NULL where the build has no such set (other architecture). */
+const kite_kernel_set *kite_kernels_ref(void);
+const kite_kernel_set *kite_kernels_avx2(void);
+const kite_kernel_set *kite_kernels_avx512(void); /* needs AVX-512 F/BW/VL + VNNI */
+const kite_kernel_set *kite_kernels_neon(void);
+
+#endif

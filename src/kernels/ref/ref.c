@@ -1,0 +1,214 @@
+/* The scalar reference kernel set: the definition of every product (see kernels_internal.h for the
+ * math). Weights stay in their stored layout (a view of the tensor, nothing copied); each block is
+ * decoded to its integer form once per row and used for all activation rows. Floats are combined only
+ * with fmaf and plain multiplications in separate statements, so no compiler contraction setting can
+ * change the bits. */
+#include <math.h>
+#include <string.h>
+
+#include "base/fp16.h"
+#include "kernels/kernels_internal.h"
+
+/* ---- activation quantization (the definition) --------------------------------------------------------- */
+
+static inline int8_t quant_one(float x, float id) {
+    float v = x * id;
+    v = fminf(127.0f, fmaxf(-127.0f, v)); /* NaN becomes 127 or -127: defined, not meaningful */
+    return (int8_t)lrintf(v);              /* default rounding mode: nearest, ties to even */
+}
+
+/* Quantizes len floats to q with d = amax / 127; returns d. */
+static float quant_block(const float *x, int len, int8_t *q) {
+    float amax = 0.0f;
+    for (int j = 0; j < len; j++) {
+        float a = fabsf(x[j]);
+        if (a > amax) amax = a;
+    }
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < len; j++) q[j] = quant_one(x[j], id);
+    return d;
+}
+
+void kite_ref_quantize_act(uint32_t type, const float *x, int64_t cols, int32_t b0, int32_t b1, void *act) {
+    kite_family f = kite_type_family(type);
+    if (f != KITE_FAMILY_B32 && f != KITE_FAMILY_K) return;
+    kite_act_geom g = kite_act_geometry(f, cols);
+    for (int32_t b = b0; b < b1; b++) {
+        uint8_t *row = (uint8_t *)act + (size_t)b * g.row_bytes;
+        const float *xr = x + (size_t)b * (size_t)cols;
+        int8_t *qs = (int8_t *)row;
+        for (int64_t blk = 0; blk < g.n_blocks; blk++) {
+            int8_t *q = qs + blk * g.block;
+            float d = quant_block(xr + blk * g.block, g.block, q);
+            memcpy(row + g.off_d + (size_t)blk * 4, &d, 4);
+            if (f == KITE_FAMILY_B32) {
+                int32_t sum = 0;
+                for (int j = 0; j < 32; j++) sum += q[j];
+                memcpy(row + g.off_sum + (size_t)blk * 4, &sum, 4);
+            } else {
+                for (int s = 0; s < 16; s++) {
+                    int16_t sum = 0;
+                    for (int j = 0; j < 16; j++) sum = (int16_t)(sum + q[16 * s + j]);
+                    memcpy(row + g.off_sum + ((size_t)blk * 16 + (size_t)s) * 2, &sum, 2);
+                }
+                for (int s = 0; s < 8; s++) {
+                    int16_t sum = 0;
+                    for (int j = 0; j < 32; j++) sum = (int16_t)(sum + q[32 * s + j]);
+                    memcpy(row + g.off_sum32 + ((size_t)blk * 8 + (size_t)s) * 2, &sum, 2);
+                }
+            }
+        }
+    }
+}
+
+/* ---- packing: a view ---------------------------------------------------------------------------------------- */
+
+int kite_ref_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e) {
+    memset(out, 0, sizeof *out);
+    int st = kite_check_matrix(t, e);
+    if (st) return st;
+    out->type = t->type;
+    out->layout = KITE_LAYOUT_RAW;
+    out->rows = t->ne[1];
+    out->cols = t->ne[0];
+    out->data = t->data;
+    out->n_bytes = kite_type_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1];
+    out->owned = NULL;
+    return KITE_OK;
+}
+
+static size_t ref_act_bytes(uint32_t type, int64_t cols, int32_t n) { return kite_act_bytes_common(type, cols, n); }
+
+/* ---- products ---------------------------------------------------------------------------------------------- */
+
+enum { REF_BATCH = 64 }; /* activation rows per pass over a weight row */
+
+static float load_f32(const void *p) { float v; memcpy(&v, p, 4); return v; }
+
+static void matmul_float(const kite_packed_matrix *w, const float *x, int32_t n, float *y, int64_t y_stride,
+                         int64_t r0, int64_t r1) {
+    const int64_t cols = w->cols;
+    const size_t es = w->type == KITE_TYPE_F32 ? 4 : 2;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (size_t)cols * es;
+        for (int32_t b0 = 0; b0 < n; b0 += REF_BATCH) {
+            int32_t nb = n - b0 < REF_BATCH ? n - b0 : REF_BATCH;
+            float acc[REF_BATCH] = {0};
+            for (int64_t k = 0; k < cols; k++) {
+                float wk;
+                if (w->type == KITE_TYPE_F32) {
+                    wk = load_f32(row + 4 * k);
+                } else {
+                    uint16_t h;
+                    memcpy(&h, row + 2 * k, 2);
+                    wk = w->type == KITE_TYPE_F16 ? kite_fp16_to_f32(h) : kite_bf16_to_f32(h);
+                }
+                for (int32_t b = 0; b < nb; b++) acc[b] = fmaf(wk, x[(size_t)(b0 + b) * (size_t)cols + (size_t)k], acc[b]);
+            }
+            for (int32_t b = 0; b < nb; b++) y[(int64_t)(b0 + b) * y_stride + r] = acc[b];
+        }
+    }
+}
+
+static void matmul_b32(const kite_packed_matrix *w, const uint8_t *act, int32_t n, float *y, int64_t y_stride,
+                       int64_t r0, int64_t r1) {
+    const kite_type_traits *tr = kite_type_get(w->type);
+    const kite_act_geom g = kite_act_geometry(KITE_FAMILY_B32, w->cols);
+    const size_t row_bytes = kite_type_row_bytes(w->type, w->cols);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
+        for (int32_t b0 = 0; b0 < n; b0 += REF_BATCH) {
+            int32_t nb = n - b0 < REF_BATCH ? n - b0 : REF_BATCH;
+            float acc[REF_BATCH] = {0};
+            for (int64_t blk = 0; blk < g.n_blocks; blk++) {
+                kite_b32_ints wb;
+                kite_decode_b32(w->type, row + (size_t)blk * tr->block_bytes, &wb);
+                for (int32_t b = 0; b < nb; b++) {
+                    const uint8_t *arow = act + (size_t)(b0 + b) * g.row_bytes;
+                    const int8_t *q = (const int8_t *)arow + blk * 32;
+                    int32_t isum = 0;
+                    for (int j = 0; j < 32; j++) isum += wb.v[j] * q[j];
+                    float dx = load_f32(arow + g.off_d + (size_t)blk * 4);
+                    float scale = wb.d * dx;
+                    acc[b] = fmaf((float)isum, scale, acc[b]);
+                    if (wb.has_min) {
+                        int32_t xsum;
+                        memcpy(&xsum, arow + g.off_sum + (size_t)blk * 4, 4);
+                        float mscale = wb.m * dx;
+                        acc[b] = fmaf((float)xsum, mscale, acc[b]);
+                    }
+                }
+            }
+            for (int32_t b = 0; b < nb; b++) y[(int64_t)(b0 + b) * y_stride + r] = acc[b];
+        }
+    }
+}
+
+static void matmul_k(const kite_packed_matrix *w, const uint8_t *act, int32_t n, float *y, int64_t y_stride, int64_t r0,
+                     int64_t r1) {
+    const kite_type_traits *tr = kite_type_get(w->type);
+    const kite_act_geom g = kite_act_geometry(KITE_FAMILY_K, w->cols);
+    const size_t row_bytes = kite_type_row_bytes(w->type, w->cols);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
+        for (int32_t b0 = 0; b0 < n; b0 += REF_BATCH) {
+            int32_t nb = n - b0 < REF_BATCH ? n - b0 : REF_BATCH;
+            float acc[REF_BATCH] = {0};
+            for (int64_t blk = 0; blk < g.n_blocks; blk++) {
+                kite_k_ints kb;
+                kite_decode_k(w->type, row + (size_t)blk * tr->block_bytes, &kb);
+                const int n_sub = 256 / kb.sub;
+                for (int32_t b = 0; b < nb; b++) {
+                    const uint8_t *arow = act + (size_t)(b0 + b) * g.row_bytes;
+                    const int8_t *q = (const int8_t *)arow + blk * 256;
+                    int32_t A = 0, B = 0;
+                    for (int s = 0; s < n_sub; s++) {
+                        int32_t part = 0;
+                        for (int j = 0; j < kb.sub; j++) part += kb.v[s * kb.sub + j] * q[s * kb.sub + j];
+                        A += kb.sc[s] * part;
+                        if (kb.has_min) {
+                            int16_t xs;
+                            if (kb.sub == 16) memcpy(&xs, arow + g.off_sum + ((size_t)blk * 16 + (size_t)s) * 2, 2);
+                            else memcpy(&xs, arow + g.off_sum32 + ((size_t)blk * 8 + (size_t)s) * 2, 2);
+                            B += kb.m[s] * xs;
+                        }
+                    }
+                    float dx = load_f32(arow + g.off_d + (size_t)blk * 4);
+                    float scale = kb.d * dx;
+                    acc[b] = fmaf((float)A, scale, acc[b]);
+                    if (kb.has_min) {
+                        float mscale = kb.dmin * dx;
+                        acc[b] = fmaf(-(float)B, mscale, acc[b]);
+                    }
+                }
+            }
+            for (int32_t b = 0; b < nb; b++) y[(int64_t)(b0 + b) * y_stride + r] = acc[b];
+        }
+    }
+}
+
+void kite_ref_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
+                     int64_t y_stride, int64_t r0, int64_t r1) {
+    if (r0 < 0) r0 = 0;
+    if (r1 > w->rows) r1 = w->rows;
+    if (r0 >= r1 || n <= 0) return;
+    switch (kite_type_family(w->type)) {
+    case KITE_FAMILY_FLOAT: matmul_float(w, x, n, y, y_stride, r0, r1); break;
+    case KITE_FAMILY_B32: matmul_b32(w, act, n, y, y_stride, r0, r1); break;
+    case KITE_FAMILY_K: matmul_k(w, act, n, y, y_stride, r0, r1); break;
+    default: break;
+    }
+}
+
+static const kite_kernel_set ref_set = {
+    .level = KITE_CPU_REF,
+    .name = "ref",
+    .pack = kite_ref_pack,
+    .act_bytes = ref_act_bytes,
+    .quantize_act = kite_ref_quantize_act,
+    .matmul = kite_ref_matmul,
+    .row_block = 16,
+};
+
+const kite_kernel_set *kite_kernels_ref(void) { return &ref_set; }

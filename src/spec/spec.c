@@ -1,0 +1,459 @@
+/* Drafters, draft trees and the budget controller for speculative decoding. */
+#include "spec/spec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "sample/sampler.h"
+
+/* Distinct noise streams derived from the user's seed, so the rejection verifier's coin flips and
+ * the oracle's corruptions never reuse the Gumbel noise of the target's own samples. */
+#define SEED_REJECT_ACCEPT 0x9E3779B97F4A7C15ull
+#define SEED_REJECT_RESIDUAL 0xD1B54A32D192ED03ull
+#define SEED_DRAFT_SAMPLE 0xA0761D6478BD642Full
+#define SEED_ORACLE 0xE7037ED1A0B428DBull
+
+kite_spec_params kite_spec_default_params(void) {
+    kite_spec_params p = {0};
+    p.drafter = KITE_DRAFT_NONE;
+    p.budget = 0;
+    p.tree_width = 1;
+    p.verify = KITE_VERIFY_GUMBEL;
+    return p;
+}
+
+/* ---- state -------------------------------------------------------------------------------------- */
+
+/* Two models share a vocabulary when they have the same size and every token spells the same bytes. */
+static bool same_vocabulary(const kite_model *a, const kite_model *b) {
+    if (a->n_vocab != b->n_vocab) return false;
+    if (!a->tokenizer || !b->tokenizer) return a->tokenizer == b->tokenizer;
+    if (kite_tokenizer_n_vocab(a->tokenizer) != kite_tokenizer_n_vocab(b->tokenizer)) return false;
+    char pa[256], pb[256];
+    for (int32_t id = 0; id < kite_tokenizer_n_vocab(a->tokenizer); id++) {
+        int32_t la = kite_tokenizer_piece(a->tokenizer, -1, id, pa, sizeof pa);
+        int32_t lb = kite_tokenizer_piece(b->tokenizer, -1, id, pb, sizeof pb);
+        if (la != lb || (la > 0 && memcmp(pa, pb, (size_t)(la < 256 ? la : 256)) != 0)) return false;
+    }
+    return true;
+}
+
+int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params *p, kite_error *e) {
+    memset(st, 0, sizeof *st);
+    if (p->drafter < KITE_DRAFT_NONE || p->drafter > KITE_DRAFT_ORACLE)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "unknown drafter %d", (int)p->drafter);
+    if (p->budget < 0 || p->budget > KITE_MAX_DRAFT)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "speculative budget %d is out of range (1..%d, or 0 for auto)", p->budget,
+                         KITE_MAX_DRAFT);
+    if (p->tree_width < 1 || p->tree_width > 8)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "tree width %d is out of range (1..8)", p->tree_width);
+    if (p->verify != KITE_VERIFY_GUMBEL && p->verify != KITE_VERIFY_REJECTION)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "unknown verification mode %d", (int)p->verify);
+    if (p->verify == KITE_VERIFY_REJECTION && p->tree_width != 1)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "rejection verification works on chains: use tree width 1");
+    if (p->drafter == KITE_DRAFT_ORACLE && (!p->oracle_ids || !(p->oracle_error_rate >= 0 && p->oracle_error_rate <= 1)))
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "the oracle drafter needs oracle ids and an error rate in [0, 1]");
+    st->params = *p;
+    int32_t V = s->model->n_vocab;
+    if (p->drafter == KITE_DRAFT_MODEL) {
+        if (!p->draft_model) return kite_fail(e, KITE_ERR_INVALID_ARG, "the model drafter needs a draft model");
+        if (p->draft_model->vocab_only) return kite_fail(e, KITE_ERR_INVALID_ARG, "the draft model was opened with vocab_only");
+        if (!same_vocabulary(s->model, p->draft_model))
+            return kite_fail(e, KITE_ERR_INVALID_ARG,
+                             "the draft model's vocabulary (%d tokens) differs from the model's (%d tokens): a drafter must "
+                             "share the target's tokenizer",
+                             p->draft_model->n_vocab, V);
+        kite_session_params sp = kite_session_default_params();
+        sp.n_ctx = s->n_ctx;
+        sp.n_threads = 1; /* a pool of one; it borrows the target's pool below */
+        char err[512];
+        if (kite_session_open(&st->draft, p->draft_model, &sp, err, sizeof err)) {
+            kite_spec_free(st);
+            return kite_fail(e, KITE_ERR_NOMEM, "draft session: %s", err);
+        }
+        kite_forward_scratch_free(&st->draft->scratch);
+        int rc = kite_forward_scratch_init(&st->draft->scratch, &p->draft_model->weights.hp, KITE_PREFILL_CHUNK,
+                                           kite_pool_threads(s->pool), s->n_ctx, e);
+        if (rc) { kite_spec_free(st); return rc; }
+        kite_pool_free(st->draft->pool);
+        st->draft->pool = s->pool;
+        st->draft->pool_borrowed = true;
+    }
+    st->draft_logits = malloc(sizeof(float) * (size_t)V * (KITE_MAX_DRAFT + 1));
+    st->draft_q = malloc(sizeof(float) * (size_t)V * (KITE_MAX_DRAFT + 1));
+    st->work = malloc(sizeof(float) * (size_t)V);
+    if (!st->draft_logits || !st->draft_q || !st->work) {
+        kite_spec_free(st);
+        return kite_fail(e, KITE_ERR_NOMEM, "out of memory for speculative decoding");
+    }
+    /* Optimistic start: the controller drafts at first and learns quickly. */
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.6;
+    return KITE_OK;
+}
+
+void kite_spec_free(kite_spec_state *st) {
+    if (!st) return;
+    kite_session_free(st->draft);
+    free(st->draft_logits);
+    free(st->draft_q);
+    free(st->work);
+    free(st->corpus);
+    memset(st, 0, sizeof *st);
+}
+
+void kite_spec_remember(kite_spec_state *st, const int32_t *tokens, size_t n) {
+    enum { MAX_CORPUS = 1 << 20 };
+    if (n == 0) return;
+    if (n > MAX_CORPUS) { tokens += n - MAX_CORPUS; n = MAX_CORPUS; }
+    if (st->n_corpus + n > MAX_CORPUS) { /* keep the most recent */
+        size_t drop = st->n_corpus + n - MAX_CORPUS;
+        memmove(st->corpus, st->corpus + drop, (st->n_corpus - drop) * sizeof *st->corpus);
+        st->n_corpus -= drop;
+    }
+    if (st->n_corpus + n > st->cap_corpus) {
+        size_t cap = (st->n_corpus + n) * 2;
+        int32_t *nc = realloc(st->corpus, cap * sizeof *nc);
+        if (!nc) return; /* the corpus is only a source of guesses */
+        st->corpus = nc;
+        st->cap_corpus = cap;
+    }
+    memcpy(st->corpus + st->n_corpus, tokens, n * sizeof *tokens);
+    st->n_corpus += n;
+}
+
+/* ---- cost model ----------------------------------------------------------------------------------- */
+
+static const int32_t COST_POINTS[] = {1, 2, 4, 8, 16, KITE_MAX_DRAFT + 1};
+enum { N_COST_POINTS = sizeof COST_POINTS / sizeof COST_POINTS[0] };
+
+/* Measures one pass over B tokens at each point, in rows past the committed context (which no one
+ * reads), taking the best of a few runs. Cached in the model per thread count. */
+static void measure_costs(kite_session *s, double *ms) {
+    kite_model *m = s->model;
+    int32_t room = s->n_ctx - s->n_past;
+    int32_t ids[KITE_MAX_DRAFT + 1];
+    for (int i = 0; i <= KITE_MAX_DRAFT; i++) ids[i] = (int32_t)((i * 7919) % m->n_vocab);
+    for (int k = 0; k < N_COST_POINTS; k++) {
+        int32_t B = COST_POINTS[k];
+        if (B > room) { /* no room to measure: extrapolate linearly from what was measured */
+            ms[k] = k > 0 ? ms[k - 1] * (double)B / COST_POINTS[k - 1] : 1.0;
+            continue;
+        }
+        double best = INFINITY;
+        for (int rep = 0; rep < 3; rep++) {
+            double t0 = kite_now_ms();
+            kite_forward(&m->weights, &s->kv, &s->scratch, s->pool, ids, NULL, 0, B, s->n_past, NULL, false);
+            double t = kite_now_ms() - t0;
+            if (t < best) best = t;
+        }
+        ms[k] = best;
+    }
+}
+
+double kite_spec_pass_cost(kite_session *s, int32_t B) {
+    kite_model *m = s->model;
+    int32_t threads = kite_pool_threads(s->pool);
+    pthread_mutex_lock(&m->cost_lock);
+    if (m->cost_threads != threads) {
+        measure_costs(s, m->pass_cost_ms);
+        m->cost_threads = threads;
+        kite_log(KITE_LOG_INFO, "pass cost (ms): B=1 %.3f, 2 %.3f, 4 %.3f, 8 %.3f, 16 %.3f, 33 %.3f", m->pass_cost_ms[0],
+                 m->pass_cost_ms[1], m->pass_cost_ms[2], m->pass_cost_ms[3], m->pass_cost_ms[4], m->pass_cost_ms[5]);
+    }
+    double ms = m->pass_cost_ms[N_COST_POINTS - 1];
+    for (int k = 0; k < N_COST_POINTS; k++) {
+        if (B <= COST_POINTS[k]) {
+            if (k == 0 || B == COST_POINTS[k]) { ms = m->pass_cost_ms[k]; break; }
+            double f = (double)(B - COST_POINTS[k - 1]) / (COST_POINTS[k] - COST_POINTS[k - 1]);
+            ms = m->pass_cost_ms[k - 1] + f * (m->pass_cost_ms[k] - m->pass_cost_ms[k - 1]);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&m->cost_lock);
+    return ms;
+}
+
+/* ---- budget controller ---------------------------------------------------------------------------- */
+
+int32_t kite_spec_choose_budget(kite_spec_state *st, kite_session *s, int32_t max_budget) {
+    if (max_budget <= 0) return 0;
+    if (st->params.budget > 0) return st->params.budget < max_budget ? st->params.budget : max_budget;
+    /* Tokens per millisecond for a chain of k drafted tokens: E[tokens] = 1 + sum_j prod_{i<=j} a_i,
+     * cost = T(k + 1) + drafting. Trees are costed as chains of the same node count. */
+    double best_rate = 1.0 / kite_spec_pass_cost(s, 1);
+    int32_t best_k = 0;
+    double expected = 1.0, reach = 1.0;
+    for (int32_t k = 1; k <= max_budget; k++) {
+        reach *= st->accept_rate[k - 1];
+        expected += reach;
+        double cost = kite_spec_pass_cost(s, k + 1) + st->draft_ms_per_token * k;
+        double rate = expected / cost;
+        if (rate > best_rate * 1.0001) { best_rate = rate; best_k = k; }
+    }
+    /* Re-probe now and then so a drafter that was poor earlier can win back its place. */
+    if (best_k == 0 && ++st->plain_streak >= 16) {
+        st->plain_streak = 0;
+        return 1;
+    }
+    if (best_k > 0) st->plain_streak = 0;
+    return best_k;
+}
+
+void kite_spec_observe(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path) {
+    /* For each depth, was some node there drafted with its parent accepted, and was one accepted? */
+    const double alpha = 0.1;
+    for (int32_t d = 1; d < KITE_MAX_DRAFT + 1; d++) {
+        bool drafted_under_accepted = false;
+        for (int32_t j = 1; j < t->n; j++)
+            if (t->depth[j] == d && d - 1 < n_path && t->parent[j] == path[d - 1]) drafted_under_accepted = true;
+        if (!drafted_under_accepted) break;
+        bool accepted = d < n_path;
+        st->accept_rate[d - 1] += alpha * ((accepted ? 1.0 : 0.0) - st->accept_rate[d - 1]);
+    }
+}
+
+/* ---- drafters ------------------------------------------------------------------------------------- */
+
+static void tree_root(kite_draft_tree *t, int32_t root) {
+    memset(t, 0, sizeof *t);
+    t->n = 1;
+    t->token[0] = root;
+    t->parent[0] = -1;
+}
+
+static int32_t tree_add(kite_draft_tree *t, int32_t parent, int32_t token, float logq, float q_token) {
+    int32_t j = t->n++;
+    t->token[j] = token;
+    t->parent[j] = parent;
+    t->depth[j] = t->depth[parent] + 1;
+    t->logq[j] = logq;
+    t->q_token[j] = q_token;
+    return j;
+}
+
+/* Where the suffix of ctx[0..n) of length len occurred before, most recent first: returns the end
+ * index (exclusive) of an occurrence in src[0..src_len) with end < before and a token after it, or -1. */
+static int64_t find_occurrence(const int32_t *src, int64_t src_len, int64_t before, const int32_t *suffix, int64_t len) {
+    int64_t last = before < src_len - 1 ? before : src_len - 1;
+    for (int64_t end = last; end >= len; end--)
+        if (src[end - len] == suffix[0] && memcmp(src + end - len, suffix, (size_t)len * sizeof *src) == 0) return end;
+    return -1;
+}
+
+/* N-gram drafter: the continuation of the most recent earlier occurrence of the context's longest
+ * suffix (4 tokens down to 1), in the context itself and then in the session's earlier
+ * conversations. With tree width C > 1, up to C occurrences with distinct next tokens become
+ * branches. */
+static void draft_ngram(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, kite_draft_tree *t) {
+    int64_t n = (int64_t)s->n_past + 1;
+    if (n > s->n_ctx) return;
+    int32_t *ctx = s->history; /* room for n_ctx tokens: the root sits at n_past while we search */
+    int32_t saved = ctx[s->n_past];
+    ctx[s->n_past] = root;
+    int32_t branches = 0;
+    for (int64_t len = n - 1 < 4 ? n - 1 : 4; len >= 1 && branches < st->params.tree_width; len--) {
+        const int32_t *suffix = ctx + n - len;
+        for (int source = 0; source < 2 && branches < st->params.tree_width; source++) {
+            const int32_t *src = source == 0 ? ctx : st->corpus;
+            int64_t src_len = source == 0 ? n - 1 : (int64_t)st->n_corpus; /* an occurrence ends before the suffix */
+            for (int64_t before = src_len - 1; branches < st->params.tree_width && t->n - 1 < budget;) {
+                int64_t at = find_occurrence(src, source == 0 ? n : src_len, before, suffix, len);
+                if (at < 0 || at >= (source == 0 ? n : src_len)) break;
+                before = at - 1;
+                bool dup = false;
+                for (int32_t j = 1; j < t->n; j++)
+                    if (t->parent[j] == 0 && t->token[j] == src[at]) dup = true;
+                if (dup) continue;
+                int32_t parent = 0;
+                int64_t stop = source == 0 ? n : src_len;
+                for (int64_t k = at; k < stop && t->n - 1 < budget; k++) parent = tree_add(t, parent, src[k], 0.0f, 1.0f);
+                branches++;
+            }
+        }
+        if (branches > 0) break; /* shorter suffixes only when the longer ones found nothing */
+    }
+    ctx[s->n_past] = saved;
+}
+
+/* Oracle drafter (benchmarks): the continuation a plain run produced, each token corrupted with the
+ * given probability. */
+static void draft_oracle(kite_spec_state *st, kite_session *s, int32_t budget, uint64_t seed, kite_draft_tree *t) {
+    int32_t parent = 0;
+    for (int32_t d = 1; d <= budget; d++) {
+        int64_t pos = s->n_past + d; /* position of the drafted token */
+        int64_t idx = pos - st->gen_start_pos;
+        if (idx < 0 || (size_t)idx >= st->params.n_oracle_ids) break;
+        int32_t tok = st->params.oracle_ids[idx];
+        float u = kite_uniform(seed ^ SEED_ORACLE, pos, 0);
+        if (u < st->params.oracle_error_rate) tok = (int32_t)((tok + 1 + (int64_t)(u * 1e6)) % s->model->n_vocab);
+        parent = tree_add(t, parent, tok, 0.0f, 1.0f);
+    }
+}
+
+/* Draft-model logits processed like the target's (same penalties over the node's own history, same
+ * masks), as log-probabilities at the sampling temperature (T = 1 when greedy). */
+static void draft_logq(kite_spec_state *st, kite_session *d, const kite_gen_params *gp, const float *logits,
+                       const int32_t *history, size_t n_history, float *logq) {
+    int32_t V = d->model->n_vocab;
+    memcpy(logq, logits, sizeof(float) * (size_t)V);
+    kite_process_logits(gp, logq, V, history, n_history);
+    float T = gp->temperature > 0 ? gp->temperature : 1.0f;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < V; i++) if (logq[i] > mx) mx = logq[i];
+    double sum = 0;
+    for (int32_t i = 0; i < V; i++) sum += logq[i] == -INFINITY ? 0.0 : exp((double)(logq[i] - mx) / T);
+    float lse = (float)log(sum);
+    for (int32_t i = 0; i < V; i++) logq[i] = logq[i] == -INFINITY ? -INFINITY : (logq[i] - mx) / T - lse;
+    (void)st;
+}
+
+/* Draft model: expands the tree level by level; at each node the children are the top-C tokens of
+ * log q(t) + G(seed, position, t) (the target's own noise field, so a drafter equal to the target is
+ * always accepted; plain log q when greedy; an independent sample for rejection verification), and
+ * the tree keeps the most probable nodes by cumulative log q up to the budget. */
+static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
+                       kite_draft_tree *t, kite_error *e) {
+    kite_session *d = st->draft;
+    int32_t V = d->model->n_vocab, P = s->n_past;
+    /* Bring the draft's committed context in step with the target's. */
+    int32_t common = 0;
+    int32_t limit = d->n_past < P ? d->n_past : P;
+    while (common < limit && d->history[common] == s->history[common]) common++;
+    d->n_past = common;
+    d->unfed_token = -1;
+    if (common < P) {
+        int rc = kite_session_run_chain(d, s->history + common, (size_t)(P - common), NULL, e);
+        if (rc) return rc;
+    }
+    /* Root. */
+    kite_forward(&d->model->weights, &d->kv, &d->scratch, d->pool, &root, t->parent, 0, 1, P, st->draft_logits, true);
+    t->fed[0] = true;
+    int32_t level_first = 0, level_end = 1;
+    int32_t width = st->params.tree_width;
+    bool rejection = st->params.verify == KITE_VERIFY_REJECTION;
+    uint64_t seed = rejection ? gp->seed ^ SEED_DRAFT_SAMPLE : gp->seed;
+    int32_t hist[KITE_MAX_DRAFT + 1 + 64];
+    while (t->n - 1 < budget && level_first < level_end) {
+        /* Candidates: top-C children of every node on this level. */
+        typedef struct { int32_t parent; int32_t token; float logq; float q; } cand;
+        cand cands[(KITE_MAX_DRAFT + 1) * 8];
+        int32_t n_cands = 0;
+        for (int32_t j = level_first; j < level_end; j++) {
+            /* History for the processors: the committed window plus this node's path. */
+            int32_t path_len = t->depth[j] + 1, window = 64;
+            int32_t from = P > window ? P - window : 0, nh = 0;
+            for (int32_t k = from; k < P; k++) hist[nh++] = s->history[k];
+            nh += path_len;
+            for (int32_t k = j, at = nh - 1; k >= 0; k = t->parent[k]) hist[at--] = t->token[k];
+            float *logq = st->draft_q + (size_t)j * V;
+            draft_logq(st, d, gp, st->draft_logits + (size_t)j * V, hist, (size_t)nh, logq);
+            int64_t pos = (int64_t)P + t->depth[j] + 1;
+            /* Top-C by score, C small: repeated selection. */
+            int32_t picked[8];
+            for (int32_t c = 0; c < width; c++) {
+                int32_t best = -1;
+                float best_score = -INFINITY;
+                for (int32_t v = 0; v < V; v++) {
+                    if (logq[v] == -INFINITY) continue;
+                    bool taken = false;
+                    for (int32_t q = 0; q < c; q++) if (picked[q] == v) taken = true;
+                    if (taken) continue;
+                    float score = gp->temperature > 0 ? logq[v] + kite_gumbel(seed, pos, v) : logq[v];
+                    if (score > best_score) { best_score = score; best = v; }
+                }
+                if (best < 0) break;
+                picked[c] = best;
+                cands[n_cands++] = (cand){j, best, t->logq[j] + logq[best], expf(logq[best])};
+            }
+        }
+        /* Keep the most probable candidates within the budget (insertion order by cumulative log q). */
+        int32_t room = budget - (t->n - 1);
+        int32_t new_first = t->n;
+        for (int32_t added = 0; added < room && n_cands > 0; added++) {
+            int32_t best = 0;
+            for (int32_t c = 1; c < n_cands; c++) if (cands[c].logq > cands[best].logq) best = c;
+            tree_add(t, cands[best].parent, cands[best].token, cands[best].logq, cands[best].q);
+            cands[best] = cands[--n_cands];
+        }
+        int32_t new_end = t->n;
+        if (new_end == new_first || t->n - 1 >= budget) {
+            level_first = level_end = new_end; /* done; leaves stay unfed */
+            break;
+        }
+        /* Feed the new level to get its logits. */
+        kite_forward(&d->model->weights, &d->kv, &d->scratch, d->pool, t->token + new_first, t->parent, new_first,
+                     new_end - new_first, P, st->draft_logits + (size_t)new_first * V, true);
+        for (int32_t j = new_first; j < new_end; j++) t->fed[j] = true;
+        level_first = new_first;
+        level_end = new_end;
+    }
+    return KITE_OK;
+}
+
+int kite_spec_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
+                    kite_draft_tree *t, kite_error *e) {
+    tree_root(t, root);
+    if (budget <= 0) return KITE_OK;
+    switch (st->params.drafter) {
+    case KITE_DRAFT_NGRAM: draft_ngram(st, s, root, budget, t); return KITE_OK;
+    case KITE_DRAFT_ORACLE: draft_oracle(st, s, budget, gp->seed, t); return KITE_OK;
+    case KITE_DRAFT_MODEL: return draft_model(st, s, root, budget, gp, t, e);
+    default: return KITE_OK;
+    }
+}
+
+void kite_spec_commit(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path, int32_t pos0) {
+    kite_session *d = st->draft;
+    if (!d || d->n_past != pos0) return;
+    int32_t fed = 0;
+    while (fed < n_path && t->fed[path[fed]]) fed++;
+    kite_kv_commit(&d->kv, d->model->weights.hp.n_layers, pos0, path, fed);
+    for (int32_t i = 0; i < fed; i++) d->history[pos0 + i] = t->token[path[i]];
+    d->n_past = pos0 + fed;
+}
+
+/* ---- rejection verification ------------------------------------------------------------------------ */
+
+int32_t kite_spec_rejection_step(kite_spec_state *st, const kite_gen_params *gp, const float *target_logits, int32_t V,
+                                 const int32_t *history, size_t n_history, int64_t pos, int32_t draft_token,
+                                 const float *draft_logq, bool *accepted) {
+    /* p = softmax(processed logits / T), the distribution plain sampling draws from. */
+    float *p = st->work;
+    memcpy(p, target_logits, sizeof(float) * (size_t)V);
+    kite_process_logits(gp, p, V, history, n_history);
+    float mx = -INFINITY;
+    for (int32_t t = 0; t < V; t++) if (p[t] > mx) mx = p[t];
+    double sum = 0;
+    for (int32_t t = 0; t < V; t++) {
+        p[t] = p[t] == -INFINITY ? 0.0f : (float)exp((double)(p[t] - mx) / gp->temperature);
+        sum += p[t];
+    }
+    for (int32_t t = 0; t < V; t++) p[t] = (float)(p[t] / sum);
+    double q_x = draft_logq ? exp((double)draft_logq[draft_token]) : 1.0;
+    double u = kite_uniform(gp->seed ^ SEED_REJECT_ACCEPT, pos, draft_token);
+    if (q_x > 0 && u < (double)p[draft_token] / q_x) {
+        *accepted = true;
+        return draft_token;
+    }
+    *accepted = false;
+    /* Resample from the residual max(0, p - q), normalized. */
+    double total = 0;
+    for (int32_t t = 0; t < V; t++) {
+        double q = draft_logq ? exp((double)draft_logq[t]) : (t == draft_token ? 1.0 : 0.0);
+        double r = (double)p[t] - q;
+        p[t] = r > 0 ? (float)r : 0.0f;
+        total += p[t];
+    }
+    if (!(total > 0)) return draft_token;
+    double target = kite_uniform(gp->seed ^ SEED_REJECT_RESIDUAL, pos, 0) * total, acc = 0;
+    int32_t last_nonzero = draft_token;
+    for (int32_t t = 0; t < V; t++) {
+        if (p[t] <= 0) continue;
+        last_nonzero = t;
+        acc += p[t];
+        if (acc >= target) return t;
+    }
+    return last_nonzero;
+}

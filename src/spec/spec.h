@@ -1,0 +1,67 @@
+/* Speculative decoding: drafters (n-gram, draft model, oracle), the draft tree, the budget controller.
+ * The verification walk lives in engine/session.c beside plain decoding, which is its special case.
+ * Algorithm and invariants: shared docs/SPECULATIVE.md. */
+#ifndef KITE_SPEC_SPEC_H
+#define KITE_SPEC_SPEC_H
+
+#include "kite.h"
+#include "base/error.h"
+
+struct kite_session;
+
+/* A tree of drafted tokens. Node 0 is the root: the last emitted token, not yet run by the target,
+ * at absolute position pos0. A chain is a tree with one child per node. */
+typedef struct kite_draft_tree {
+    int32_t n;                                 /* nodes, root included: 1 .. KITE_MAX_DRAFT + 1 */
+    int32_t token[KITE_MAX_DRAFT + 1];
+    int32_t parent[KITE_MAX_DRAFT + 1];        /* parent[0] = -1; parent[j] < j */
+    int32_t depth[KITE_MAX_DRAFT + 1];         /* depth[0] = 0 */
+    float logq[KITE_MAX_DRAFT + 1];            /* cumulative draft log-probability (0 at the root) */
+    float q_token[KITE_MAX_DRAFT + 1];         /* q(token[j]) under its parent's draft distribution */
+    bool fed[KITE_MAX_DRAFT + 1];              /* the draft model has this node's K/V */
+} kite_draft_tree;
+
+/* Drafter state of a session. */
+typedef struct kite_spec_state {
+    kite_spec_params params;
+    struct kite_session *draft;   /* KITE_DRAFT_MODEL: a session on the draft model (sharing our pool) */
+    float *draft_logits;          /* [KITE_MAX_DRAFT + 1][n_vocab] draft logits per tree node */
+    float *draft_q;               /* [KITE_MAX_DRAFT + 1][n_vocab] draft distributions (rejection) */
+    float *work;                  /* [n_vocab] scratch */
+    int32_t *corpus;              /* tokens of earlier conversations of this session (n-gram source) */
+    size_t n_corpus, cap_corpus;
+    int64_t gen_start_pos;        /* oracle: position of the first generated token */
+    /* Budget controller. */
+    double accept_rate[KITE_MAX_DRAFT]; /* running estimate of P(node at depth d+1 accepted | parent accepted) */
+    double draft_ms_per_token;          /* running estimate of drafting cost */
+    int32_t plain_streak;               /* passes in a row the controller chose not to draft */
+} kite_spec_state;
+
+int kite_spec_init(kite_spec_state *st, struct kite_session *s, const kite_spec_params *p, kite_error *e);
+void kite_spec_free(kite_spec_state *st);
+/* Remembers the session's tokens before a reset, for the n-gram drafter. */
+void kite_spec_remember(kite_spec_state *st, const int32_t *tokens, size_t n);
+
+/* Budget for the next pass (0 = plain step), from the measured cost curve and acceptance. */
+int32_t kite_spec_choose_budget(kite_spec_state *st, struct kite_session *s, int32_t max_budget);
+/* Learns from one pass: tree drafted, path accepted (node indices, root first). */
+void kite_spec_observe(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path);
+
+/* Builds the tree for a pass rooted at `root` (position = the session's committed length). */
+int kite_spec_draft(kite_spec_state *st, struct kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
+                    kite_draft_tree *t, kite_error *e);
+/* Keeps the draft model's cache in step with the accepted path of the last pass. */
+void kite_spec_commit(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path, int32_t pos0);
+
+/* Standard speculative sampling at one chain node: accepts the drafted token x with probability
+ * min(1, p(x) / q(x)), else returns a sample of normalize(max(0, p - q)). p = softmax(processed
+ * target logits / T); draft_logq = log q over the vocabulary, or NULL for a drafter that proposes x
+ * with certainty (n-gram, oracle). Exact in distribution; not seed-identical to plain sampling. */
+int32_t kite_spec_rejection_step(kite_spec_state *st, const kite_gen_params *gp, const float *target_logits, int32_t V,
+                                 const int32_t *history, size_t n_history, int64_t pos, int32_t draft_token,
+                                 const float *draft_logq, bool *accepted);
+
+/* Cost of one target pass over B tokens, in ms (measured once per model and thread count). */
+double kite_spec_pass_cost(struct kite_session *s, int32_t B);
+
+#endif
