@@ -284,7 +284,11 @@ static int vocab_from_hf_json(vocab *v, const char *path, const char *text, size
     json_t *jv = json_object_get(model, "vocab");
     json_t *jm = json_object_get(model, "merges");
     json_t *added = json_object_get(root, "added_tokens");
-    if (!json_is_object(model) || !json_is_string(type) || strcmp(json_string_value(type), "BPE") != 0) {
+    if (!json_is_object(model)) {
+        st = kite_fail(e, KITE_ERR_FORMAT, "%s: no \"model\" object: not a tokenizer.json", path);
+        goto done;
+    }
+    if (!json_is_string(type) || strcmp(json_string_value(type), "BPE") != 0) {
         st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: model.type is not \"BPE\"; only byte-level BPE tokenizer.json files are supported", path);
         goto done;
     }

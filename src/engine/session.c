@@ -247,6 +247,12 @@ static void emit(emitter *em, int32_t id) {
     em->stop = last || !keep_going;
 }
 
+static bool emit_for_walk(void *user_data, int32_t token) {
+    emitter *em = user_data;
+    emit(em, token);
+    return !em->stop;
+}
+
 /* One pass: draft a tree below the root (the unfed token), verify it in one batched forward pass,
  * and walk it: at each node the target's token is sampled exactly as plain decoding would sample it
  * at that position; the walk moves to the child holding that token, else stops. Emits every token
@@ -270,34 +276,8 @@ static int pass(kite_session *s, emitter *em, int32_t *sample_buf, kite_error *e
                  s->tree_logits, true);
     double t2 = kite_now_ms();
 
-    int32_t path[KITE_MAX_DRAFT + 1], n_path = 0, node = 0;
-    bool rejection = sp->params.verify == KITE_VERIFY_REJECTION && gp->temperature > 0 && tree.n > 1;
-    for (;;) {
-        path[n_path++] = node;
-        s->history[P + tree.depth[node]] = tree.token[node];
-        int64_t pos = (int64_t)P + tree.depth[node] + 1; /* where the sampled token will sit */
-        float *row = s->tree_logits + (size_t)node * V;
-        int32_t child = -1;
-        for (int32_t j = node + 1; j < tree.n; j++)
-            if (tree.parent[j] == node) { child = j; break; }
-        int32_t y;
-        if (rejection && child >= 0) {
-            bool accepted = false;
-            y = kite_spec_rejection_step(sp, gp, row, V, s->history, (size_t)(pos), pos, tree.token[child],
-                                         sp->params.drafter == KITE_DRAFT_MODEL ? sp->draft_q + (size_t)node * V : NULL,
-                                         &accepted);
-            if (!accepted) child = -1;
-        } else {
-            memcpy(sample_buf, row, sizeof(float) * (size_t)V);
-            y = kite_sample(gp, (float *)sample_buf, V, s->history, (size_t)pos, pos);
-            child = -1;
-            for (int32_t j = node + 1; j < tree.n; j++)
-                if (tree.parent[j] == node && tree.token[j] == y) { child = j; break; }
-        }
-        emit(em, y);
-        if (em->stop || child < 0) break;
-        node = child;
-    }
+    int32_t path[KITE_MAX_DRAFT + 1];
+    int32_t n_path = kite_spec_walk(sp, gp, &tree, s->tree_logits, V, s->history, P, (float *)sample_buf, emit_for_walk, em, path);
     kite_kv_commit(&s->kv, m->weights.hp.n_layers, P, path, n_path);
     s->n_past = P + n_path;
     s->have_logits = false; /* the logits of the new root are not computed yet */

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "quant/types.h"
 
@@ -179,7 +180,7 @@ static int read_str(cursor *c, kite_gguf_str *s, const char *what) {
     return KITE_OK;
 }
 
-static int read_kv(kite_gguf *g, cursor *c, int64_t index, gguf_kv *kv) {
+static int read_kv(cursor *c, int64_t index, gguf_kv *kv) {
     char what[160], name[72];
     snprintf(what, sizeof what, "key of kv #%lld", (long long)index);
     int rc = read_str(c, &kv->key, what);
@@ -223,7 +224,6 @@ static int read_kv(kite_gguf *g, cursor *c, int64_t index, gguf_kv *kv) {
             rc = read_str(c, &s, elem_what);
             if (rc) return rc;
         }
-        (void)g;
         return KITE_OK;
     }
     uint64_t elem = scalar_size(kv->elem_type);
@@ -341,7 +341,7 @@ static int parse(kite_gguf *g, kite_error *e) {
     for (uint64_t i = 0; i < n_kv; i++) {
         gguf_kv *kv = &g->kv[i];
         g->n_kv = (int64_t)i + 1; /* so free() sees this kv's allocations even if it fails half-way */
-        if ((rc = read_kv(g, &c, (int64_t)i, kv))) return rc;
+        if ((rc = read_kv(&c, (int64_t)i, kv))) return rc;
         int64_t dup = table_insert(g, g->kv_index, g->kv_index_cap, kv_name, i);
         char name[72];
         if (dup >= 0)
@@ -579,7 +579,7 @@ struct kite_gguf_writer {
 
 static void writer_fail(kite_gguf_writer *w, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void writer_fail(kite_gguf_writer *w, int status, const char *fmt, ...) {
-    if (w->status) return;
+    if (!w || w->status) return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(w->msg, sizeof w->msg, fmt, ap);
@@ -634,7 +634,7 @@ void kite_gguf_writer_free(kite_gguf_writer *w) {
 
 /* Starts a kv: checks the key, records it and writes key + type. False if the writer has failed. */
 static bool begin_kv(kite_gguf_writer *w, const char *key, uint32_t type) {
-    if (w->status) return false;
+    if (!w || w->status) return false;
     if (!key) {
         writer_fail(w, KITE_ERR_INVALID_ARG, "gguf writer: NULL key");
         return false;
@@ -702,7 +702,7 @@ void kite_gguf_w_arr_i32(kite_gguf_writer *w, const char *key, const int32_t *v,
 
 void kite_gguf_w_tensor(kite_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne,
                         const void *data, uint64_t n_bytes) {
-    if (w->status) return;
+    if (!w || w->status) return;
     if (!name || !ne || (n_bytes && !data)) { writer_fail(w, KITE_ERR_INVALID_ARG, "gguf writer: NULL tensor argument"); return; }
     /* llama.cpp keeps names in a 64-byte buffer with the terminating NUL. */
     if (strlen(name) >= 64) { writer_fail(w, KITE_ERR_INVALID_ARG, "gguf writer: tensor name '%s' is 64 bytes or longer", name); return; }
@@ -790,6 +790,8 @@ int kite_gguf_writer_save(kite_gguf_writer *w, const char *path, kite_error *e) 
         free(h->p);
         return kite_fail(e, KITE_ERR_IO, "gguf writer: cannot create '%s': %s", path, strerror(errno));
     }
+    struct stat st;
+    const bool regular = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
     bool ok = fwrite(h->p, 1, h->len, f) == h->len;
     free(h->p);
     for (uint64_t i = 0; ok && i < w->n_tensors; i++) {
@@ -798,6 +800,10 @@ int kite_gguf_writer_save(kite_gguf_writer *w, const char *path, kite_error *e) 
         ok = fwrite(t->data, 1, t->n_bytes, f) == t->n_bytes && fwrite(zeros, 1, pad, f) == pad;
     }
     if (fclose(f) != 0) ok = false;
-    if (!ok) return kite_fail(e, KITE_ERR_IO, "gguf writer: write to '%s' failed: %s", path, strerror(errno));
+    if (!ok) {
+        int err = errno;
+        if (regular) remove(path); /* no half-written model left behind (never a device like /dev/full) */
+        return kite_fail(e, KITE_ERR_IO, "gguf writer: write to '%s' failed: %s", path, strerror(err));
+    }
     return KITE_OK;
 }

@@ -59,7 +59,11 @@ int64_t kite_gguf_n_tensors(const kite_gguf *g);
 const kite_gguf_tensor *kite_gguf_tensor_at(const kite_gguf *g, int64_t i);
 const kite_gguf_tensor *kite_gguf_find_tensor(const kite_gguf *g, const char *name);
 
-/* ---- writer (tests, the random-model generator, quantizers) ---- */
+/* ---- writer (tests, the random-model generator, quantizers) ----
+ * Calls never fail on their own: the first bad call (duplicate key or tensor name, unknown type, a size
+ * that does not match the shape, a tensor name of 64 bytes or more, out of memory) is remembered, later
+ * calls are ignored, and kite_gguf_writer_save reports it. A NULL writer makes every call a no-op. Keys
+ * and tensors are written in call order; tensor data is copied, so the writer holds the whole model. */
 typedef struct kite_gguf_writer kite_gguf_writer;
 kite_gguf_writer *kite_gguf_writer_new(void); /* NULL on allocation failure */
 void kite_gguf_writer_free(kite_gguf_writer *w);

@@ -2,6 +2,7 @@
  * integer form, and repacking rows into the interleaved layout described in kernels_internal.h. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/fp16.h"
 #include "kernels/kernels_internal.h"
@@ -229,6 +230,43 @@ static void pack_group(uint32_t type, const kite_pack_geom *g, const uint8_t *co
     uint8_t *qreg = dst, *sreg = dst + (size_t)g->n_blocks * g->q_bytes;
     (void)row_bytes;
     uint8_t nib[16][32];
+    /* Fast paths: these layouts are byte shuffles of the stored rows (q4_0's stored nibble pairs are
+     * exactly the vector bytes: byte 4p + i of a row holds elements 4p + i and 16 + 4p + i). */
+    if (type == KITE_TYPE_F32 || type == KITE_TYPE_F16 || type == KITE_TYPE_BF16) {
+        const size_t es = type == KITE_TYPE_F32 ? 4 : 2;
+        /* Column tiles of 64 keep the G source streams and the destination lines in L1. */
+        for (int64_t k0 = 0; k0 < g->n_blocks; k0 += 64) {
+            int64_t k1 = k0 + 64 < g->n_blocks ? k0 + 64 : g->n_blocks;
+            for (int32_t r = 0; r < G; r++) {
+                if (!row_src[r]) continue;
+                for (int64_t k = k0; k < k1; k++)
+                    memcpy(qreg + (size_t)k * g->q_bytes + es * (size_t)r, row_src[r] + es * (size_t)k, es);
+            }
+        }
+        return;
+    }
+    if (type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q8_0) {
+        const bool q8 = type == KITE_TYPE_Q8_0;
+        const size_t bb = q8 ? 34 : 18;
+        const int words = q8 ? 8 : 4;
+        const uint32_t flip = (q8 && (flags & KITE_PACK_Q8_OFFSET)) ? 0x80808080u : 0; /* v + 128 as u8 = v ^ 0x80 */
+        for (int64_t blk = 0; blk < g->n_blocks; blk++) {
+            for (int32_t r = 0; r < G; r++) {
+                if (!row_src[r]) continue;
+                const uint8_t *src = row_src[r] + (size_t)blk * bb;
+                uint8_t *q = qreg + (size_t)blk * g->q_bytes;
+                memcpy(sreg + (size_t)blk * g->s_bytes + 2 * (size_t)r, src, 2);
+                for (int j = 0; j < words; j++) {
+                    uint32_t word;
+                    memcpy(&word, src + 2 + 4 * j, 4);
+                    word ^= flip;
+                    memcpy(q + (size_t)j * V + 4 * (size_t)r, &word, 4);
+                }
+            }
+        }
+        /* Padding rows: q4_0 nibble 8 and q8_0 offset 128 both decode to 0 (and d = 0 anyway). */
+        return;
+    }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
         uint8_t *q = qreg + (size_t)blk * g->q_bytes, *s = sreg + (size_t)blk * g->s_bytes;
         switch (type) {
@@ -350,6 +388,22 @@ static void pack_group(uint32_t type, const kite_pack_geom *g, const uint8_t *co
     }
 }
 
+/* Packed weights live for the model's lifetime and are streamed on every token: large ones go in
+ * transparent huge pages where the kernel offers them (fewer page faults at load, which are costly in
+ * VMs, and fewer TLB misses while streaming). */
+static void *alloc_weights(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    if (bytes >= huge / 2 && bytes <= SIZE_MAX - huge) {
+        size_t rounded = kite_round_up(bytes, huge);
+        void *p = aligned_alloc(huge, rounded);
+#ifdef MADV_HUGEPAGE
+        if (p) (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice only */
+#endif
+        return p;
+    }
+    return aligned_alloc(64, kite_round_up(bytes, 64));
+}
+
 int kite_pack_interleaved(const kite_tensor *t, int32_t G, uint32_t flags, kite_packed_matrix *out, kite_error *e) {
     memset(out, 0, sizeof *out);
     int st = kite_check_matrix(t, e);
@@ -361,7 +415,7 @@ int kite_pack_interleaved(const kite_tensor *t, int32_t G, uint32_t flags, kite_
     if (g.group_bytes > SIZE_MAX / (size_t)g.n_groups)
         return kite_fail(e, KITE_ERR_NOMEM, "kernels: tensor %s is too large to pack", t->name);
     size_t total = g.group_bytes * (size_t)g.n_groups;
-    void *mem = aligned_alloc(64, total);
+    void *mem = alloc_weights(total);
     if (!mem) return kite_fail(e, KITE_ERR_NOMEM, "kernels: out of memory packing %s (%zu bytes)", t->name, total);
     memset(mem, 0, total);
     size_t row_bytes = kite_type_row_bytes(t->type, t->ne[0]);

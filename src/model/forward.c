@@ -9,8 +9,6 @@
 #include "model/model.h"
 #include "quant/types.h"
 
-enum { ROWS_PER_TASK = 16 };
-
 /* Dot product with 16 independent lanes and a fixed pairwise reduction: deterministic, and the
  * compiler can keep the lanes in vector registers. */
 static float dot_f32(const float *a, const float *b, int64_t n) {
@@ -26,44 +24,58 @@ static float dot_f32(const float *a, const float *b, int64_t n) {
 }
 
 typedef struct matmul_job {
-    const kite_tensor *w;  /* [rows, cols] */
+    const kite_kernel_set *ks;
+    const kite_packed_matrix *w; /* [rows, cols] */
+    const void *act;       /* x quantized by ks->quantize_act, or NULL for float kernels */
     const float *x;        /* [n][cols] */
     float *y;              /* [n][y_stride], row r of the weight writes column r */
     int64_t y_stride;
     int32_t n;
-    int64_t rows, cols;
-    float *row_scratch;    /* [n_threads][row_scratch_len] */
-    int64_t row_scratch_len;
 } matmul_job;
 
 static void matmul_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
     const matmul_job *job = ctx;
-    const kite_type_traits *tr = kite_type_get(job->w->type);
-    size_t row_bytes = kite_type_row_bytes(job->w->type, job->cols);
-    float *buf = job->row_scratch + (int64_t)thread * job->row_scratch_len;
-    int64_t r0 = task * ROWS_PER_TASK, r1 = r0 + ROWS_PER_TASK;
-    if (r1 > job->rows) r1 = job->rows;
-    for (int64_t r = r0; r < r1; r++) {
-        const unsigned char *src = (const unsigned char *)job->w->data + (size_t)r * row_bytes;
-        const float *wrow;
-        if (job->w->type == KITE_TYPE_F32) {
-            wrow = (const float *)src;
-        } else {
-            tr->to_float(src, buf, job->cols);
-            wrow = buf;
-        }
-        for (int32_t b = 0; b < job->n; b++) job->y[b * job->y_stride + r] = dot_f32(wrow, job->x + b * job->cols, job->cols);
-    }
+    int64_t r0 = task * job->ks->row_block, r1 = r0 + job->ks->row_block;
+    if (r1 > job->w->rows) r1 = job->w->rows;
+    job->ks->matmul(job->w, job->act, job->x, job->n, job->y, job->y_stride, r0, r1);
 }
 
-/* y[b][0..rows) = W x[b] for b < n. */
-static void matmul(kite_pool *pool, kite_forward_scratch *s, const kite_tensor *w, const float *x, float *y,
-                   int64_t y_stride, int32_t n) {
-    matmul_job job = {
-        .w = w, .x = x, .y = y, .y_stride = y_stride, .n = n, .rows = w->ne[1], .cols = w->ne[0],
-        .row_scratch = s->row, .row_scratch_len = s->row_len,
-    };
-    kite_pool_run(pool, matmul_task, &job, (job.rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
+typedef struct quantize_job {
+    const kite_kernel_set *ks;
+    uint32_t type;
+    const float *x;
+    int64_t cols;
+    void *act;
+} quantize_job;
+
+static void quantize_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const quantize_job *job = ctx;
+    job->ks->quantize_act(job->type, job->x, job->cols, (int32_t)task, (int32_t)task + 1, job->act);
+}
+
+/* y[b][0..rows) = W x[b] for b < n: the activations are quantized once (by rows in parallel when there
+ * are several), then the threads take row ranges of row_block rows. Each (row, b) result depends only
+ * on that row and x[b] (the kernels' batch invariance). */
+static void matmul(kite_pool *pool, kite_forward_scratch *s, const kite_kernel_set *ks, const kite_packed_matrix *w,
+                   const float *x, float *y, int64_t y_stride, int32_t n) {
+    size_t need = ks->act_bytes(w->type, w->cols, n);
+    void *act = NULL;
+    if (need) {
+        /* scratch_init sized act for max_batch rows of the widest input of any type (checked here so a
+         * mismatch is a visible bug, not an overflow). */
+        if (need > s->act_bytes) {
+            kite_log(KITE_LOG_ERROR, "matmul: activation scratch of %zu bytes is smaller than %zu", s->act_bytes, need);
+            return;
+        }
+        act = s->act;
+        quantize_job qj = {.ks = ks, .type = w->type, .x = x, .cols = w->cols, .act = act};
+        if (n >= 4 && kite_pool_threads(pool) > 1) kite_pool_run(pool, quantize_task, &qj, n);
+        else ks->quantize_act(w->type, x, w->cols, 0, n, act);
+    }
+    matmul_job job = {.ks = ks, .w = w, .act = act, .x = x, .y = y, .y_stride = y_stride, .n = n};
+    kite_pool_run(pool, matmul_task, &job, (w->rows + ks->row_block - 1) / ks->row_block);
 }
 
 static void rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
@@ -179,9 +191,9 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
     for (int32_t l = 0; l < hp->n_layers; l++) {
         const kite_layer_weights *L = &w->layers[l];
         for (int32_t b = 0; b < n; b++) rmsnorm(s->xn + (int64_t)b * dim, s->x + (int64_t)b * dim, L->attn_norm, dim, hp->rms_eps);
-        matmul(pool, s, L->wq, s->xn, s->q, q_width, n);
-        matmul(pool, s, L->wk, s->xn, s->k, kv_dim, n);
-        matmul(pool, s, L->wv, s->xn, s->v, kv_dim, n);
+        matmul(pool, s, w->kernels, &L->wq, s->xn, s->q, q_width, n);
+        matmul(pool, s, w->kernels, &L->wk, s->xn, s->k, kv_dim, n);
+        matmul(pool, s, w->kernels, &L->wv, s->xn, s->v, kv_dim, n);
         for (int32_t b = 0; b < n; b++) {
             float *q = s->q + (int64_t)b * q_width, *k = s->k + (int64_t)b * kv_dim, *v = s->v + (int64_t)b * kv_dim;
             if (L->q_bias) for (int32_t i = 0; i < q_width; i++) q[i] += L->q_bias[i];
@@ -205,14 +217,14 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
         };
         kite_pool_run(pool, attention_task, &aj, (int64_t)n * hp->n_heads);
         /* Output projection into xn, then the residual add. */
-        matmul(pool, s, L->wo, s->att_out, s->xn, dim, n);
+        matmul(pool, s, w->kernels, &L->wo, s->att_out, s->xn, dim, n);
         for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] += s->xn[i];
 
         for (int32_t b = 0; b < n; b++) rmsnorm(s->xn + (int64_t)b * dim, s->x + (int64_t)b * dim, L->ffn_norm, dim, hp->rms_eps);
-        matmul(pool, s, L->w_gate, s->xn, s->gate, ffn, n);
-        matmul(pool, s, L->w_up, s->xn, s->up, ffn, n);
+        matmul(pool, s, w->kernels, &L->w_gate, s->xn, s->gate, ffn, n);
+        matmul(pool, s, w->kernels, &L->w_up, s->xn, s->up, ffn, n);
         for (int64_t i = 0; i < (int64_t)n * ffn; i++) s->gate[i] = silu(s->gate[i]) * s->up[i];
-        matmul(pool, s, L->w_down, s->gate, s->xn, dim, n);
+        matmul(pool, s, w->kernels, &L->w_down, s->gate, s->xn, dim, n);
         for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] += s->xn[i];
     }
 
@@ -220,7 +232,7 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
     int32_t first_out = all_logits ? 0 : n - 1;
     for (int32_t b = first_out; b < n; b++)
         rmsnorm(s->xn + (int64_t)(b - first_out) * dim, s->x + (int64_t)b * dim, w->output_norm, dim, hp->rms_eps);
-    matmul(pool, s, w->output, s->xn, logits, hp->n_vocab, n - first_out);
+    matmul(pool, s, w->kernels, &w->output, s->xn, logits, hp->n_vocab, n - first_out);
 }
 
 int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, int32_t max_batch, int32_t n_threads,
@@ -233,7 +245,13 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
     int64_t widest = dim;
     if (hp->ffn_dim > widest) widest = hp->ffn_dim;
     if (q_width > widest) widest = q_width;
-    s->row_len = widest;
+    /* Quantized activations: the largest of the 32-block and 256-block formats over the widest input. */
+    const kite_kernel_set *ks = kite_kernels();
+    int64_t widest_k = (widest + 255) / 256 * 256;
+    s->act_bytes = ks->act_bytes(KITE_TYPE_Q8_0, widest_k, max_batch);
+    size_t act_k = ks->act_bytes(KITE_TYPE_Q4_K, widest_k, max_batch);
+    if (act_k > s->act_bytes) s->act_bytes = act_k;
+    s->act_bytes = (s->act_bytes + 63) / 64 * 64;
     s->x = calloc((size_t)(max_batch * dim), sizeof(float));
     s->xn = calloc((size_t)(max_batch * dim), sizeof(float));
     s->q = calloc((size_t)(max_batch * q_width), sizeof(float));
@@ -245,9 +263,9 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
     s->scores = calloc((size_t)n_threads * (size_t)n_ctx, sizeof(float));
     s->slots = calloc((size_t)n_threads * (size_t)n_ctx, sizeof(int32_t));
     s->positions = calloc((size_t)max_batch, sizeof(int32_t));
-    s->row = calloc((size_t)(n_threads * widest), sizeof(float));
+    s->act = s->act_bytes ? aligned_alloc(64, s->act_bytes) : NULL;
     if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att_out || !s->gate || !s->up || !s->scores || !s->slots ||
-        !s->positions || !s->row) {
+        !s->positions || (s->act_bytes && !s->act)) {
         kite_forward_scratch_free(s);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for activations (batch %d, context %d)", max_batch, n_ctx);
     }
@@ -256,7 +274,7 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
 
 void kite_forward_scratch_free(kite_forward_scratch *s) {
     free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att_out);
-    free(s->gate); free(s->up); free(s->scores); free(s->slots); free(s->positions); free(s->row);
+    free(s->gate); free(s->up); free(s->scores); free(s->slots); free(s->positions); free(s->act);
     memset(s, 0, sizeof *s);
 }
 

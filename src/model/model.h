@@ -3,6 +3,7 @@
 #define KITE_MODEL_MODEL_H
 
 #include "base/threadpool.h"
+#include "kernels/kernels.h"
 #include "model/source.h"
 
 typedef struct kite_layer_weights {
@@ -14,26 +15,30 @@ typedef struct kite_layer_weights {
     float *v_bias;      /* [n_kv_heads * head_dim] or NULL */
     float *q_norm;      /* [head_dim] or NULL (Qwen3 per-head RMSNorm) */
     float *k_norm;      /* [head_dim] or NULL */
-    /* Matrices, views of the source (ne[0] = input width, ne[1] = output rows). */
-    const kite_tensor *wq;      /* [n_heads*head_dim rows, dim] */
-    const kite_tensor *wk;      /* [n_kv_heads*head_dim rows, dim] */
-    const kite_tensor *wv;      /* [n_kv_heads*head_dim rows, dim] */
-    const kite_tensor *wo;      /* [dim rows, n_heads*head_dim] */
-    const kite_tensor *w_gate;  /* [ffn_dim rows, dim] */
-    const kite_tensor *w_up;    /* [ffn_dim rows, dim] */
-    const kite_tensor *w_down;  /* [dim rows, ffn_dim] */
+    /* Matrices packed at load for the kernel set in kite_weights.kernels (rows x cols = output x input). */
+    kite_packed_matrix wq;      /* [n_heads*head_dim rows, dim] */
+    kite_packed_matrix wk;      /* [n_kv_heads*head_dim rows, dim] */
+    kite_packed_matrix wv;      /* [n_kv_heads*head_dim rows, dim] */
+    kite_packed_matrix wo;      /* [dim rows, n_heads*head_dim] */
+    kite_packed_matrix w_gate;  /* [ffn_dim rows, dim] */
+    kite_packed_matrix w_up;    /* [ffn_dim rows, dim] */
+    kite_packed_matrix w_down;  /* [dim rows, ffn_dim] */
 } kite_layer_weights;
 
 typedef struct kite_weights {
     kite_hparams hp;
-    const kite_tensor *tok_embd;  /* [n_vocab rows, dim] */
-    const kite_tensor *output;    /* [n_vocab rows, dim]; = tok_embd when tied */
+    const kite_kernel_set *kernels; /* the set the matrices are packed for (kite_kernels() at load) */
+    const kite_tensor *tok_embd;  /* [n_vocab rows, dim], a view of the source for row lookups */
+    kite_packed_matrix output;    /* [n_vocab rows, dim]; packed from tok_embd when tied */
     float *output_norm;           /* [dim] */
     kite_layer_weights *layers;   /* [n_layers] */
     float *rope_inv_freq;         /* [head_dim / 2] radians per position, scaling applied */
 } kite_weights;
 
-/* Binds a validated source's canonical tensors; converts the small vectors. */
+/* Binds a validated source's canonical tensors; converts the small vectors; packs the matrices for
+ * kite_kernels(). A matrix packed into a copy has its pages in the mapped file released
+ * (MADV_DONTNEED on the page-aligned interior), so one resident copy remains; the embedding stays
+ * mapped for row lookups (and is packed as a second copy when the output matrix is tied to it). */
 int kite_weights_bind(kite_weights *w, const kite_source *src, kite_error *e);
 void kite_weights_free(kite_weights *w);
 
@@ -64,8 +69,8 @@ typedef struct kite_forward_scratch {
     float *scores;  /* [n_threads][n_ctx] attention scores */
     int32_t *slots; /* [n_threads][n_ctx] cache rows one node attends to */
     int32_t *positions; /* [max_batch] absolute position of each batch row */
-    float *row;     /* [n_threads][row_len] dequantized weight rows */
-    int64_t row_len; /* max(dim, ffn_dim, n_heads*head_dim): the widest matrix row */
+    void *act;      /* [act_bytes] activations quantized for the matrix kernels (one product at a time) */
+    size_t act_bytes; /* enough for max_batch rows of the widest matrix input, any weight type */
 } kite_forward_scratch;
 
 int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, int32_t max_batch, int32_t n_threads,

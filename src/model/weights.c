@@ -1,8 +1,11 @@
 /* Binding a source's canonical tensors to layer structs, and the RoPE frequency table. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "model/model.h"
 #include "quant/types.h"
@@ -47,6 +50,33 @@ static const kite_tensor *matrix(const kite_source *src, const char *name, int64
     return t;
 }
 
+/* After t was packed into a copy: if t lives in one of the source's file maps, drops the pages wholly
+ * inside it from memory (they are clean file pages, reloaded from the file if ever read again), so the
+ * packed copy is the one resident copy. Pages shared with neighbouring tensors stay. */
+static void release_source_pages(const kite_source *src, const kite_tensor *t) {
+    uintptr_t begin = (uintptr_t)t->data, end = begin + (uintptr_t)t->n_bytes;
+    for (int32_t i = 0; i < src->n_maps; i++) {
+        uintptr_t map_begin = (uintptr_t)src->maps[i].data, map_end = map_begin + src->maps[i].size;
+        if (!src->maps[i].data || begin < map_begin || end > map_end) continue;
+        long page = sysconf(_SC_PAGESIZE);
+        if (page <= 0) return;
+        uintptr_t lo = (begin + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+        uintptr_t hi = end / (uintptr_t)page * (uintptr_t)page;
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice only: failure is harmless */
+        return;
+    }
+}
+
+/* Packs t for the weights' kernel set; releases t's file pages when the packing is a copy and t is
+ * not needed as a tensor any more (keep_source: the embedding, used for row lookups). */
+static int pack_matrix(kite_weights *w, const kite_source *src, const kite_tensor *t, bool keep_source,
+                       kite_packed_matrix *out, kite_error *e) {
+    int st = w->kernels->pack(t, out, e);
+    if (st) return st;
+    if (out->owned && !keep_source) release_source_pages(src, t);
+    return KITE_OK;
+}
+
 /* Inverse frequencies per rotated pair, with Llama-3 or linear scaling applied. */
 static int rope_table(kite_weights *w, const kite_source *src, kite_error *e) {
     const kite_hparams *hp = &w->hp;
@@ -87,11 +117,14 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_error *e) {
     const kite_hparams *hp = &w->hp;
     int64_t dim = hp->dim, q_width = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
     int st = KITE_OK;
+    w->kernels = kite_kernels();
     if (!(w->tok_embd = matrix(src, "token_embd.weight", hp->n_vocab, dim, e))) return e->status;
     if (kite_source_find(src, "output.weight")) {
-        if (!(w->output = matrix(src, "output.weight", hp->n_vocab, dim, e))) return e->status;
+        const kite_tensor *out = matrix(src, "output.weight", hp->n_vocab, dim, e);
+        if (!out) return e->status;
+        if ((st = pack_matrix(w, src, out, out == w->tok_embd, &w->output, e))) goto fail;
     } else {
-        w->output = w->tok_embd;
+        if ((st = pack_matrix(w, src, w->tok_embd, true, &w->output, e))) goto fail;
     }
     if ((st = vector_f32(src, "output_norm.weight", dim, true, &w->output_norm, e))) goto fail;
     w->layers = calloc((size_t)hp->n_layers, sizeof *w->layers);
@@ -100,8 +133,12 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_error *e) {
         kite_layer_weights *L = &w->layers[l];
         char name[96];
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
-#define MATRIX(field, suffix, rows, cols) \
-        if (!(L->field = matrix(src, NAME(suffix), rows, cols, e))) { st = e->status; goto fail; }
+#define MATRIX(field, suffix, rows, cols)                                                    \
+        {                                                                                     \
+            const kite_tensor *t = matrix(src, NAME(suffix), rows, cols, e);                  \
+            if (!t) { st = e->status; goto fail; }                                            \
+            if ((st = pack_matrix(w, src, t, t == w->tok_embd, &L->field, e))) goto fail;     \
+        }
         MATRIX(wq, "attn_q.weight", q_width, dim);
         MATRIX(wk, "attn_k.weight", kv_dim, dim);
         MATRIX(wv, "attn_v.weight", kv_dim, dim);
@@ -132,11 +169,15 @@ void kite_weights_free(kite_weights *w) {
     if (w->layers) {
         for (int32_t l = 0; l < w->hp.n_layers; l++) {
             kite_layer_weights *L = &w->layers[l];
+            kite_packed_matrix_free(&L->wq); kite_packed_matrix_free(&L->wk); kite_packed_matrix_free(&L->wv);
+            kite_packed_matrix_free(&L->wo); kite_packed_matrix_free(&L->w_gate); kite_packed_matrix_free(&L->w_up);
+            kite_packed_matrix_free(&L->w_down);
             free(L->attn_norm); free(L->ffn_norm); free(L->q_bias); free(L->k_bias); free(L->v_bias);
             free(L->q_norm); free(L->k_norm);
         }
     }
     free(w->layers);
+    kite_packed_matrix_free(&w->output);
     free(w->output_norm);
     free(w->rope_inv_freq);
     memset(w, 0, sizeof *w);

@@ -9,6 +9,13 @@
  * Blocks are copied to locals with memcpy, so rows may sit at any address (GGUF alignment can be 1). */
 #include "quant/types.h"
 
+/* Bit-exactness needs every multiply and add rounded separately, even when a build enables FMA. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include <float.h>
 #include <math.h>
 #include <string.h>

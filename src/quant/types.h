@@ -43,7 +43,12 @@ const kite_type_traits *kite_type_get(uint32_t type);
 size_t kite_type_row_bytes(uint32_t type, int64_t n);
 
 /* Scalar reference dot product of one stored row (n elements) with float x: the truth the SIMD
- * kernels are tested against. Accumulates in double per block and in float across blocks. */
+ * kernels are tested against. Accumulates in double per block and in float across blocks.
+ * Exact order: the row is cut into chunks (one block; 32 elements for f32/f16/bf16, the last chunk
+ * possibly shorter); each chunk is dequantized with to_float into w, then
+ *     chunk_sum = sum over j in increasing order of (double)w[j] * (double)x[j]   (a double, from 0.0)
+ *     total     = total + (float)chunk_sum                                       (a float, from 0.0f)
+ * chunk by chunk in row order; returns total. 0 for an unknown type or n not a multiple of the block. */
 float kite_ref_dot(uint32_t type, const void *row, const float *x, int64_t n);
 
 #endif

@@ -55,8 +55,13 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
         return kite_fail(e, KITE_ERR_INVALID_ARG, "rejection verification works on chains: use tree width 1");
     if (p->drafter == KITE_DRAFT_ORACLE && (!p->oracle_ids || !(p->oracle_error_rate >= 0 && p->oracle_error_rate <= 1)))
         return kite_fail(e, KITE_ERR_INVALID_ARG, "the oracle drafter needs oracle ids and an error rate in [0, 1]");
-    st->params = *p;
     int32_t V = s->model->n_vocab;
+    if (p->drafter == KITE_DRAFT_ORACLE)
+        for (size_t i = 0; i < p->n_oracle_ids; i++)
+            if (p->oracle_ids[i] < 0 || p->oracle_ids[i] >= V)
+                return kite_fail(e, KITE_ERR_INVALID_ARG, "oracle id %d at index %zu is outside the vocabulary (0..%d)",
+                                 p->oracle_ids[i], i, V - 1);
+    st->params = *p;
     if (p->drafter == KITE_DRAFT_MODEL) {
         if (!p->draft_model) return kite_fail(e, KITE_ERR_INVALID_ARG, "the model drafter needs a draft model");
         if (p->draft_model->vocab_only) return kite_fail(e, KITE_ERR_INVALID_ARG, "the draft model was opened with vocab_only");
@@ -81,6 +86,13 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
         st->draft->pool = s->pool;
         st->draft->pool_borrowed = true;
     }
+    if (p->drafter == KITE_DRAFT_MODEL) {
+        st->hist = malloc(sizeof(int32_t) * ((size_t)s->n_ctx + KITE_MAX_DRAFT + 1));
+        if (!st->hist) {
+            kite_spec_free(st);
+            return kite_fail(e, KITE_ERR_NOMEM, "out of memory for speculative decoding");
+        }
+    }
     st->draft_logits = malloc(sizeof(float) * (size_t)V * (KITE_MAX_DRAFT + 1));
     st->draft_q = malloc(sizeof(float) * (size_t)V * (KITE_MAX_DRAFT + 1));
     st->work = malloc(sizeof(float) * (size_t)V);
@@ -100,6 +112,7 @@ void kite_spec_free(kite_spec_state *st) {
     free(st->draft_q);
     free(st->work);
     free(st->corpus);
+    free(st->hist);
     memset(st, 0, sizeof *st);
 }
 
@@ -234,7 +247,7 @@ static int32_t tree_add(kite_draft_tree *t, int32_t parent, int32_t token, float
 }
 
 /* Where the suffix of ctx[0..n) of length len occurred before, most recent first: returns the end
- * index (exclusive) of an occurrence in src[0..src_len) with end < before and a token after it, or -1. */
+ * index (exclusive) of an occurrence in src[0..src_len) with end <= before and a token after it, or -1. */
 static int64_t find_occurrence(const int32_t *src, int64_t src_len, int64_t before, const int32_t *suffix, int64_t len) {
     int64_t last = before < src_len - 1 ? before : src_len - 1;
     for (int64_t end = last; end >= len; end--)
@@ -245,34 +258,44 @@ static int64_t find_occurrence(const int32_t *src, int64_t src_len, int64_t befo
 /* N-gram drafter: the continuation of the most recent earlier occurrence of the context's longest
  * suffix (4 tokens down to 1), in the context itself and then in the session's earlier
  * conversations. With tree width C > 1, up to C occurrences with distinct next tokens become
- * branches. */
+ * branches (longer suffix matches first, then shorter ones), and the budget is shared among them
+ * level by level: C chains of about budget / C tokens, not one chain that takes the whole budget
+ * and C - 1 branches left empty. */
 static void draft_ngram(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, kite_draft_tree *t) {
     int64_t n = (int64_t)s->n_past + 1;
     if (n > s->n_ctx) return;
     int32_t *ctx = s->history; /* room for n_ctx tokens: the root sits at n_past while we search */
     int32_t saved = ctx[s->n_past];
     ctx[s->n_past] = root;
-    int32_t branches = 0;
-    for (int64_t len = n - 1 < 4 ? n - 1 : 4; len >= 1 && branches < st->params.tree_width; len--) {
+    typedef struct { const int32_t *src; int64_t at, len; } branch; /* the continuation src[at, at + len) */
+    branch br[8];
+    int32_t n_br = 0, width = st->params.tree_width < 8 ? st->params.tree_width : 8;
+    for (int64_t len = n - 1 < 4 ? n - 1 : 4; len >= 1 && n_br < width; len--) {
         const int32_t *suffix = ctx + n - len;
-        for (int source = 0; source < 2 && branches < st->params.tree_width; source++) {
+        for (int source = 0; source < 2 && n_br < width; source++) {
             const int32_t *src = source == 0 ? ctx : st->corpus;
-            int64_t src_len = source == 0 ? n - 1 : (int64_t)st->n_corpus; /* an occurrence ends before the suffix */
-            for (int64_t before = src_len - 1; branches < st->params.tree_width && t->n - 1 < budget;) {
-                int64_t at = find_occurrence(src, source == 0 ? n : src_len, before, suffix, len);
-                if (at < 0 || at >= (source == 0 ? n : src_len)) break;
+            /* In the context an occurrence ends before the suffix does (it may overlap it). */
+            int64_t src_len = source == 0 ? n : (int64_t)st->n_corpus;
+            for (int64_t before = src_len - 1; n_br < width;) {
+                int64_t at = find_occurrence(src, src_len, before, suffix, len);
+                if (at < 0) break;
                 before = at - 1;
                 bool dup = false;
-                for (int32_t j = 1; j < t->n; j++)
-                    if (t->parent[j] == 0 && t->token[j] == src[at]) dup = true;
-                if (dup) continue;
-                int32_t parent = 0;
-                int64_t stop = source == 0 ? n : src_len;
-                for (int64_t k = at; k < stop && t->n - 1 < budget; k++) parent = tree_add(t, parent, src[k], 0.0f, 1.0f);
-                branches++;
+                for (int32_t k = 0; k < n_br; k++)
+                    if (br[k].src[br[k].at] == src[at]) dup = true;
+                if (!dup) br[n_br++] = (branch){src, at, src_len - at};
             }
         }
-        if (branches > 0) break; /* shorter suffixes only when the longer ones found nothing */
+    }
+    int32_t take[8] = {0}, total = 0;
+    for (bool grew = true; grew && total < budget;) {
+        grew = false;
+        for (int32_t k = 0; k < n_br && total < budget; k++)
+            if (take[k] < br[k].len) { take[k]++; total++; grew = true; }
+    }
+    for (int32_t k = 0; k < n_br; k++) {
+        int32_t parent = 0;
+        for (int32_t i = 0; i < take[k]; i++) parent = tree_add(t, parent, br[k].src[br[k].at + i], 0.0f, 1.0f);
     }
     ctx[s->n_past] = saved;
 }
@@ -286,8 +309,13 @@ static void draft_oracle(kite_spec_state *st, kite_session *s, int32_t budget, u
         int64_t idx = pos - st->gen_start_pos;
         if (idx < 0 || (size_t)idx >= st->params.n_oracle_ids) break;
         int32_t tok = st->params.oracle_ids[idx];
-        float u = kite_uniform(seed ^ SEED_ORACLE, pos, 0);
-        if (u < st->params.oracle_error_rate) tok = (int32_t)((tok + 1 + (int64_t)(u * 1e6)) % s->model->n_vocab);
+        int32_t V = s->model->n_vocab;
+        if (kite_uniform(seed ^ SEED_ORACLE, pos, 0) < st->params.oracle_error_rate && V > 1) {
+            /* Any other token, uniformly: an offset in [1, V-1] never maps back onto tok. */
+            int32_t offset = 1 + (int32_t)(kite_uniform(seed ^ SEED_ORACLE, pos, 1) * (float)(V - 1));
+            if (offset > V - 1) offset = V - 1;
+            tok = (int32_t)(((int64_t)tok + offset) % V);
+        }
         parent = tree_add(t, parent, tok, 0.0f, 1.0f);
     }
 }
@@ -309,10 +337,14 @@ static void draft_logq(kite_spec_state *st, kite_session *d, const kite_gen_para
     (void)st;
 }
 
-/* Draft model: expands the tree level by level; at each node the children are the top-C tokens of
- * log q(t) + G(seed, position, t) (the target's own noise field, so a drafter equal to the target is
- * always accepted; plain log q when greedy; an independent sample for rejection verification), and
- * the tree keeps the most probable nodes by cumulative log q up to the budget. */
+/* Draft model: grows the tree best-first. The candidates are the top-C children of every node whose
+ * draft logits are known, by log q(t) + G(seed, position, t) (the target's own noise field, so a
+ * drafter equal to the target is always accepted; plain log q when greedy; an independent sample for
+ * rejection verification). Each round adds the C candidates of highest cumulative log q, whatever
+ * their depth (descendants never beat their ancestors), a node's children in the order of their
+ * noisy scores, and runs them through the draft model in one batch to expand them next round.
+ * A level-by-level tree would spend the whole budget on the first levels: with C = 8 and a budget of
+ * 32 it would never reach depth 3. The last round's nodes are not run (nobody needs their logits). */
 static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
                        kite_draft_tree *t, kite_error *e) {
     kite_session *d = st->draft;
@@ -330,25 +362,27 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
     /* Root. */
     kite_forward(&d->model->weights, &d->kv, &d->scratch, d->pool, &root, t->parent, 0, 1, P, st->draft_logits, true);
     t->fed[0] = true;
-    int32_t level_first = 0, level_end = 1;
     int32_t width = st->params.tree_width;
     bool rejection = st->params.verify == KITE_VERIFY_REJECTION;
     uint64_t seed = rejection ? gp->seed ^ SEED_DRAFT_SAMPLE : gp->seed;
-    int32_t hist[KITE_MAX_DRAFT + 1 + 64];
-    while (t->n - 1 < budget && level_first < level_end) {
-        /* Candidates: top-C children of every node on this level. */
-        typedef struct { int32_t parent; int32_t token; float logq; float q; } cand;
-        cand cands[(KITE_MAX_DRAFT + 1) * 8];
-        int32_t n_cands = 0;
-        for (int32_t j = level_first; j < level_end; j++) {
-            /* History for the processors: the committed window plus this node's path. */
-            int32_t path_len = t->depth[j] + 1, window = 64;
-            int32_t from = P > window ? P - window : 0, nh = 0;
-            for (int32_t k = from; k < P; k++) hist[nh++] = s->history[k];
+    /* The penalties look at the committed tokens and the node's path, like the target's; without
+     * penalties the history is not read at all. */
+    bool penalties = gp->repeat_penalty != 1.0f || gp->presence_penalty != 0.0f || gp->frequency_penalty != 0.0f;
+    int32_t window = 0; /* committed tokens the penalties see */
+    if (penalties && gp->penalty_last_n != 0) window = gp->penalty_last_n < 0 || gp->penalty_last_n > P ? P : gp->penalty_last_n;
+    typedef struct { int32_t parent; int32_t rank; int32_t token; float logq; float q; } cand;
+    cand cands[(KITE_MAX_DRAFT + 1) * 8]; /* each node adds at most 8 candidates, once */
+    int32_t n_cands = 0;
+    int32_t next_rank[KITE_MAX_DRAFT + 1] = {0}; /* per node: rank of its next child to add */
+    int32_t expand_first = 0, expand_end = 1; /* nodes run last round: their children become candidates */
+    while (t->n - 1 < budget) {
+        for (int32_t j = expand_first; j < expand_end; j++) {
+            int32_t nh = window, path_len = t->depth[j] + 1;
+            memcpy(st->hist, s->history + P - window, sizeof(int32_t) * (size_t)window);
             nh += path_len;
-            for (int32_t k = j, at = nh - 1; k >= 0; k = t->parent[k]) hist[at--] = t->token[k];
+            for (int32_t k = j, at = nh - 1; k >= 0; k = t->parent[k]) st->hist[at--] = t->token[k];
             float *logq = st->draft_q + (size_t)j * V;
-            draft_logq(st, d, gp, st->draft_logits + (size_t)j * V, hist, (size_t)nh, logq);
+            draft_logq(st, d, gp, st->draft_logits + (size_t)j * V, st->hist, (size_t)nh, logq);
             int64_t pos = (int64_t)P + t->depth[j] + 1;
             /* Top-C by score, C small: repeated selection. */
             int32_t picked[8];
@@ -365,29 +399,38 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
                 }
                 if (best < 0) break;
                 picked[c] = best;
-                cands[n_cands++] = (cand){j, best, t->logq[j] + logq[best], expf(logq[best])};
+                cands[n_cands++] = (cand){j, c, best, t->logq[j] + logq[best], expf(logq[best])};
             }
         }
-        /* Keep the most probable candidates within the budget (insertion order by cumulative log q). */
-        int32_t room = budget - (t->n - 1);
+        if (n_cands == 0) break;
+        int32_t room = budget - (t->n - 1), take = width < room ? width : room;
         int32_t new_first = t->n;
-        for (int32_t added = 0; added < room && n_cands > 0; added++) {
-            int32_t best = 0;
-            for (int32_t c = 1; c < n_cands; c++) if (cands[c].logq > cands[best].logq) best = c;
+        static double ratio = -1;
+        if (ratio < 0) ratio = getenv("KITE_TREE_R") ? atof(getenv("KITE_TREE_R")) : 0.0;
+        float round_best = INFINITY;
+        for (int32_t added = 0; added < take; added++) {
+            /* A node's children enter in the order of their noisy scores, so its sampled child (the
+             * target's own token when q = p) comes first even when the budget is tight. Ties go to
+             * the earlier candidate, so a parent's ties come before its children's. */
+            int32_t best = -1;
+            for (int32_t c = 0; c < n_cands; c++)
+                if (cands[c].rank == next_rank[cands[c].parent] && (best < 0 || cands[c].logq > cands[best].logq)) best = c;
+            if (best < 0) break;
+            if (round_best == INFINITY) round_best = cands[best].logq;
+            else if (cands[best].logq < round_best + (float)log(ratio)) break;
+            next_rank[cands[best].parent]++;
             tree_add(t, cands[best].parent, cands[best].token, cands[best].logq, cands[best].q);
-            cands[best] = cands[--n_cands];
+            memmove(cands + best, cands + best + 1, sizeof(cand) * (size_t)(n_cands - best - 1));
+            n_cands--;
         }
         int32_t new_end = t->n;
-        if (new_end == new_first || t->n - 1 >= budget) {
-            level_first = level_end = new_end; /* done; leaves stay unfed */
-            break;
-        }
-        /* Feed the new level to get its logits. */
+        if (t->n - 1 >= budget) break; /* done; the last round's nodes stay unfed */
+        /* Run the new nodes to get their logits. */
         kite_forward(&d->model->weights, &d->kv, &d->scratch, d->pool, t->token + new_first, t->parent, new_first,
                      new_end - new_first, P, st->draft_logits + (size_t)new_first * V, true);
         for (int32_t j = new_first; j < new_end; j++) t->fed[j] = true;
-        level_first = new_first;
-        level_end = new_end;
+        expand_first = new_first;
+        expand_end = new_end;
     }
     return KITE_OK;
 }
@@ -456,4 +499,39 @@ int32_t kite_spec_rejection_step(kite_spec_state *st, const kite_gen_params *gp,
         if (acc >= target) return t;
     }
     return last_nonzero;
+}
+
+/* ---- the walk --------------------------------------------------------------------------------------- */
+
+int32_t kite_spec_walk(kite_spec_state *st, const kite_gen_params *gp, const kite_draft_tree *t, const float *tree_logits,
+                       int32_t V, int32_t *history, int32_t P, float *sample_buf, kite_spec_emit_fn emit, void *user_data,
+                       int32_t *path) {
+    bool rejection = st->params.verify == KITE_VERIFY_REJECTION && gp->temperature > 0 && t->n > 1;
+    int32_t n_path = 0, node = 0;
+    for (;;) {
+        path[n_path++] = node;
+        history[P + t->depth[node]] = t->token[node];
+        int64_t pos = (int64_t)P + t->depth[node] + 1; /* where the sampled token will sit */
+        const float *row = tree_logits + (size_t)node * V;
+        int32_t child = -1, y;
+        if (rejection) {
+            for (int32_t j = node + 1; j < t->n; j++)
+                if (t->parent[j] == node) { child = j; break; }
+        }
+        if (child >= 0) {
+            bool accepted = false;
+            const float *draft_logq = st->params.drafter == KITE_DRAFT_MODEL ? st->draft_q + (size_t)node * V : NULL;
+            y = kite_spec_rejection_step(st, gp, row, V, history, (size_t)pos, pos, t->token[child], draft_logq, &accepted);
+            if (!accepted) child = -1;
+        } else {
+            memcpy(sample_buf, row, sizeof(float) * (size_t)V);
+            y = kite_sample(gp, sample_buf, V, history, (size_t)pos, pos);
+            for (int32_t j = node + 1; j < t->n; j++)
+                if (t->parent[j] == node && t->token[j] == y) { child = j; break; }
+        }
+        bool go_on = emit(user_data, y);
+        if (!go_on || child < 0) break;
+        node = child;
+    }
+    return n_path;
 }

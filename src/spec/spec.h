@@ -28,6 +28,7 @@ typedef struct kite_spec_state {
     float *draft_logits;          /* [KITE_MAX_DRAFT + 1][n_vocab] draft logits per tree node */
     float *draft_q;               /* [KITE_MAX_DRAFT + 1][n_vocab] draft distributions (rejection) */
     float *work;                  /* [n_vocab] scratch */
+    int32_t *hist;                /* [n_ctx + KITE_MAX_DRAFT + 1] draft model: a node's history for the penalties */
     int32_t *corpus;              /* tokens of earlier conversations of this session (n-gram source) */
     size_t n_corpus, cap_corpus;
     int64_t gen_start_pos;        /* oracle: position of the first generated token */
@@ -52,6 +53,25 @@ int kite_spec_draft(kite_spec_state *st, struct kite_session *s, int32_t root, i
                     kite_draft_tree *t, kite_error *e);
 /* Keeps the draft model's cache in step with the accepted path of the last pass. */
 void kite_spec_commit(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path, int32_t pos0);
+
+/* Called by the walk for every token it emits; returns false to end the walk there (an end token,
+ * max_tokens, or the caller's callback said stop). */
+typedef bool (*kite_spec_emit_fn)(void *user_data, int32_t token);
+
+/* The verification walk (docs/SPECULATIVE.md): from the root, samples the target's token y at node n
+ * exactly as plain decoding samples position P + depth(n) + 1 (same processors over the committed
+ * tokens plus n's ancestors, same noise), emits it, and moves to the child of n drafted with token y;
+ * ends when there is none or emit returns false. With rejection verification (T > 0) a chain node's
+ * child is accepted with probability min(1, p/q) instead, and a rejection emits a residual sample.
+ *   tree_logits: [t->n][V] the target's logits after each node (the verification pass)
+ *   history:     [P + t->n] tokens; [0, P) committed; the walk writes the path's tokens at [P, ...)
+ *   sample_buf:  [V] scratch
+ *   path:        [t->n] gets the visited nodes, root first (their K/V are the ones to keep)
+ * Returns the number of nodes on the path (>= 1), which is also the number of tokens emitted.
+ * Kept apart from the session so tests can drive it with synthetic logits. */
+int32_t kite_spec_walk(kite_spec_state *st, const kite_gen_params *gp, const kite_draft_tree *t, const float *tree_logits,
+                       int32_t V, int32_t *history, int32_t P, float *sample_buf, kite_spec_emit_fn emit, void *user_data,
+                       int32_t *path);
 
 /* Standard speculative sampling at one chain node: accepts the drafted token x with probability
  * min(1, p(x) / q(x)), else returns a sample of normalize(max(0, p - q)). p = softmax(processed

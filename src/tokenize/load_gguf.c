@@ -172,9 +172,18 @@ int kite_tokenizer_from_gguf(kite_tokenizer **out, const kite_gguf *g, kite_erro
     if (kite_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &flag)) t->add_bos = flag;
     int32_t eog_extra[2] = {read_id(g, "tokenizer.ggml.eot_token_id", n_vocab, -1),
                             read_id(g, "tokenizer.ggml.eom_token_id", n_vocab, -1)};
+    static const char *const fim_keys[6] = {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
+                                            "tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.fim_pad_token_id",
+                                            "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id"};
+    int32_t fim_ids[6];
+    for (int f = 0; f < 6; f++) fim_ids[f] = read_id(g, fim_keys[f], n_vocab, -1);
+    /* deprecated spellings of the first three */
+    static const char *const old_keys[3] = {"tokenizer.ggml.prefix_token_id", "tokenizer.ggml.suffix_token_id",
+                                            "tokenizer.ggml.middle_token_id"};
+    for (int f = 0; f < 3; f++) fim_ids[f] = read_id(g, old_keys[f], n_vocab, fim_ids[f]);
     rc = kite_vocab_build_map(t, e);
     if (!rc && kind == KITE_TOKENIZER_BPE) rc = load_merges(t, g, e);
-    if (!rc) rc = kite_tokenizer_finish(t, eog_extra, 2, e);
+    if (!rc) rc = kite_tokenizer_finish(t, eog_extra, 2, fim_ids, e);
     if (rc) goto fail;
     *out = t;
     return KITE_OK;

@@ -340,7 +340,7 @@ static int build(kite_tokenizer **out, const kj_doc *d, const kj_doc *config, hf
     }
 
     if (merges) rc = load_merges(t, d, merges, e);
-    if (!rc) rc = kite_tokenizer_finish(t, NULL, 0, e);
+    if (!rc) rc = kite_tokenizer_finish(t, NULL, 0, NULL, e);
     if (rc) goto fail;
     *out = t;
     return KITE_OK;

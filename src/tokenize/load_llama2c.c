@@ -84,7 +84,7 @@ int kite_tokenizer_from_llama2c(kite_tokenizer **out, const void *data, size_t s
     t->unk = 0;
     if (count > 1) t->bos = 1, t->types[1] = KITE_TOKEN_CONTROL;
     if (count > 2) t->eos = 2, t->types[2] = KITE_TOKEN_CONTROL;
-    rc = kite_tokenizer_finish(t, NULL, 0, e);
+    rc = kite_tokenizer_finish(t, NULL, 0, NULL, e);
 done:
     free(texts);
     free(spelled);

@@ -73,11 +73,73 @@ static bool is_byte_token_text(kite_span s, unsigned *byte) {
     return true;
 }
 
-/* Texts llama.cpp treats as end of generation wherever they occur in a vocabulary (plus TinyStories'). */
+/* Texts llama.cpp (llama-vocab.cpp, as bundled with node-llama-cpp 3.21.1 and later) treats as end of
+ * generation wherever they occur in a vocabulary, forcing them to control tokens; plus TinyStories'. */
 static const char *const k_eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<|endoftext|>",
-    "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<|end_story|>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<|end_story|>",
 };
+
+static int32_t find_cstr(const kite_tokenizer *t, const char *s) { return kite_vocab_find(t, s, strlen(s)); }
+
+static bool is_eog_text(const kite_tokenizer *t, const char *s) {
+    int32_t id = find_cstr(t, s);
+    return id >= 0 && (t->flags[id] & KITE_TOKEN_FLAG_EOG);
+}
+
+/* Fill-in-the-middle tokens llama.cpp finds by spelling when the file names none: all become control
+ * tokens, and the pad / repo / file-separator ones end generation. The first spelling present counts. */
+static const char *const k_fim_texts[6][7] = {
+    {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", "<|code_prefix|>", "<|prefix|>", NULL},
+    {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", "<|code_suffix|>", "<|suffix|>", NULL},
+    {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", "<|code_middle|>", "<|middle|>", NULL},
+    {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL},
+    {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
+    {"<|file_sep|>", NULL},
+};
+
+/* EOG flags: EOS, the ids the source names, the spellings above, with llama.cpp's two exceptions.
+ * fim_ids: [6] ids the source names for FIM prefix / suffix / middle / pad / repo / separator, -1 if none. */
+static void mark_eog(kite_tokenizer *t, const int32_t *eog_extra, int n_eog_extra, const int32_t *fim_ids) {
+    for (int f = 0; f < 6; f++) {
+        int32_t id = fim_ids ? fim_ids[f] : -1;
+        for (int k = 0; id < 0 && k_fim_texts[f][k]; k++) {
+            id = find_cstr(t, k_fim_texts[f][k]);
+            if (id >= 0) t->types[id] = KITE_TOKEN_CONTROL;
+        }
+        if (id >= 0 && id < t->n_vocab && f >= 3) t->flags[id] |= KITE_TOKEN_FLAG_EOG;
+    }
+    if (t->eos >= 0 && t->eos < t->n_vocab) t->flags[t->eos] |= KITE_TOKEN_FLAG_EOG;
+    for (int i = 0; i < n_eog_extra; i++)
+        if (eog_extra[i] >= 0 && eog_extra[i] < t->n_vocab) t->flags[eog_extra[i]] |= KITE_TOKEN_FLAG_EOG;
+    for (size_t k = 0; k < sizeof k_eog_texts / sizeof k_eog_texts[0]; k++) {
+        int32_t id = find_cstr(t, k_eog_texts[k]);
+        if (id < 0) continue;
+        t->flags[id] |= KITE_TOKEN_FLAG_EOG;
+        t->types[id] = KITE_TOKEN_CONTROL;
+    }
+    /* gpt-oss: these always render, as user-defined tokens */
+    static const char *const rendered[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
+    for (size_t k = 0; k < sizeof rendered / sizeof rendered[0]; k++) {
+        int32_t id = find_cstr(t, rendered[k]);
+        if (id >= 0) t->types[id] = KITE_TOKEN_USER_DEFINED;
+    }
+    /* o200k_harmony / solar-open: "<|end|>" ends a message, not the generation */
+    int32_t end = find_cstr(t, "<|end|>");
+    bool has_call = is_eog_text(t, "<|call|>") || is_eog_text(t, "<|calls|>");
+    if (end >= 0 && (t->flags[end] & KITE_TOKEN_FLAG_EOG) && has_call &&
+        (is_eog_text(t, "<|return|>") || is_eog_text(t, "<|flush|>"))) {
+        t->flags[end] &= (uint8_t)~KITE_TOKEN_FLAG_EOG;
+        t->types[end] = KITE_TOKEN_USER_DEFINED;
+    }
+    /* gemma4 / paddleocr: "</s>" is ordinary text when "<|tool_response>" exists */
+    int32_t s_end = find_cstr(t, "</s>");
+    if (s_end >= 0 && s_end != t->eos && is_eog_text(t, "<|tool_response>")) {
+        t->flags[s_end] &= (uint8_t)~KITE_TOKEN_FLAG_EOG;
+        t->types[s_end] = KITE_TOKEN_NORMAL;
+    }
+}
 
 static int cmp_special(const void *a, const void *b, void *ctx) {
     const kite_tokenizer *t = ctx;
@@ -145,7 +207,8 @@ static void build_pieces(kite_tokenizer *t) {
     t->piece_off[t->n_vocab] = off;
 }
 
-int kite_tokenizer_finish(kite_tokenizer *t, const int32_t *eog_extra, int n_eog_extra, kite_error *e) {
+int kite_tokenizer_finish(kite_tokenizer *t, const int32_t *eog_extra, int n_eog_extra, const int32_t *fim_ids,
+                          kite_error *e) {
     int rc = kite_vocab_build_map(t, e);
     if (rc) return rc;
 
@@ -175,16 +238,7 @@ int kite_tokenizer_finish(kite_tokenizer *t, const int32_t *eog_extra, int n_eog
         }
     }
 
-    /* end of generation: EOS, the ids the source names, and tokens spelled like llama.cpp's list */
-    if (t->eos >= 0 && t->eos < t->n_vocab) t->flags[t->eos] |= KITE_TOKEN_FLAG_EOG;
-    for (int i = 0; i < n_eog_extra; i++)
-        if (eog_extra[i] >= 0 && eog_extra[i] < t->n_vocab) t->flags[eog_extra[i]] |= KITE_TOKEN_FLAG_EOG;
-    for (size_t k = 0; k < sizeof k_eog_texts / sizeof k_eog_texts[0]; k++) {
-        int32_t id = kite_vocab_find(t, k_eog_texts[k], strlen(k_eog_texts[k]));
-        if (id < 0) continue;
-        t->flags[id] |= KITE_TOKEN_FLAG_EOG;
-        t->types[id] = KITE_TOKEN_CONTROL; /* llama.cpp overrides the type of such tokens too */
-    }
+    mark_eog(t, eog_extra, n_eog_extra, fim_ids);
 
     /* tokens split out of the text before tokenizing: longest first */
     free(t->special_ids);

@@ -18,7 +18,7 @@ typedef enum kite_tokenizer_kind { KITE_TOKENIZER_SPM = 0, KITE_TOKENIZER_BPE = 
 /* From tokenizer.ggml.* keys (model "llama" = spm, "gpt2" = bpe; pre-tokenizer from tokenizer.ggml.pre).
  * Keys read: tokenizer.ggml.model, .tokens (required), .scores, .token_type, .merges (required for "gpt2",
  * strings "left right"), .bos_token_id, .eos_token_id, .unknown_token_id, .eot_token_id, .eom_token_id,
- * .add_bos_token, .add_space_prefix (spm; default true), .pre. Accepted tokenizer.ggml.pre values (write one
+ * .fim_{pre,suf,mid,pad,rep,sep}_token_id, .add_bos_token, .add_space_prefix (spm; default true), .pre. Accepted tokenizer.ggml.pre values (write one
  * of these when making a GGUF): "llama-bpe" / "llama3" / "llama-v3" (Llama-3 split regex, ignore_merges,
  * BOS by default), "qwen2" / "deepseek-r1-qwen" (Qwen2 regex), "gpt-2" / "default" / absent (GPT-2 regex).
  * Any other value is KITE_ERR_UNSUPPORTED naming it. */
@@ -41,7 +41,9 @@ int32_t kite_tokenizer_n_vocab(const kite_tokenizer *t);
 int32_t kite_tokenizer_bos(const kite_tokenizer *t);   /* -1 if none */
 int32_t kite_tokenizer_eos(const kite_tokenizer *t);   /* -1 if none */
 bool kite_tokenizer_add_bos(const kite_tokenizer *t);  /* whether prompts get BOS by default */
-/* End of generation: EOS, and end-of-turn tokens such as <|eot_id|>, <|im_end|>, <|endoftext|>. */
+/* End of generation: EOS, and end-of-turn tokens such as <|eot_id|>, <|im_end|>, <|endoftext|>: the same
+ * set llama.cpp builds (EOS, EOT / EOM / FIM pad / repo / separator ids, and tokens spelled like its list,
+ * e.g. Qwen's "</s>"), plus TinyStories' <|end_story|>. */
 bool kite_tokenizer_is_eog(const kite_tokenizer *t, int32_t id);
 
 /* Token id spelled exactly text[0..len) in the vocabulary's own spelling (e.g. "<|im_start|>"), or -1. */
@@ -65,7 +67,9 @@ int kite_tokenizer_encode(const kite_tokenizer *t, const char *text, size_t len,
  * front of the first word, as llama.cpp does. */
 int32_t kite_tokenizer_piece(const kite_tokenizer *t, int32_t prev_id, int32_t id, char *buf, size_t cap);
 
-/* Whole-sequence decode into a malloc'd NUL-terminated string (length in *len). */
+/* Whole-sequence decode into a malloc'd NUL-terminated string (length in *len): the pieces back to back,
+ * without HF's clean_up_tokenization_spaces, so that decode(encode(text)) == text. Thread-safe, like
+ * encoding: a tokenizer is immutable once built. */
 int kite_tokenizer_decode(const kite_tokenizer *t, const int32_t *ids, size_t n_ids, char **text, size_t *len,
                           kite_error *e);
 

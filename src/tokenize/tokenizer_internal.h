@@ -154,8 +154,10 @@ int kite_tokenizer_alloc(kite_tokenizer **out, int32_t n_vocab, kite_error *e);
  * "[EMPTY_<id>]" as in llama.cpp. */
 int kite_tokenizer_set_texts(kite_tokenizer *t, const kite_span *texts, kite_error *e);
 /* After texts, types, scores, flags, ids and options are set: builds the text map, byte tokens,
- * EOG set, special-token list and pieces. eog_extra: extra EOG ids (n_eog_extra of them, -1 ignored). */
-int kite_tokenizer_finish(kite_tokenizer *t, const int32_t *eog_extra, int n_eog_extra, kite_error *e);
+ * EOG set, special-token list and pieces. eog_extra: extra EOG ids (n_eog_extra of them, -1 ignored);
+ * fim_ids: NULL or [6] FIM prefix / suffix / middle / pad / repo / separator ids the source names (-1 none). */
+int kite_tokenizer_finish(kite_tokenizer *t, const int32_t *eog_extra, int n_eog_extra, const int32_t *fim_ids,
+                          kite_error *e);
 
 /* ---- pre-tokenizer (pretokenize.c) ---- */
 /* Compiles a split pattern (PCRE2, UTF | UCP, JIT when available) into t->regex[t->n_regex++]. */

@@ -520,6 +520,21 @@ static void test_writer_errors(void **state) {
     assert_int_equal(kite_gguf_writer_save(w, "/nonexistent-dir/x.gguf", &e), KITE_ERR_IO);
     assert_non_null(strstr(e.msg, "/nonexistent-dir/x.gguf"));
     kite_gguf_writer_free(w);
+    /* A full disk is an I/O error, and the device survives (only regular files are cleaned up). */
+    if (access("/dev/full", W_OK) == 0) {
+        w = kite_gguf_writer_new();
+        kite_gguf_w_tensor(w, "t", KITE_TYPE_Q8_0, 2, ne, data, sizeof data);
+        assert_int_equal(kite_gguf_writer_save(w, "/dev/full", &e), KITE_ERR_IO);
+        assert_non_null(strstr(e.msg, "/dev/full"));
+        assert_int_equal(access("/dev/full", F_OK), 0);
+        kite_gguf_writer_free(w);
+    }
+    /* A NULL writer (kite_gguf_writer_new failed) makes every call a no-op and save an error. */
+    kite_gguf_w_u32(NULL, "k", 1);
+    kite_gguf_w_str(NULL, "k", "v");
+    kite_gguf_w_arr_f32(NULL, "k", NULL, 0);
+    kite_gguf_w_tensor(NULL, "t", KITE_TYPE_Q8_0, 2, ne, data, sizeof data);
+    assert_int_equal(kite_gguf_writer_save(NULL, "/tmp/never.gguf", &e), KITE_ERR_INVALID_ARG);
     kite_gguf_writer_free(NULL);
     kite_gguf_free(NULL);
 }

@@ -4,7 +4,6 @@
  * the tokenizer.json whose vocabulary the model uses (e.g. ../shared/models/tokenizers/llama3).
  * OUT.gguf may be "-" to skip the GGUF; HF_DIR is created if missing. */
 #include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +41,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     char err[1024];
-    if (oracle_write_model(&spec, positional[1], gguf, hf, err, sizeof err)) {
+    oracle_vocab *vocab = NULL;
+    if (oracle_vocab_load(&vocab, &spec, positional[1], err, sizeof err) ||
+        oracle_write_model(&spec, vocab, positional[1], gguf, hf, err, sizeof err)) {
         fprintf(stderr, "make_random_model: %s\n", err);
+        oracle_vocab_free(vocab);
         return 1;
     }
+    oracle_vocab_free(vocab);
     return 0;
 }

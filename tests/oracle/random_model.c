@@ -248,14 +248,15 @@ static void llama3_rope_factors(const oracle_spec *s, float *factors) {
 
 /* ---- tokenizer ------------------------------------------------------------------------------- */
 
-typedef struct vocab {
+struct oracle_vocab {
     char **tokens;    /* [n_vocab] */
     int32_t *types;   /* [n_vocab] */
     char **merges;    /* [n_merges] "a b" */
     size_t n_merges;
     int32_t n_vocab;
     int32_t bos, eos;
-} vocab;
+};
+typedef struct oracle_vocab vocab;
 
 static void vocab_free(vocab *v) {
     if (v->tokens)
@@ -557,21 +558,40 @@ static int write_hf(const oracle_spec *s, const model_weights *w, const vocab *v
     return copy_file(from, to, true, e);
 }
 
-int oracle_write_model(const oracle_spec *s, const char *tokenizer_dir, const char *gguf_path, const char *hf_dir,
-                       char *err, size_t err_size) {
+int oracle_vocab_load(oracle_vocab **out, const oracle_spec *spec, const char *tokenizer_dir, char *err, size_t err_size) {
+    errbuf e = {err, err_size};
+    if (err && err_size) err[0] = 0;
+    *out = NULL;
+    vocab *v = calloc(1, sizeof *v);
+    if (!v) return fail(&e, "out of memory");
+    if (load_vocab(spec, tokenizer_dir, v, &e)) {
+        free(v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+void oracle_vocab_free(oracle_vocab *v) {
+    if (!v) return;
+    vocab_free(v);
+    free(v);
+}
+
+int oracle_write_model(const oracle_spec *s, const oracle_vocab *v, const char *tokenizer_dir, const char *gguf_path,
+                       const char *hf_dir, char *err, size_t err_size) {
     errbuf e = {err, err_size};
     if (err && err_size) err[0] = 0;
     if (s->head_dim % 2 || s->n_heads % s->n_kv_heads || (s->f16_embeddings && s->tied_embeddings))
         return fail(&e, "inconsistent spec for %s", s->arch);
+    if (v->n_vocab != s->n_vocab) return fail(&e, "the vocabulary has %d tokens, the %s spec %d", v->n_vocab, s->arch, s->n_vocab);
     model_weights w = {0};
-    vocab v = {0};
     int rc = -1;
-    if (load_vocab(s, tokenizer_dir, &v, &e) || make_weights(s, &w, &e)) goto done;
-    if (gguf_path && write_gguf(s, &w, &v, gguf_path, &e)) goto done;
-    if (hf_dir && write_hf(s, &w, &v, tokenizer_dir, hf_dir, &e)) goto done;
+    if (make_weights(s, &w, &e)) goto done;
+    if (gguf_path && write_gguf(s, &w, v, gguf_path, &e)) goto done;
+    if (hf_dir && write_hf(s, &w, v, tokenizer_dir, hf_dir, &e)) goto done;
     rc = 0;
 done:
     weights_free(&w);
-    vocab_free(&v);
     return rc;
 }

@@ -59,10 +59,17 @@ typedef struct oracle_spec {
 /* The spec the oracle test uses for arch "llama", "qwen2" or "qwen3"; false for another name. */
 bool oracle_default_spec(const char *arch, oracle_spec *spec);
 
-/* Writes the model. tokenizer_dir holds tokenizer.json (and optionally tokenizer_config.json).
- * gguf_path and hf_dir may each be NULL to skip that output; hf_dir must exist. Returns 0, or -1 with a
- * one-line message in err. */
-int oracle_write_model(const oracle_spec *spec, const char *tokenizer_dir, const char *gguf_path, const char *hf_dir,
-                       char *err, size_t err_size);
+/* The vocabulary as GGUF metadata wants it, read from tokenizer_dir/tokenizer.json (the slow part of
+ * writing a model, so it can be shared by several models of one tokenizer and size: spec's n_vocab,
+ * bos_text and eos_text). Returns 0, or -1 with a one-line message in err. */
+typedef struct oracle_vocab oracle_vocab;
+int oracle_vocab_load(oracle_vocab **out, const oracle_spec *spec, const char *tokenizer_dir, char *err, size_t err_size);
+void oracle_vocab_free(oracle_vocab *vocab);
+
+/* Writes the model with vocab (loaded for an equivalent spec). gguf_path and hf_dir may each be NULL to
+ * skip that output; hf_dir must exist, and gets copies of tokenizer_dir's tokenizer.json and
+ * tokenizer_config.json. Returns 0, or -1 with a one-line message in err. */
+int oracle_write_model(const oracle_spec *spec, const oracle_vocab *vocab, const char *tokenizer_dir,
+                       const char *gguf_path, const char *hf_dir, char *err, size_t err_size);
 
 #endif

@@ -5,3 +5,6 @@ kite_unit_test(test_tok_spm ${CMAKE_CURRENT_LIST_DIR}/test_tok_spm.c)
 target_link_libraries(test_tok_spm PRIVATE PkgConfig::JANSSON)
 kite_unit_test(test_tok_bpe ${CMAKE_CURRENT_LIST_DIR}/test_tok_bpe.c)
 target_link_libraries(test_tok_bpe PRIVATE PkgConfig::JANSSON)
+# llama.cpp (node-llama-cpp, from tests/oracle) as the reference for the GGUF tokenizers; skips without node.
+kite_unit_test(test_tok_llamacpp ${CMAKE_CURRENT_LIST_DIR}/test_tok_llamacpp.c)
+target_link_libraries(test_tok_llamacpp PRIVATE PkgConfig::JANSSON)

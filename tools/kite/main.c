@@ -513,8 +513,13 @@ static const char MAIN_USAGE[] =
     "  run        generate text from a prompt\n"
     "  tokenize   print the token ids of text read on stdin\n"
     "  inspect    describe a model file\n"
+    "  bench      measure prefill, decode and batch speed against the machine's limits\n"
+    "  gen-model  write a random-weight model of a real shape (for benchmarks)\n"
     "\n"
     "kite <command> --help describes each command.\n";
+
+int kite_cmd_bench(int argc, char **argv);     /* bench.c */
+int kite_cmd_gen_model(int argc, char **argv); /* bench.c */
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -533,6 +538,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
+    if (!strcmp(cmd, "bench")) return kite_cmd_bench(argc, argv);
+    if (!strcmp(cmd, "gen-model")) return kite_cmd_gen_model(argc, argv);
     fprintf(stderr, "%s: error: unknown command '%s'\n\n%s", g_prog, cmd, MAIN_USAGE);
     return 2;
 }

@@ -1,0 +1,282 @@
+/* AArch64 NEON kernel set with the dot-product extension (sdot). Weights are packed 4 rows to a group
+ * (kernels_internal.h): one 128-bit register holds 4 consecutive columns of 4 rows, and
+ * vdotq_laneq_s32 against one 4-byte word of the activations yields the 4 row partial sums. Integer
+ * parts are exact and the float steps follow kernels_internal.h (vfmaq_f32 is a fused multiply-add,
+ * like fmaf), so results are bit-identical to the reference and batch-invariant.
+ * Accelerated: q8_0, q4_0, f32, f16, bf16. The K-quants and q4_1/q5_0/q5_1 use the reference.
+ * CPUs without dotprod (HWCAP_ASIMDDP) do not get this set (dispatch falls back to the reference).
+ *
+ * Compiled with -march=armv8.2-a+dotprod (CMakeLists.txt). */
+#include <arm_neon.h>
+#include <string.h>
+
+#include "kernels/kernels_internal.h"
+
+#define G4 4
+#define TILE_B 4
+#define INLINE static inline __attribute__((always_inline))
+
+static const uint32_t LAYOUT4 = (uint32_t)KITE_LAYOUT_INTERLEAVED | G4;
+
+INLINE float load_f32(const void *p) { float v; memcpy(&v, p, 4); return v; }
+
+/* ---- activation quantization (same bytes as kite_ref_quantize_act) ---------------------------------------- */
+
+/* 16 floats -> 16 int8 at q; returns their sum. */
+INLINE int32_t quant16(const float *x, float id, int8_t *q) {
+    const float32x4_t hi = vdupq_n_f32(127.0f), lo = vdupq_n_f32(-127.0f);
+    int32x4_t i[4];
+    for (int k = 0; k < 4; k++) {
+        float32x4_t v = vmulq_n_f32(vld1q_f32(x + 4 * k), id);
+        v = vminq_f32(hi, vmaxq_f32(lo, v));
+        i[k] = vcvtnq_s32_f32(v); /* nearest, ties to even */
+    }
+    int16x8_t h0 = vcombine_s16(vmovn_s32(i[0]), vmovn_s32(i[1]));
+    int16x8_t h1 = vcombine_s16(vmovn_s32(i[2]), vmovn_s32(i[3]));
+    vst1q_s8(q, vcombine_s8(vmovn_s16(h0), vmovn_s16(h1)));
+    return vaddvq_s32(vaddq_s32(vaddq_s32(i[0], i[1]), vaddq_s32(i[2], i[3])));
+}
+
+static float block_scale(const float *x, int len, float *id_out) {
+    float32x4_t m = vdupq_n_f32(0.0f);
+    for (int j = 0; j < len; j += 4) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(x + j)));
+    float amax = vmaxvq_f32(m);
+    float d = amax / 127.0f;
+    *id_out = d != 0.0f ? 1.0f / d : 0.0f;
+    return d;
+}
+
+static void neon_quantize_act(uint32_t type, const float *x, int64_t cols, int32_t b0, int32_t b1, void *act) {
+    kite_family f = kite_type_family(type);
+    if (f != KITE_FAMILY_B32 && f != KITE_FAMILY_K) return;
+    kite_act_geom g = kite_act_geometry(f, cols);
+    for (int32_t b = b0; b < b1; b++) {
+        uint8_t *row = (uint8_t *)act + (size_t)b * g.row_bytes;
+        const float *xr = x + (size_t)b * (size_t)cols;
+        int8_t *qs = (int8_t *)row;
+        for (int64_t blk = 0; blk < g.n_blocks; blk++) {
+            const float *xb = xr + blk * g.block;
+            int8_t *q = qs + blk * g.block;
+            float id;
+            float d = block_scale(xb, g.block, &id);
+            memcpy(row + g.off_d + (size_t)blk * 4, &d, 4);
+            if (f == KITE_FAMILY_B32) {
+                int32_t sum = quant16(xb, id, q) + quant16(xb + 16, id, q + 16);
+                memcpy(row + g.off_sum + (size_t)blk * 4, &sum, 4);
+            } else {
+                int16_t s16[16], s32[8];
+                for (int s = 0; s < 16; s++) s16[s] = (int16_t)quant16(xb + 16 * s, id, q + 16 * s);
+                for (int s = 0; s < 8; s++) s32[s] = (int16_t)(s16[2 * s] + s16[2 * s + 1]);
+                memcpy(row + g.off_sum + (size_t)blk * 32, s16, 32);
+                memcpy(row + g.off_sum32 + (size_t)blk * 16, s32, 16);
+            }
+        }
+    }
+}
+
+/* ---- tiles ------------------------------------------------------------------------------------------------------ */
+
+typedef struct tile_ctx {
+    const uint8_t *act;
+    kite_act_geom ag;
+    const float *x;
+    int64_t cols;
+    float *y;
+    int64_t y_stride;
+} tile_ctx;
+
+INLINE void store_rows(const tile_ctx *c, int32_t b, int64_t row0, int64_t r0, int64_t r1, float32x4_t v) {
+    float *dst = c->y + (int64_t)b * c->y_stride + row0;
+    if (row0 >= r0 && row0 + 4 <= r1) {
+        vst1q_f32(dst, v);
+        return;
+    }
+    float tmp[4];
+    vst1q_f32(tmp, v);
+    for (int i = 0; i < 4; i++)
+        if (row0 + i >= r0 && row0 + i < r1) dst[i] = tmp[i];
+}
+
+INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB,
+                     int64_t row0, int64_t r0, int64_t r1) {
+    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
+    const uint8x16_t low4 = vdupq_n_u8(0x0F);
+    const int8x16_t eight = vdupq_n_s8(8);
+    float32x4_t acc[TILE_B];
+    const uint8_t *arow[TILE_B];
+    for (int b = 0; b < NB; b++) {
+        acc[b] = vdupq_n_f32(0.0f);
+        arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
+    }
+    for (int64_t blk = 0; blk < g->n_blocks; blk++) {
+        const uint8_t *q = qreg + (size_t)blk * g->q_bytes;
+        __builtin_prefetch(q + 8 * g->q_bytes);
+        int8x16_t w[8];
+        if (q4) {
+            for (int p = 0; p < 4; p++) {
+                uint8x16_t v = vld1q_u8(q + 16 * p);
+                w[p] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, low4)), eight);
+                w[p + 4] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), eight);
+            }
+        } else {
+            for (int j = 0; j < 8; j++) w[j] = vld1q_s8((const int8_t *)q + 16 * j);
+        }
+        uint16_t dh[4];
+        memcpy(dh, sreg + (size_t)blk * 8, 8);
+        const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(dh)));
+        for (int b = 0; b < NB; b++) {
+            const int8_t *xq = (const int8_t *)arow[b] + blk * 32;
+            int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
+            int32x4_t i0 = vdupq_n_s32(0), i1 = vdupq_n_s32(0);
+            i0 = vdotq_laneq_s32(i0, w[0], x0, 0);
+            i1 = vdotq_laneq_s32(i1, w[1], x0, 1);
+            i0 = vdotq_laneq_s32(i0, w[2], x0, 2);
+            i1 = vdotq_laneq_s32(i1, w[3], x0, 3);
+            i0 = vdotq_laneq_s32(i0, w[4], x1, 0);
+            i1 = vdotq_laneq_s32(i1, w[5], x1, 1);
+            i0 = vdotq_laneq_s32(i0, w[6], x1, 2);
+            i1 = vdotq_laneq_s32(i1, w[7], x1, 3);
+            float32x4_t scale = vmulq_n_f32(dw, load_f32(arow[b] + c->ag.off_d + blk * 4));
+            acc[b] = vfmaq_f32(acc[b], vcvtq_f32_s32(vaddq_s32(i0, i1)), scale);
+        }
+    }
+    for (int b = 0; b < NB; b++) store_rows(c, b0 + b, row0, r0, r1, acc[b]);
+}
+
+INLINE float32x4_t load_w4(uint32_t type, const uint8_t *p) {
+    if (type == KITE_TYPE_F32) return vld1q_f32((const float *)p);
+    uint16_t h[4];
+    memcpy(h, p, 8);
+    uint16x4_t v = vld1_u16(h);
+    if (type == KITE_TYPE_F16) return vcvt_f32_f16(vreinterpret_f16_u16(v));
+    return vreinterpretq_f32_u32(vshll_n_u16(v, 16));
+}
+
+/* NG groups (1 or 2) x NB activation rows: acc = fma(w_k, x_k, acc) over k in order. */
+INLINE void tile_float(uint32_t type, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0,
+                       const int NG, const int NB, int64_t row0, int64_t r0, int64_t r1) {
+    float32x4_t acc[2][TILE_B];
+    const float *xr[TILE_B];
+    for (int b = 0; b < NB; b++) {
+        acc[0][b] = vdupq_n_f32(0.0f);
+        acc[1][b] = vdupq_n_f32(0.0f);
+        xr[b] = c->x + (size_t)(b0 + b) * (size_t)c->cols;
+    }
+    const size_t qb = g->q_bytes;
+    const uint8_t *grp1 = grp + g->group_bytes;
+    for (int64_t k = 0; k < c->cols; k++) {
+        float32x4_t w0 = load_w4(type, grp + (size_t)k * qb);
+        float32x4_t w1 = NG > 1 ? load_w4(type, grp1 + (size_t)k * qb) : w0;
+        for (int b = 0; b < NB; b++) {
+            float32x4_t xv = vdupq_n_f32(xr[b][k]);
+            acc[0][b] = vfmaq_f32(acc[0][b], w0, xv);
+            if (NG > 1) acc[1][b] = vfmaq_f32(acc[1][b], w1, xv);
+        }
+    }
+    for (int b = 0; b < NB; b++) {
+        store_rows(c, b0 + b, row0, r0, r1, acc[0][b]);
+        if (NG > 1) store_rows(c, b0 + b, row0 + G4, r0, r1, acc[1][b]);
+    }
+}
+
+#define TILE_SWITCH(nb, CALL) \
+    switch (nb) {              \
+    case 1: CALL(1); break;    \
+    case 2: CALL(2); break;    \
+    case 3: CALL(3); break;    \
+    default: CALL(4); break;   \
+    }
+
+typedef void (*runner)(const uint8_t *, const kite_pack_geom *, const tile_ctx *, int32_t, int, int, int64_t, int64_t, int64_t);
+
+static void run_q8_0(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int ng, int64_t row0,
+                     int64_t r0, int64_t r1) {
+    (void)ng;
+#define CALL(N) tile_b32(false, grp, g, c, b0, N, row0, r0, r1)
+    TILE_SWITCH(nb, CALL)
+#undef CALL
+}
+static void run_q4_0(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int ng, int64_t row0,
+                     int64_t r0, int64_t r1) {
+    (void)ng;
+#define CALL(N) tile_b32(true, grp, g, c, b0, N, row0, r0, r1)
+    TILE_SWITCH(nb, CALL)
+#undef CALL
+}
+#define FLOAT_RUNNER(name, TYPE)                                                                                \
+    static void name(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int ng, \
+                     int64_t row0, int64_t r0, int64_t r1) {                                                    \
+        if (ng > 1) {                                                                                           \
+            switch (nb) {                                                                                       \
+            case 1: tile_float(TYPE, grp, g, c, b0, 2, 1, row0, r0, r1); break;                                 \
+            case 2: tile_float(TYPE, grp, g, c, b0, 2, 2, row0, r0, r1); break;                                 \
+            case 3: tile_float(TYPE, grp, g, c, b0, 2, 3, row0, r0, r1); break;                                 \
+            default: tile_float(TYPE, grp, g, c, b0, 2, 4, row0, r0, r1); break;                                \
+            }                                                                                                   \
+        } else {                                                                                                \
+            switch (nb) {                                                                                       \
+            case 1: tile_float(TYPE, grp, g, c, b0, 1, 1, row0, r0, r1); break;                                 \
+            case 2: tile_float(TYPE, grp, g, c, b0, 1, 2, row0, r0, r1); break;                                 \
+            case 3: tile_float(TYPE, grp, g, c, b0, 1, 3, row0, r0, r1); break;                                 \
+            default: tile_float(TYPE, grp, g, c, b0, 1, 4, row0, r0, r1); break;                                \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+FLOAT_RUNNER(run_f32, KITE_TYPE_F32)
+FLOAT_RUNNER(run_f16, KITE_TYPE_F16)
+FLOAT_RUNNER(run_bf16, KITE_TYPE_BF16)
+
+static bool accelerated(uint32_t type) {
+    return type == KITE_TYPE_F32 || type == KITE_TYPE_F16 || type == KITE_TYPE_BF16 || type == KITE_TYPE_Q8_0 ||
+           type == KITE_TYPE_Q4_0;
+}
+
+static int neon_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e) {
+    if (t && !accelerated(t->type)) return kite_ref_pack(t, out, e);
+    return kite_pack_interleaved(t, G4, 0, out, e);
+}
+
+static void neon_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
+                        int64_t y_stride, int64_t r0, int64_t r1) {
+    if (w->layout != LAYOUT4) {
+        kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
+        return;
+    }
+    if (r0 < 0) r0 = 0;
+    if (r1 > w->rows) r1 = w->rows;
+    if (r0 >= r1 || n <= 0) return;
+    kite_pack_geom g;
+    kite_pack_geometry(w->type, w->rows, w->cols, G4, &g);
+    tile_ctx c = {.act = act, .x = x, .cols = w->cols, .y = y, .y_stride = y_stride};
+    kite_family f = kite_type_family(w->type);
+    if (f != KITE_FAMILY_FLOAT) c.ag = kite_act_geometry(f, w->cols);
+    runner run;
+    switch (w->type) {
+    case KITE_TYPE_F32: run = run_f32; break;
+    case KITE_TYPE_F16: run = run_f16; break;
+    case KITE_TYPE_BF16: run = run_bf16; break;
+    case KITE_TYPE_Q8_0: run = run_q8_0; break;
+    case KITE_TYPE_Q4_0: run = run_q4_0; break;
+    default: return;
+    }
+    const uint8_t *base = w->data;
+    int64_t g0 = r0 / G4, g1 = (r1 + G4 - 1) / G4;
+    for (int64_t grp = g0; grp < g1;) {
+        int ng = f == KITE_FAMILY_FLOAT && grp + 1 < g1 ? 2 : 1;
+        for (int32_t b0 = 0; b0 < n; b0 += TILE_B)
+            run(base + (size_t)grp * g.group_bytes, &g, &c, b0, n - b0 < TILE_B ? n - b0 : TILE_B, ng, grp * G4, r0, r1);
+        grp += ng;
+    }
+}
+
+static const kite_kernel_set neon_set = {
+    .level = KITE_CPU_NEON,
+    .name = "neon-dotprod",
+    .pack = neon_pack,
+    .act_bytes = kite_act_bytes_common,
+    .quantize_act = neon_quantize_act,
+    .matmul = neon_matmul,
+    .row_block = 32,
+};
+
+const kite_kernel_set *kite_kernels_neon(void) { return &neon_set; }

@@ -1,0 +1,316 @@
+/* AVX2 (+FMA, F16C) kernel set. Weights are packed 8 rows to a group (kernels_internal.h): one ymm
+ * holds 4 consecutive columns of 8 rows. Without VNNI the dot of 4 is vpmaddubsw (u8 x s8 -> pairs
+ * of s16) then vpmaddwd with ones (-> s32): q4_0 nibbles (<= 15) let eight column groups add up in
+ * 16 bits before one vpmaddwd; q8_0 uses the sign trick (|w| x sign(x, w)) so no pair saturates.
+ * Integer parts are exact, the float steps follow kernels_internal.h, so results are bit-identical
+ * to the reference and batch-invariant. K-quants and the other 32-block types use the reference.
+ *
+ * Compiled with -mavx2 -mfma -mf16c (CMakeLists.txt). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/kernels_internal.h"
+
+#define G8 8
+#define TILE_B 4 /* activation rows per tile */
+#define INLINE static inline __attribute__((always_inline))
+
+static const uint32_t LAYOUT8 = (uint32_t)KITE_LAYOUT_INTERLEAVED | G8;
+
+typedef int32_t unaligned_i32 __attribute__((aligned(1), may_alias));
+INLINE int32_t load_i32(const void *p) { return *(const unaligned_i32 *)p; }
+INLINE float load_f32(const void *p) { float v; memcpy(&v, p, 4); return v; }
+INLINE __m256i bcast32(const void *p) { return _mm256_set1_epi32(load_i32(p)); }
+
+/* ---- activation quantization (same bytes as kite_ref_quantize_act) ---------------------------------------- */
+
+/* 32 floats at x with id -> 32 int8 at q (in order); returns the int32 sums of elements 0..15 and 16..31. */
+INLINE void quant32(const float *x, __m256 id, int8_t *q, int32_t *sum_lo, int32_t *sum_hi) {
+    const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    __m256i i[4];
+    for (int k = 0; k < 4; k++) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), id);
+        v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+        i[k] = _mm256_cvtps_epi32(v); /* MXCSR default: nearest, ties to even */
+    }
+    __m256i s0 = _mm256_add_epi32(i[0], i[1]), s1 = _mm256_add_epi32(i[2], i[3]);
+    __m256i h = _mm256_hadd_epi32(s0, s1); /* [s0 pairs(0..3) s1 pairs(0..3) | s0 pairs(4..7) s1 pairs(4..7)] */
+    h = _mm256_hadd_epi32(h, h);
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    *sum_lo = _mm_extract_epi32(t, 0);
+    *sum_hi = _mm_extract_epi32(t, 1);
+    __m256i p01 = _mm256_packs_epi32(i[0], i[1]), p23 = _mm256_packs_epi32(i[2], i[3]);
+    __m256i p = _mm256_packs_epi16(p01, p23);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, p);
+}
+
+static float block_scale(const float *x, int len, float *id_out) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < len; j += 8) m = _mm256_max_ps(m, _mm256_and_ps(abs_mask, _mm256_loadu_ps(x + j)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float amax = _mm_cvtss_f32(h);
+    float d = amax / 127.0f;
+    *id_out = d != 0.0f ? 1.0f / d : 0.0f;
+    return d;
+}
+
+static void avx2_quantize_act(uint32_t type, const float *x, int64_t cols, int32_t b0, int32_t b1, void *act) {
+    kite_family f = kite_type_family(type);
+    if (f != KITE_FAMILY_B32 && f != KITE_FAMILY_K) return;
+    kite_act_geom g = kite_act_geometry(f, cols);
+    for (int32_t b = b0; b < b1; b++) {
+        uint8_t *row = (uint8_t *)act + (size_t)b * g.row_bytes;
+        const float *xr = x + (size_t)b * (size_t)cols;
+        int8_t *qs = (int8_t *)row;
+        for (int64_t blk = 0; blk < g.n_blocks; blk++) {
+            const float *xb = xr + blk * g.block;
+            int8_t *q = qs + blk * g.block;
+            float id;
+            float d = block_scale(xb, g.block, &id);
+            __m256 idv = _mm256_set1_ps(id);
+            memcpy(row + g.off_d + (size_t)blk * 4, &d, 4);
+            if (f == KITE_FAMILY_B32) {
+                int32_t lo, hi;
+                quant32(xb, idv, q, &lo, &hi);
+                int32_t sum = lo + hi;
+                memcpy(row + g.off_sum + (size_t)blk * 4, &sum, 4);
+            } else {
+                int16_t s16[16], s32[8];
+                for (int s = 0; s < 8; s++) {
+                    int32_t lo, hi;
+                    quant32(xb + 32 * s, idv, q + 32 * s, &lo, &hi);
+                    s16[2 * s] = (int16_t)lo;
+                    s16[2 * s + 1] = (int16_t)hi;
+                    s32[s] = (int16_t)(lo + hi);
+                }
+                memcpy(row + g.off_sum + (size_t)blk * 32, s16, 32);
+                memcpy(row + g.off_sum32 + (size_t)blk * 16, s32, 16);
+            }
+        }
+    }
+}
+
+/* ---- tiles ---------------------------------------------------------------------------------------------------- */
+
+typedef struct tile_ctx {
+    const uint8_t *act;
+    kite_act_geom ag;
+    const float *x;
+    int64_t cols;
+    float *y;
+    int64_t y_stride;
+} tile_ctx;
+
+/* Stores the rows of an 8-row group that fall in [r0, r1). */
+INLINE void store_rows(const tile_ctx *c, int32_t b, int64_t row0, int64_t r0, int64_t r1, __m256 v) {
+    float *dst = c->y + (int64_t)b * c->y_stride + row0;
+    if (row0 >= r0 && row0 + 8 <= r1) {
+        _mm256_storeu_ps(dst, v);
+        return;
+    }
+    float tmp[8];
+    _mm256_storeu_ps(tmp, v);
+    for (int i = 0; i < 8; i++)
+        if (row0 + i >= r0 && row0 + i < r1) dst[i] = tmp[i];
+}
+
+INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB,
+                     int64_t row0, int64_t r0, int64_t r1) {
+    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[TILE_B];
+    const uint8_t *arow[TILE_B];
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; b++) {
+        acc[b] = _mm256_setzero_ps();
+        arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
+    }
+    for (int64_t blk = 0; blk < g->n_blocks; blk++) {
+        const uint8_t *q = qreg + (size_t)blk * g->q_bytes;
+        _mm_prefetch((const char *)q + 8 * g->q_bytes, _MM_HINT_T0);
+        __m256i w[8];
+        if (q4) {
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * p));
+                w[p] = _mm256_and_si256(v, low4);
+                w[p + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            }
+        } else {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) w[j] = _mm256_loadu_si256((const __m256i *)(q + 32 * j));
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sreg + (size_t)blk * 16)));
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) {
+            const uint8_t *xq = arow[b] + blk * 32;
+            __m256i isum;
+            if (q4) {
+                /* Eight column groups of nibble x int8 pairs (|pair| <= 3810) add up safely in 16 bits. */
+                __m256i s = _mm256_maddubs_epi16(w[0], bcast32(xq + 0));
+#pragma GCC unroll 8
+                for (int j = 1; j < 8; j++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[j], bcast32(xq + 4 * j)));
+                isum = _mm256_sub_epi32(_mm256_madd_epi16(s, ones), _mm256_set1_epi32(8 * load_i32(arow[b] + c->ag.off_sum + blk * 4)));
+            } else {
+                __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j += 2) {
+                    __m256i x0 = bcast32(xq + 4 * j), x1 = bcast32(xq + 4 * j + 4);
+                    __m256i p0 = _mm256_maddubs_epi16(_mm256_sign_epi8(w[j], w[j]), _mm256_sign_epi8(x0, w[j]));
+                    __m256i p1 = _mm256_maddubs_epi16(_mm256_sign_epi8(w[j + 1], w[j + 1]), _mm256_sign_epi8(x1, w[j + 1]));
+                    s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, ones));
+                    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
+                }
+                isum = _mm256_add_epi32(s0, s1);
+            }
+            __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(load_f32(arow[b] + c->ag.off_d + blk * 4)));
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; b++) store_rows(c, b0 + b, row0, r0, r1, acc[b]);
+}
+
+INLINE __m256 load_w8(uint32_t type, const uint8_t *p) {
+    if (type == KITE_TYPE_F32) return _mm256_loadu_ps((const float *)p);
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (type == KITE_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* NG groups (1 or 2) x NB activation rows: acc = fma(w_k, x_k, acc) over k in order. */
+INLINE void tile_float(uint32_t type, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0,
+                       const int NG, const int NB, int64_t row0, int64_t r0, int64_t r1) {
+    __m256 acc[2][TILE_B];
+    const float *xr[TILE_B];
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; b++) {
+        acc[0][b] = _mm256_setzero_ps();
+        acc[1][b] = _mm256_setzero_ps();
+        xr[b] = c->x + (size_t)(b0 + b) * (size_t)c->cols;
+    }
+    const size_t qb = g->q_bytes;
+    const uint8_t *grp1 = grp + g->group_bytes;
+    for (int64_t k = 0; k < c->cols; k++) {
+        _mm_prefetch((const char *)grp + (size_t)(k + 16) * qb, _MM_HINT_T0);
+        __m256 w0 = load_w8(type, grp + (size_t)k * qb);
+        __m256 w1 = NG > 1 ? load_w8(type, grp1 + (size_t)k * qb) : w0;
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) {
+            __m256 xv = _mm256_set1_ps(xr[b][k]);
+            acc[0][b] = _mm256_fmadd_ps(w0, xv, acc[0][b]);
+            if (NG > 1) acc[1][b] = _mm256_fmadd_ps(w1, xv, acc[1][b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; b++) {
+        store_rows(c, b0 + b, row0, r0, r1, acc[0][b]);
+        if (NG > 1) store_rows(c, b0 + b, row0 + G8, r0, r1, acc[1][b]);
+    }
+}
+
+#define TILE_SWITCH(nb, CALL) \
+    switch (nb) {              \
+    case 1: CALL(1); break;    \
+    case 2: CALL(2); break;    \
+    case 3: CALL(3); break;    \
+    default: CALL(4); break;   \
+    }
+
+typedef void (*runner)(const uint8_t *, const kite_pack_geom *, const tile_ctx *, int32_t, int, int, int64_t, int64_t, int64_t);
+
+static void run_q8_0(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int ng, int64_t row0,
+                     int64_t r0, int64_t r1) {
+    (void)ng;
+#define CALL(N) tile_b32(false, grp, g, c, b0, N, row0, r0, r1)
+    TILE_SWITCH(nb, CALL)
+#undef CALL
+}
+static void run_q4_0(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int ng, int64_t row0,
+                     int64_t r0, int64_t r1) {
+    (void)ng;
+#define CALL(N) tile_b32(true, grp, g, c, b0, N, row0, r0, r1)
+    TILE_SWITCH(nb, CALL)
+#undef CALL
+}
+#define FLOAT_RUNNER(name, TYPE)                                                                                          \
+    static void name(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int ng,         \
+                     int64_t row0, int64_t r0, int64_t r1) {                                                              \
+        if (ng > 1) {                                                                                                     \
+            switch (nb) {                                                                                                 \
+            case 1: tile_float(TYPE, grp, g, c, b0, 2, 1, row0, r0, r1); break;                                           \
+            case 2: tile_float(TYPE, grp, g, c, b0, 2, 2, row0, r0, r1); break;                                           \
+            case 3: tile_float(TYPE, grp, g, c, b0, 2, 3, row0, r0, r1); break;                                           \
+            default: tile_float(TYPE, grp, g, c, b0, 2, 4, row0, r0, r1); break;                                          \
+            }                                                                                                             \
+        } else {                                                                                                          \
+            switch (nb) {                                                                                                 \
+            case 1: tile_float(TYPE, grp, g, c, b0, 1, 1, row0, r0, r1); break;                                           \
+            case 2: tile_float(TYPE, grp, g, c, b0, 1, 2, row0, r0, r1); break;                                           \
+            case 3: tile_float(TYPE, grp, g, c, b0, 1, 3, row0, r0, r1); break;                                           \
+            default: tile_float(TYPE, grp, g, c, b0, 1, 4, row0, r0, r1); break;                                          \
+            }                                                                                                             \
+        }                                                                                                                 \
+    }
+FLOAT_RUNNER(run_f32, KITE_TYPE_F32)
+FLOAT_RUNNER(run_f16, KITE_TYPE_F16)
+FLOAT_RUNNER(run_bf16, KITE_TYPE_BF16)
+
+static bool accelerated(uint32_t type) {
+    return type == KITE_TYPE_F32 || type == KITE_TYPE_F16 || type == KITE_TYPE_BF16 || type == KITE_TYPE_Q8_0 ||
+           type == KITE_TYPE_Q4_0;
+}
+
+static int avx2_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e) {
+    if (t && !accelerated(t->type)) return kite_ref_pack(t, out, e);
+    return kite_pack_interleaved(t, G8, 0, out, e);
+}
+
+static void avx2_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
+                        int64_t y_stride, int64_t r0, int64_t r1) {
+    if (w->layout != LAYOUT8) {
+        kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
+        return;
+    }
+    if (r0 < 0) r0 = 0;
+    if (r1 > w->rows) r1 = w->rows;
+    if (r0 >= r1 || n <= 0) return;
+    kite_pack_geom g;
+    kite_pack_geometry(w->type, w->rows, w->cols, G8, &g);
+    tile_ctx c = {.act = act, .x = x, .cols = w->cols, .y = y, .y_stride = y_stride};
+    kite_family f = kite_type_family(w->type);
+    if (f != KITE_FAMILY_FLOAT) c.ag = kite_act_geometry(f, w->cols);
+    runner run;
+    switch (w->type) {
+    case KITE_TYPE_F32: run = run_f32; break;
+    case KITE_TYPE_F16: run = run_f16; break;
+    case KITE_TYPE_BF16: run = run_bf16; break;
+    case KITE_TYPE_Q8_0: run = run_q8_0; break;
+    case KITE_TYPE_Q4_0: run = run_q4_0; break;
+    default: return;
+    }
+    const uint8_t *base = w->data;
+    int64_t g0 = r0 / G8, g1 = (r1 + G8 - 1) / G8;
+    for (int64_t grp = g0; grp < g1;) {
+        int ng = f == KITE_FAMILY_FLOAT && grp + 1 < g1 ? 2 : 1;
+        for (int32_t b0 = 0; b0 < n; b0 += TILE_B)
+            run(base + (size_t)grp * g.group_bytes, &g, &c, b0, n - b0 < TILE_B ? n - b0 : TILE_B, ng, grp * G8, r0, r1);
+        grp += ng;
+    }
+}
+
+static const kite_kernel_set avx2_set = {
+    .level = KITE_CPU_AVX2,
+    .name = "avx2",
+    .pack = avx2_pack,
+    .act_bytes = kite_act_bytes_common,
+    .quantize_act = avx2_quantize_act,
+    .matmul = avx2_matmul,
+    .row_block = 32,
+};
+
+const kite_kernel_set *kite_kernels_avx2(void) { return &avx2_set; }

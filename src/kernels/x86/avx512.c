@@ -1,0 +1,491 @@
+/* AVX-512 (F/BW/VL + VNNI) kernel set. Weights are packed 16 rows to a group (kernels_internal.h):
+ * one zmm holds 4 consecutive columns of 16 rows, so vpdpbusd against a broadcast 4-byte activation
+ * word yields 16 row partial sums at once, and the same weight registers serve up to 8 activation rows
+ * (a 16 x 8 tile; n = 1 is the same code with one activation row, streaming the weights once).
+ * Integer parts are exact; the float steps per (row, activation row) follow kernels_internal.h in the
+ * same order as the reference, so results are bit-identical to it and independent of n, slot and
+ * row range. Types without a kernel here use the reference (raw layout).
+ *
+ * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c (CMakeLists.txt). */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels_internal.h"
+
+#define G16 16
+#define TILE_B 8 /* activation rows per tile */
+#define INLINE static inline __attribute__((always_inline))
+
+static const uint32_t LAYOUT16 = (uint32_t)KITE_LAYOUT_INTERLEAVED | G16;
+
+INLINE int32_t load_i32(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
+INLINE float load_f32(const void *p) { float v; memcpy(&v, p, 4); return v; }
+/* An unaligned, aliasing int32 view, so the broadcast folds into vpdpbusd's {1to16} memory operand. */
+typedef int32_t unaligned_i32 __attribute__((aligned(1), may_alias));
+INLINE __m512i bcast32(const void *p) { return _mm512_set1_epi32(*(const unaligned_i32 *)p); }
+INLINE __m512 fp16x16(const void *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+
+/* ---- activation quantization (same bytes as kite_ref_quantize_act) ---------------------------------------- */
+
+/* Quantizes 16 floats with id, returning their int32 values; stores the int8s at q. */
+INLINE __m512i quant16(const float *x, __m512 id, int8_t *q) {
+    const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x), id);
+    v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+    __m512i i = _mm512_cvtps_epi32(v); /* MXCSR default: nearest, ties to even */
+    _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(i));
+    return i;
+}
+
+INLINE float block_scale(const float *x, int len, float *id_out) {
+    __m512 m = _mm512_setzero_ps();
+    for (int j = 0; j < len; j += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + j)));
+    float amax = _mm512_reduce_max_ps(m);
+    float d = amax / 127.0f;
+    *id_out = d != 0.0f ? 1.0f / d : 0.0f;
+    return d;
+}
+
+static void avx512_quantize_act(uint32_t type, const float *x, int64_t cols, int32_t b0, int32_t b1, void *act) {
+    kite_family f = kite_type_family(type);
+    if (f != KITE_FAMILY_B32 && f != KITE_FAMILY_K) return;
+    kite_act_geom g = kite_act_geometry(f, cols);
+    for (int32_t b = b0; b < b1; b++) {
+        uint8_t *row = (uint8_t *)act + (size_t)b * g.row_bytes;
+        const float *xr = x + (size_t)b * (size_t)cols;
+        int8_t *qs = (int8_t *)row;
+        for (int64_t blk = 0; blk < g.n_blocks; blk++) {
+            const float *xb = xr + blk * g.block;
+            int8_t *q = qs + blk * g.block;
+            float id;
+            float d = block_scale(xb, g.block, &id);
+            __m512 idv = _mm512_set1_ps(id);
+            memcpy(row + g.off_d + (size_t)blk * 4, &d, 4);
+            if (f == KITE_FAMILY_B32) {
+                __m512i s = _mm512_add_epi32(quant16(xb, idv, q), quant16(xb + 16, idv, q + 16));
+                int32_t sum = _mm512_reduce_add_epi32(s);
+                memcpy(row + g.off_sum + (size_t)blk * 4, &sum, 4);
+            } else {
+                int16_t s16[16], s32[8];
+                for (int s = 0; s < 16; s++) s16[s] = (int16_t)_mm512_reduce_add_epi32(quant16(xb + 16 * s, idv, q + 16 * s));
+                for (int s = 0; s < 8; s++) s32[s] = (int16_t)(s16[2 * s] + s16[2 * s + 1]);
+                memcpy(row + g.off_sum + (size_t)blk * 32, s16, 32);
+                memcpy(row + g.off_sum32 + (size_t)blk * 16, s32, 16);
+            }
+        }
+    }
+}
+
+/* ---- shared tile plumbing ------------------------------------------------------------------------------------ */
+
+typedef struct tile_ctx {
+    const uint8_t *act;   /* activation buffer */
+    kite_act_geom ag;
+    const float *x;       /* float activations */
+    int64_t cols;
+    float *y;
+    int64_t y_stride;
+} tile_ctx;
+
+INLINE void store_rows(const tile_ctx *c, int32_t b, int64_t row0, __mmask16 mask, __m512 v) {
+    _mm512_mask_storeu_ps(c->y + (int64_t)b * c->y_stride + row0, mask, v);
+}
+
+INLINE __mmask16 row_mask(int64_t row0, int64_t r0, int64_t r1) {
+    uint32_t m = 0xffff;
+    if (r0 > row0) m &= 0xffffu << (r0 - row0);
+    if (r1 < row0 + 16) m &= (1u << (r1 - row0)) - 1u;
+    return (__mmask16)m;
+}
+
+/* ---- q8_0 and q4_0 --------------------------------------------------------------------------------------------- */
+
+/* One 16-row group x NB activation rows. Q8: 8 vectors of v + 128 per block; Q4: 4 nibble vectors. */
+INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB,
+                     int64_t row0, __mmask16 mask) {
+    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const int32_t offset = q4 ? -8 : -128;
+    __m512 acc[TILE_B];
+    const uint8_t *arow[TILE_B];
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) {
+        acc[b] = _mm512_setzero_ps();
+        arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
+    }
+    for (int64_t blk = 0; blk < g->n_blocks; blk++) {
+        const uint8_t *q = qreg + (size_t)blk * g->q_bytes;
+        _mm_prefetch((const char *)q + 8 * g->q_bytes, _MM_HINT_T0);
+        __m512i w[8];
+        if (q4) {
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                __m512i v = _mm512_loadu_si512(q + 64 * p);
+                w[p] = _mm512_and_si512(v, low4);
+                w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+            }
+        } else {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(q + 64 * j);
+        }
+        const __m512 dw = fp16x16(sreg + (size_t)blk * 32);
+#pragma GCC unroll 8
+        for (int b = 0; b < NB; b++) {
+            const uint8_t *xq = arow[b] + blk * 32;
+            __m512i i0 = _mm512_set1_epi32(offset * load_i32(arow[b] + c->ag.off_sum + blk * 4));
+            __m512i i1 = _mm512_setzero_si512();
+            i0 = _mm512_dpbusd_epi32(i0, w[0], bcast32(xq + 0));
+            i1 = _mm512_dpbusd_epi32(i1, w[1], bcast32(xq + 4));
+            i0 = _mm512_dpbusd_epi32(i0, w[2], bcast32(xq + 8));
+            i1 = _mm512_dpbusd_epi32(i1, w[3], bcast32(xq + 12));
+            i0 = _mm512_dpbusd_epi32(i0, w[4], bcast32(xq + 16));
+            i1 = _mm512_dpbusd_epi32(i1, w[5], bcast32(xq + 20));
+            i0 = _mm512_dpbusd_epi32(i0, w[6], bcast32(xq + 24));
+            i1 = _mm512_dpbusd_epi32(i1, w[7], bcast32(xq + 28));
+            __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(load_f32(arow[b] + c->ag.off_d + blk * 4)));
+            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), scale, acc[b]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) store_rows(c, b0 + b, row0, mask, acc[b]);
+}
+
+/* ---- q4_K, q5_K ----------------------------------------------------------------------------------------------- */
+
+/* Bits of column group j (a bit per byte at position j for q5_K high bits) moved to bit 4. */
+INLINE __m512i bit_to_4(__m512i h, int j) {
+    __m512i s = j <= 4 ? _mm512_slli_epi16(h, (unsigned)(4 - j)) : _mm512_srli_epi16(h, (unsigned)(j - 4));
+    return _mm512_and_si512(s, _mm512_set1_epi8(0x10));
+}
+
+INLINE void tile_q45k(bool q5, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB,
+                      int64_t row0, __mmask16 mask) {
+    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
+    const __m512i low4 = _mm512_set1_epi8(0x0F), low16 = _mm512_set1_epi32(0xFFFF);
+    __m512 acc[TILE_B];
+    const uint8_t *arow[TILE_B];
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) {
+        acc[b] = _mm512_setzero_ps();
+        arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
+    }
+    for (int64_t blk = 0; blk < g->n_blocks; blk++) {
+        const uint8_t *qb = qreg + (size_t)blk * g->q_bytes, *sb = sreg + (size_t)blk * g->s_bytes;
+        _mm_prefetch((const char *)qb + g->q_bytes, _MM_HINT_T0);
+        __m512i A[TILE_B];
+#pragma GCC unroll 8
+        for (int b = 0; b < NB; b++) A[b] = _mm512_setzero_si512();
+        for (int s = 0; s < 8; s++) {
+            __m512i w[8];
+            const uint8_t *q = qb + (size_t)s * 256;
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                __m512i v = _mm512_loadu_si512(q + 64 * p);
+                w[p] = _mm512_and_si512(v, low4);
+                w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+            }
+            if (q5) {
+                __m512i h = _mm512_loadu_si512(qb + 2048 + (size_t)s * 64);
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) w[j] = _mm512_or_si512(w[j], bit_to_4(h, j));
+            }
+            /* sc pair p = s / 2 for 16 rows as u8 pairs; this sub-block's scale is the low or high one. */
+            __m512i scw = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(sb + (size_t)(s / 2) * 32)));
+            __m512i sc = (s & 1) ? _mm512_srli_epi32(scw, 16) : _mm512_and_si512(scw, low16);
+#pragma GCC unroll 8
+            for (int b = 0; b < NB; b++) {
+                const uint8_t *xq = arow[b] + blk * 256 + s * 32;
+                __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+                i0 = _mm512_dpbusd_epi32(i0, w[0], bcast32(xq + 0));
+                i1 = _mm512_dpbusd_epi32(i1, w[1], bcast32(xq + 4));
+                i0 = _mm512_dpbusd_epi32(i0, w[2], bcast32(xq + 8));
+                i1 = _mm512_dpbusd_epi32(i1, w[3], bcast32(xq + 12));
+                i0 = _mm512_dpbusd_epi32(i0, w[4], bcast32(xq + 16));
+                i1 = _mm512_dpbusd_epi32(i1, w[5], bcast32(xq + 20));
+                i0 = _mm512_dpbusd_epi32(i0, w[6], bcast32(xq + 24));
+                i1 = _mm512_dpbusd_epi32(i1, w[7], bcast32(xq + 28));
+                A[b] = _mm512_add_epi32(A[b], _mm512_mullo_epi32(_mm512_add_epi32(i0, i1), sc));
+            }
+        }
+        __m512i mp[4];
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) mp[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(sb + 128 + (size_t)p * 32)));
+        const __m512 dv = fp16x16(sb + 256), dminv = fp16x16(sb + 288);
+#pragma GCC unroll 8
+        for (int b = 0; b < NB; b++) {
+            const uint8_t *s32 = arow[b] + c->ag.off_sum32 + blk * 16;
+            __m512i B = _mm512_setzero_si512();
+            B = _mm512_dpwssd_epi32(B, mp[0], bcast32(s32 + 0));
+            B = _mm512_dpwssd_epi32(B, mp[1], bcast32(s32 + 4));
+            B = _mm512_dpwssd_epi32(B, mp[2], bcast32(s32 + 8));
+            B = _mm512_dpwssd_epi32(B, mp[3], bcast32(s32 + 12));
+            __m512 dx = _mm512_set1_ps(load_f32(arow[b] + c->ag.off_d + blk * 4));
+            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[b]), _mm512_mul_ps(dv, dx), acc[b]);
+            acc[b] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(B), _mm512_mul_ps(dminv, dx), acc[b]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) store_rows(c, b0 + b, row0, mask, acc[b]);
+}
+
+/* ---- q6_K -------------------------------------------------------------------------------------------------------- */
+
+/* High 2 bits of column group j (bits 2j..2j+1 of each byte, j in 0..3) moved to bits 4..5. */
+INLINE __m512i bits2_to_4(__m512i h, int j) {
+    __m512i s = j < 3 ? _mm512_slli_epi16(h, (unsigned)(4 - 2 * j)) : _mm512_srli_epi16(h, 2);
+    return _mm512_and_si512(s, _mm512_set1_epi8(0x30));
+}
+
+INLINE void tile_q6k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB,
+                     int64_t row0, __mmask16 mask) {
+    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[TILE_B];
+    const uint8_t *arow[TILE_B];
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) {
+        acc[b] = _mm512_setzero_ps();
+        arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
+    }
+    for (int64_t blk = 0; blk < g->n_blocks; blk++) {
+        const uint8_t *qb = qreg + (size_t)blk * g->q_bytes, *sb = sreg + (size_t)blk * g->s_bytes;
+        _mm_prefetch((const char *)qb + g->q_bytes, _MM_HINT_T0);
+        _mm_prefetch((const char *)qb + g->q_bytes + 1536, _MM_HINT_T0);
+        __m512i A[TILE_B];
+#pragma GCC unroll 8
+        for (int b = 0; b < NB; b++) A[b] = _mm512_setzero_si512();
+        for (int t = 0; t < 8; t++) {
+            __m512i w[8];
+            const uint8_t *q = qb + (size_t)t * 384;
+            __m512i h0 = _mm512_loadu_si512(q + 256), h1 = _mm512_loadu_si512(q + 320);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                __m512i v = _mm512_loadu_si512(q + 64 * p);
+                w[p] = _mm512_or_si512(_mm512_and_si512(v, low4), bits2_to_4(h0, p));
+                w[p + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), bits2_to_4(h1, p));
+            }
+            __m512i scw = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(sb + (size_t)t * 32)));
+            __m512i sc0 = _mm512_srai_epi32(_mm512_slli_epi32(scw, 16), 16), sc1 = _mm512_srai_epi32(scw, 16);
+#pragma GCC unroll 8
+            for (int b = 0; b < NB; b++) {
+                const uint8_t *xq = arow[b] + blk * 256 + t * 32;
+                __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+                i0 = _mm512_dpbusd_epi32(i0, w[0], bcast32(xq + 0));
+                i1 = _mm512_dpbusd_epi32(i1, w[4], bcast32(xq + 16));
+                i0 = _mm512_dpbusd_epi32(i0, w[1], bcast32(xq + 4));
+                i1 = _mm512_dpbusd_epi32(i1, w[5], bcast32(xq + 20));
+                i0 = _mm512_dpbusd_epi32(i0, w[2], bcast32(xq + 8));
+                i1 = _mm512_dpbusd_epi32(i1, w[6], bcast32(xq + 24));
+                i0 = _mm512_dpbusd_epi32(i0, w[3], bcast32(xq + 12));
+                i1 = _mm512_dpbusd_epi32(i1, w[7], bcast32(xq + 28));
+                A[b] = _mm512_add_epi32(A[b], _mm512_add_epi32(_mm512_mullo_epi32(i0, sc0), _mm512_mullo_epi32(i1, sc1)));
+            }
+        }
+        const __m512 dv = fp16x16(sb + 256);
+#pragma GCC unroll 8
+        for (int b = 0; b < NB; b++) {
+            /* C = sum_s sc_s * sum16_s, from int16 pairs (sc_2p, sc_2p+1) against (sum16_2p, sum16_2p+1). */
+            const uint8_t *s16 = arow[b] + c->ag.off_sum + blk * 32;
+            __m512i C0 = _mm512_setzero_si512(), C1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int p = 0; p < 8; p += 2) {
+                C0 = _mm512_dpwssd_epi32(C0, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(sb + (size_t)p * 32))),
+                                         bcast32(s16 + 4 * p));
+                C1 = _mm512_dpwssd_epi32(C1, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(sb + (size_t)(p + 1) * 32))),
+                                         bcast32(s16 + 4 * (p + 1)));
+            }
+            __m512i Af = _mm512_sub_epi32(A[b], _mm512_slli_epi32(_mm512_add_epi32(C0, C1), 5));
+            __m512 dx = _mm512_set1_ps(load_f32(arow[b] + c->ag.off_d + blk * 4));
+            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(Af), _mm512_mul_ps(dv, dx), acc[b]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) store_rows(c, b0 + b, row0, mask, acc[b]);
+}
+
+/* ---- floats: f32, f16, bf16 ---------------------------------------------------------------------------------------- */
+
+INLINE __m512 load_w16(uint32_t type, const uint8_t *p) {
+    if (type == KITE_TYPE_F32) return _mm512_loadu_ps(p);
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    if (type == KITE_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* NG groups (1 or 2, consecutive) x NB activation rows: acc = fma(w_k, x_k, acc) over k in order. */
+INLINE void tile_float(uint32_t type, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0,
+                       const int NG, const int NB, int64_t row0, __mmask16 mask0, __mmask16 mask1) {
+    __m512 acc[2][TILE_B];
+    const float *xr[TILE_B];
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) {
+        acc[0][b] = _mm512_setzero_ps();
+        acc[1][b] = _mm512_setzero_ps();
+        xr[b] = c->x + (size_t)(b0 + b) * (size_t)c->cols;
+    }
+    const size_t qb = g->q_bytes;
+    const uint8_t *grp1 = grp + g->group_bytes;
+    for (int64_t k = 0; k < c->cols; k++) {
+        _mm_prefetch((const char *)grp + (size_t)(k + 16) * qb, _MM_HINT_T0);
+        __m512 w0 = load_w16(type, grp + (size_t)k * qb);
+        __m512 w1 = NG > 1 ? load_w16(type, grp1 + (size_t)k * qb) : w0;
+#pragma GCC unroll 8
+        for (int b = 0; b < NB; b++) {
+            __m512 xv = _mm512_set1_ps(xr[b][k]);
+            acc[0][b] = _mm512_fmadd_ps(w0, xv, acc[0][b]);
+            if (NG > 1) acc[1][b] = _mm512_fmadd_ps(w1, xv, acc[1][b]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) {
+        store_rows(c, b0 + b, row0, mask0, acc[0][b]);
+        if (NG > 1) store_rows(c, b0 + b, row0 + 16, mask1, acc[1][b]);
+    }
+}
+
+/* ---- dispatch over tiles ---------------------------------------------------------------------------------------- */
+
+#define TILE_SWITCH(nb, CALL) \
+    switch (nb) {              \
+    case 1: CALL(1); break;    \
+    case 2: CALL(2); break;    \
+    case 3: CALL(3); break;    \
+    case 4: CALL(4); break;    \
+    case 5: CALL(5); break;    \
+    case 6: CALL(6); break;    \
+    case 7: CALL(7); break;    \
+    default: CALL(8); break;   \
+    }
+
+static void run_q8_0(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int64_t row0, __mmask16 m) {
+#define CALL(N) tile_b32(false, grp, g, c, b0, N, row0, m)
+    TILE_SWITCH(nb, CALL)
+#undef CALL
+}
+static void run_q4_0(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int64_t row0, __mmask16 m) {
+#define CALL(N) tile_b32(true, grp, g, c, b0, N, row0, m)
+    TILE_SWITCH(nb, CALL)
+#undef CALL
+}
+static void run_q4_k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int64_t row0, __mmask16 m) {
+#define CALL(N) tile_q45k(false, grp, g, c, b0, N, row0, m)
+    TILE_SWITCH(nb, CALL)
+#undef CALL
+}
+static void run_q5_k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int64_t row0, __mmask16 m) {
+#define CALL(N) tile_q45k(true, grp, g, c, b0, N, row0, m)
+    TILE_SWITCH(nb, CALL)
+#undef CALL
+}
+static void run_q6_k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int64_t row0, __mmask16 m) {
+#define CALL(N) tile_q6k(grp, g, c, b0, N, row0, m)
+    TILE_SWITCH(nb, CALL)
+#undef CALL
+}
+
+#define FLOAT_RUNNER(name, TYPE)                                                                                    \
+    static void name(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int ng,   \
+                     int64_t row0, __mmask16 m0, __mmask16 m1) {                                                    \
+        if (ng > 1) {                                                                                               \
+            switch (nb) {                                                                                           \
+            case 1: tile_float(TYPE, grp, g, c, b0, 2, 1, row0, m0, m1); break;                                     \
+            case 2: tile_float(TYPE, grp, g, c, b0, 2, 2, row0, m0, m1); break;                                     \
+            case 3: tile_float(TYPE, grp, g, c, b0, 2, 3, row0, m0, m1); break;                                     \
+            case 4: tile_float(TYPE, grp, g, c, b0, 2, 4, row0, m0, m1); break;                                     \
+            case 5: tile_float(TYPE, grp, g, c, b0, 2, 5, row0, m0, m1); break;                                     \
+            case 6: tile_float(TYPE, grp, g, c, b0, 2, 6, row0, m0, m1); break;                                     \
+            case 7: tile_float(TYPE, grp, g, c, b0, 2, 7, row0, m0, m1); break;                                     \
+            default: tile_float(TYPE, grp, g, c, b0, 2, 8, row0, m0, m1); break;                                    \
+            }                                                                                                       \
+        } else {                                                                                                    \
+            switch (nb) {                                                                                           \
+            case 1: tile_float(TYPE, grp, g, c, b0, 1, 1, row0, m0, 0); break;                                      \
+            case 2: tile_float(TYPE, grp, g, c, b0, 1, 2, row0, m0, 0); break;                                      \
+            case 3: tile_float(TYPE, grp, g, c, b0, 1, 3, row0, m0, 0); break;                                      \
+            case 4: tile_float(TYPE, grp, g, c, b0, 1, 4, row0, m0, 0); break;                                      \
+            case 5: tile_float(TYPE, grp, g, c, b0, 1, 5, row0, m0, 0); break;                                      \
+            case 6: tile_float(TYPE, grp, g, c, b0, 1, 6, row0, m0, 0); break;                                      \
+            case 7: tile_float(TYPE, grp, g, c, b0, 1, 7, row0, m0, 0); break;                                      \
+            default: tile_float(TYPE, grp, g, c, b0, 1, 8, row0, m0, 0); break;                                     \
+            }                                                                                                       \
+        }                                                                                                           \
+    }
+FLOAT_RUNNER(run_f32, KITE_TYPE_F32)
+FLOAT_RUNNER(run_f16, KITE_TYPE_F16)
+FLOAT_RUNNER(run_bf16, KITE_TYPE_BF16)
+
+typedef void (*quant_runner)(const uint8_t *, const kite_pack_geom *, const tile_ctx *, int32_t, int, int64_t, __mmask16);
+typedef void (*float_runner)(const uint8_t *, const kite_pack_geom *, const tile_ctx *, int32_t, int, int, int64_t,
+                             __mmask16, __mmask16);
+
+static bool accelerated(uint32_t type) {
+    switch (type) {
+    case KITE_TYPE_F32: case KITE_TYPE_F16: case KITE_TYPE_BF16:
+    case KITE_TYPE_Q8_0: case KITE_TYPE_Q4_0:
+    case KITE_TYPE_Q4_K: case KITE_TYPE_Q5_K: case KITE_TYPE_Q6_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static int avx512_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e) {
+    if (t && !accelerated(t->type)) return kite_ref_pack(t, out, e);
+    return kite_pack_interleaved(t, G16, t && t->type == KITE_TYPE_Q8_0 ? KITE_PACK_Q8_OFFSET : 0, out, e);
+}
+
+static void avx512_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
+                          int64_t y_stride, int64_t r0, int64_t r1) {
+    if ((w->layout & ~(uint32_t)KITE_PACK_Q8_OFFSET) != LAYOUT16) {
+        kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
+        return;
+    }
+    if (r0 < 0) r0 = 0;
+    if (r1 > w->rows) r1 = w->rows;
+    if (r0 >= r1 || n <= 0) return;
+    kite_pack_geom g;
+    kite_pack_geometry(w->type, w->rows, w->cols, G16, &g);
+    tile_ctx c = {.act = act, .x = x, .cols = w->cols, .y = y, .y_stride = y_stride};
+    kite_family f = kite_type_family(w->type);
+    if (f != KITE_FAMILY_FLOAT) c.ag = kite_act_geometry(f, w->cols);
+    const uint8_t *base = w->data;
+    int64_t g0 = r0 / G16, g1 = (r1 + G16 - 1) / G16;
+    if (f == KITE_FAMILY_FLOAT) {
+        float_runner run = w->type == KITE_TYPE_F32 ? run_f32 : w->type == KITE_TYPE_F16 ? run_f16 : run_bf16;
+        for (int64_t grp = g0; grp < g1;) {
+            int ng = grp + 1 < g1 ? 2 : 1;
+            __mmask16 m0 = row_mask(grp * G16, r0, r1), m1 = ng > 1 ? row_mask((grp + 1) * G16, r0, r1) : 0;
+            for (int32_t b0 = 0; b0 < n; b0 += TILE_B)
+                run(base + (size_t)grp * g.group_bytes, &g, &c, b0, n - b0 < TILE_B ? n - b0 : TILE_B, ng, grp * G16, m0, m1);
+            grp += ng;
+        }
+        return;
+    }
+    quant_runner run = NULL;
+    switch (w->type) {
+    case KITE_TYPE_Q8_0: run = run_q8_0; break;
+    case KITE_TYPE_Q4_0: run = run_q4_0; break;
+    case KITE_TYPE_Q4_K: run = run_q4_k; break;
+    case KITE_TYPE_Q5_K: run = run_q5_k; break;
+    case KITE_TYPE_Q6_K: run = run_q6_k; break;
+    default: return;
+    }
+    for (int64_t grp = g0; grp < g1; grp++) {
+        __mmask16 m = row_mask(grp * G16, r0, r1);
+        for (int32_t b0 = 0; b0 < n; b0 += TILE_B)
+            run(base + (size_t)grp * g.group_bytes, &g, &c, b0, n - b0 < TILE_B ? n - b0 : TILE_B, grp * G16, m);
+    }
+}
+
+static const kite_kernel_set avx512_set = {
+    .level = KITE_CPU_AVX512,
+    .name = "avx512-vnni",
+    .pack = avx512_pack,
+    .act_bytes = kite_act_bytes_common,
+    .quantize_act = avx512_quantize_act,
+    .matmul = avx512_matmul,
+    .row_block = 64,
+};
+
+const kite_kernel_set *kite_kernels_avx512(void) { return &avx512_set; }

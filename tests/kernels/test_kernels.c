@@ -1,0 +1,466 @@
+/* Matrix kernels: every weight type x every kernel level this CPU runs, against the reference set and
+ * against an independent float product.
+ *
+ * Stated bounds (see src/kernels/kernels_internal.h for the math):
+ *  - SIMD levels vs the reference set: bit-identical (the integer parts are exact and the float steps are
+ *    the same operations in the same order), and the quantized activations are byte-identical.
+ *  - Batch invariance: y[b][r] bit-identical for any n, slot b and row range, on every level.
+ *  - Reference vs the exact product of the stored weights with float activations (kite_ref_dot, itself
+ *    within nb * 2^-24 * sum|w x| of exact): |y - dot| <= sum_blocks (d_x / 2) * sum_j |w_j|  (activation
+ *    rounding to int8) + (steps + 4) * 2^-24 * sum_j |w_j| (|x_j| + d_x)   (float rounding), with steps =
+ *    blocks (quantized) or columns (float types, no activation rounding). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kernels/kernels_internal.h"
+#include "quant/types.h"
+
+static const uint32_t all_types[] = {
+    KITE_TYPE_F32,  KITE_TYPE_F16,  KITE_TYPE_BF16, KITE_TYPE_Q8_0, KITE_TYPE_Q4_0, KITE_TYPE_Q4_1, KITE_TYPE_Q5_0,
+    KITE_TYPE_Q5_1, KITE_TYPE_Q2_K, KITE_TYPE_Q3_K, KITE_TYPE_Q4_K, KITE_TYPE_Q5_K, KITE_TYPE_Q6_K,
+};
+#define N_TYPES (sizeof all_types / sizeof all_types[0])
+
+static const kite_cpu_level all_levels[] = {KITE_CPU_REF, KITE_CPU_AVX2, KITE_CPU_AVX512, KITE_CPU_NEON};
+
+/* ---- deterministic data --------------------------------------------------------------------------------- */
+
+static uint64_t rng_state;
+static uint32_t rng_u32(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 33);
+}
+static float rng_uniform(void) { return (float)((rng_u32() + 0.5) / 2147483648.0) - 1.0f; } /* (-1, 1) */
+static float rng_normalish(void) { return rng_uniform() + rng_uniform() + rng_uniform(); }
+
+/* Weight rows: mostly normal-ish values, a few large outliers, some all-zero blocks. */
+static void fill_weights(float *w, int64_t count) {
+    for (int64_t i = 0; i < count; i++) {
+        float v = rng_normalish() * 0.05f;
+        if (rng_u32() % 97 == 0) v *= 20.0f;
+        w[i] = v;
+    }
+    if (count >= 64) memset(w + 32, 0, 32 * sizeof *w); /* a zero 32-block */
+}
+
+static void fill_acts(float *x, int64_t count) {
+    for (int64_t i = 0; i < count; i++) {
+        float v = rng_normalish();
+        if (rng_u32() % 53 == 0) v *= 30.0f;
+        x[i] = v;
+    }
+}
+
+typedef struct matrix {
+    kite_tensor t;
+    void *bytes;
+    float *deq; /* rows x cols, dequantized */
+} matrix;
+
+static void make_matrix(matrix *m, uint32_t type, int64_t rows, int64_t cols) {
+    const kite_type_traits *tr = kite_type_get(type);
+    assert_non_null(tr);
+    size_t row_bytes = kite_type_row_bytes(type, cols);
+    assert_true(row_bytes > 0);
+    float *src = malloc(sizeof(float) * (size_t)(rows * cols));
+    m->bytes = malloc(row_bytes * (size_t)rows);
+    m->deq = malloc(sizeof(float) * (size_t)(rows * cols));
+    assert_non_null(src);
+    assert_non_null(m->bytes);
+    assert_non_null(m->deq);
+    fill_weights(src, rows * cols);
+    for (int64_t r = 0; r < rows; r++) {
+        tr->from_float(src + r * cols, (uint8_t *)m->bytes + (size_t)r * row_bytes, cols);
+        tr->to_float((uint8_t *)m->bytes + (size_t)r * row_bytes, m->deq + r * cols, cols);
+    }
+    free(src);
+    memset(&m->t, 0, sizeof m->t);
+    snprintf(m->t.name, sizeof m->t.name, "test.%s.%lldx%lld", tr->name, (long long)rows, (long long)cols);
+    m->t.type = type;
+    m->t.n_dims = 2;
+    m->t.ne[0] = cols;
+    m->t.ne[1] = rows;
+    m->t.ne[2] = m->t.ne[3] = 1;
+    m->t.n_bytes = row_bytes * (size_t)rows;
+    m->t.data = m->bytes;
+}
+
+static void free_matrix(matrix *m) {
+    free(m->bytes);
+    free(m->deq);
+}
+
+/* Runs y = W x with set s over rows [r0, r1); y is [n][rows]. */
+static void run(const kite_kernel_set *s, const kite_packed_matrix *pm, const float *x, int32_t n, float *y, int64_t r0,
+                int64_t r1) {
+    size_t ab = s->act_bytes(pm->type, pm->cols, n);
+    void *act = NULL;
+    if (ab) {
+        act = aligned_alloc(64, kite_round_up(ab, 64));
+        assert_non_null(act);
+        s->quantize_act(pm->type, x, pm->cols, 0, n, act);
+    }
+    s->matmul(pm, act, x, n, y, pm->rows, r0, r1);
+    free(act);
+}
+
+static int bits_equal(const float *a, const float *b, size_t count, size_t *first_diff) {
+    for (size_t i = 0; i < count; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+            if (first_diff) *first_diff = i;
+            return 0;
+        }
+    return 1;
+}
+
+/* ---- one shape: every level vs the reference, invariance, and ref vs float ------------------------------ */
+
+static void check_shape(uint32_t type, int64_t rows, int64_t cols, int32_t n) {
+    const kite_type_traits *tr = kite_type_get(type);
+    matrix m;
+    make_matrix(&m, type, rows, cols);
+    float *x = malloc(sizeof(float) * (size_t)(n * cols));
+    assert_non_null(x);
+    fill_acts(x, n * cols);
+    size_t ycount = (size_t)n * (size_t)rows;
+    float *y_ref = malloc(sizeof(float) * ycount), *y = malloc(sizeof(float) * ycount);
+    float *y_one = malloc(sizeof(float) * (size_t)rows);
+    assert_non_null(y_ref);
+    assert_non_null(y);
+    assert_non_null(y_one);
+
+    const kite_kernel_set *ref = kite_kernels_for(KITE_CPU_REF);
+    assert_non_null(ref);
+    kite_error e = {0};
+    kite_packed_matrix pref;
+    assert_int_equal(ref->pack(&m.t, &pref, &e), KITE_OK);
+    run(ref, &pref, x, n, y_ref, 0, rows);
+
+    /* Reference vs the float product of the stored weights. */
+    kite_family fam = kite_type_family(type);
+    kite_act_geom ag = kite_act_geometry(fam, cols);
+    size_t ab = ref->act_bytes(type, cols, n);
+    uint8_t *act_ref = NULL;
+    if (ab) {
+        act_ref = aligned_alloc(64, kite_round_up(ab, 64));
+        assert_non_null(act_ref);
+        ref->quantize_act(type, x, cols, 0, n, act_ref);
+    }
+    size_t row_bytes = kite_type_row_bytes(type, cols);
+    const double u = 1.0 / 16777216.0;
+    for (int32_t b = 0; b < n; b++) {
+        for (int64_t r = 0; r < rows; r++) {
+            const float *wr = m.deq + r * cols, *xb = x + (size_t)b * (size_t)cols;
+            double dot = kite_ref_dot(type, (const uint8_t *)m.bytes + (size_t)r * row_bytes, xb, cols);
+            double quant_bound = 0.0, float_mass = 0.0, abs_mass = 0.0;
+            int64_t steps = cols;
+            if (fam != KITE_FAMILY_FLOAT) {
+                steps = ag.n_blocks;
+                for (int64_t blk = 0; blk < ag.n_blocks; blk++) {
+                    float dx;
+                    memcpy(&dx, act_ref + (size_t)b * ag.row_bytes + ag.off_d + (size_t)blk * 4, 4);
+                    double wsum = 0.0;
+                    for (int j = 0; j < ag.block; j++) {
+                        double wj = fabs(wr[blk * ag.block + j]);
+                        wsum += wj;
+                        float_mass += wj * (fabs(xb[blk * ag.block + j]) + dx);
+                    }
+                    quant_bound += 0.5 * dx * wsum * (1.0 + 4 * u);
+                }
+            } else {
+                for (int64_t k = 0; k < cols; k++) float_mass += fabs((double)wr[k] * xb[k]);
+            }
+            for (int64_t k = 0; k < cols; k++) abs_mass += fabs((double)wr[k] * xb[k]);
+            double dot_err = (double)(cols / tr->block_size + 2) * u * abs_mass;
+            double bound = quant_bound + (double)(steps + 4) * u * float_mass + dot_err + 1e-30;
+            double got = y_ref[(size_t)b * (size_t)rows + (size_t)r];
+            if (!(fabs(got - dot) <= bound))
+                fail_msg("%s %lldx%lld n=%d: ref row %lld act %d = %.9g, float dot %.9g, |diff| %.3g > bound %.3g",
+                         tr->name, (long long)rows, (long long)cols, n, (long long)r, b, got, dot, fabs(got - dot), bound);
+        }
+    }
+
+    for (size_t li = 0; li < sizeof all_levels / sizeof all_levels[0]; li++) {
+        const kite_kernel_set *s = kite_kernels_for(all_levels[li]);
+        if (!s) continue;
+        kite_packed_matrix pm;
+        assert_int_equal(s->pack(&m.t, &pm, &e), KITE_OK);
+        assert_int_equal(pm.rows, rows);
+        assert_int_equal(pm.cols, cols);
+        assert_int_equal(s->act_bytes(type, cols, n), ab);
+        /* Quantized activations: byte-identical to the reference quantizer. */
+        if (ab) {
+            uint8_t *act = aligned_alloc(64, kite_round_up(ab, 64));
+            assert_non_null(act);
+            memset(act, 0, ab);
+            s->quantize_act(type, x, cols, 0, n, act);
+            for (int32_t b = 0; b < n; b++) {
+                const uint8_t *p = act + (size_t)b * ag.row_bytes, *q = act_ref + (size_t)b * ag.row_bytes;
+                size_t used = fam == KITE_FAMILY_B32 ? ag.off_sum + (size_t)ag.n_blocks * 4 : ag.off_sum32 + (size_t)ag.n_blocks * 16;
+                if (memcmp(p, q, used) != 0)
+                    fail_msg("%s: %s quantized activation row %d differs from the reference", s->name, tr->name, b);
+            }
+            free(act);
+        }
+        /* Full product: bit-identical to the reference. */
+        for (size_t i = 0; i < ycount; i++) y[i] = NAN;
+        run(s, &pm, x, n, y, 0, rows);
+        size_t at = 0;
+        if (!bits_equal(y, y_ref, ycount, &at))
+            fail_msg("%s: %s %lldx%lld n=%d: act %zu row %zu = %.9g, reference %.9g", s->name, tr->name, (long long)rows,
+                     (long long)cols, n, at / (size_t)rows, at % (size_t)rows, y[at], y_ref[at]);
+        /* Each activation row alone (n = 1, slot 0) gives the same bits. */
+        for (int32_t b = 0; b < n; b++) {
+            run(s, &pm, x + (size_t)b * (size_t)cols, 1, y_one, 0, rows);
+            if (!bits_equal(y_one, y + (size_t)b * (size_t)rows, (size_t)rows, &at))
+                fail_msg("%s: %s n=%d: act %d alone differs at row %zu", s->name, tr->name, n, b, at);
+        }
+        /* A rotated batch (row b in slot b + 1) gives the same bits. */
+        if (n > 1) {
+            float *xr = malloc(sizeof(float) * (size_t)(n * cols)), *yr = malloc(sizeof(float) * ycount);
+            assert_non_null(xr);
+            assert_non_null(yr);
+            for (int32_t b = 0; b < n; b++)
+                memcpy(xr + (size_t)((b + 1) % n) * (size_t)cols, x + (size_t)b * (size_t)cols, sizeof(float) * (size_t)cols);
+            run(s, &pm, xr, n, yr, 0, rows);
+            for (int32_t b = 0; b < n; b++)
+                if (!bits_equal(yr + (size_t)((b + 1) % n) * (size_t)rows, y + (size_t)b * (size_t)rows, (size_t)rows, NULL))
+                    fail_msg("%s: %s n=%d: act %d in another slot differs", s->name, tr->name, n, b);
+            free(xr);
+            free(yr);
+        }
+        /* Arbitrary row ranges (not multiples of any interleave) cover the rows with the same bits. */
+        {
+            for (size_t i = 0; i < ycount; i++) y[i] = NAN;
+            int64_t cuts[4] = {0, rows / 3, rows / 3 + (rows > 4 ? 3 : 0), rows};
+            if (cuts[2] > rows) cuts[2] = rows;
+            for (int c = 0; c < 3; c++) run(s, &pm, x, n, y, cuts[c], cuts[c + 1]);
+            if (!bits_equal(y, y_ref, ycount, &at))
+                fail_msg("%s: %s n=%d: split row ranges differ at act %zu row %zu", s->name, tr->name, n, at / (size_t)rows,
+                         at % (size_t)rows);
+        }
+        kite_packed_matrix_free(&pm);
+    }
+    kite_packed_matrix_free(&pref);
+    free(act_ref);
+    free(x);
+    free(y_ref);
+    free(y);
+    free(y_one);
+    free_matrix(&m);
+}
+
+static void test_all_types_all_levels(void **state) {
+    (void)state;
+    rng_state = 12345;
+    static const int32_t ns[] = {1, 2, 3, 7, 16, 33, 64};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = all_types[ti];
+        const kite_type_traits *tr = kite_type_get(type);
+        int64_t bs = tr->block_size > 1 ? tr->block_size : 32;
+        bool k = bs == 256;
+        /* Shapes: rows off any interleave, 1..several blocks of columns. */
+        const int64_t shapes[][2] = {
+            {1, bs}, {5, 2 * bs}, {17, 3 * bs}, {33, k ? 2 * bs : 5 * bs}, {16, bs}, {50, k ? 3 * bs : 8 * bs},
+        };
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                /* Keep the big batches to a few shapes so the program stays fast under sanitizers. */
+                if (ns[ni] > 16 && si != 2 && si != 5) continue;
+                check_shape(type, shapes[si][0], shapes[si][1], ns[ni]);
+            }
+    }
+}
+
+/* Float types take any column count (llama2.c models have FFN widths like 172). */
+static void test_float_odd_columns(void **state) {
+    (void)state;
+    rng_state = 777;
+    static const int64_t cols[] = {1, 7, 16, 33, 172};
+    static const uint32_t types[] = {KITE_TYPE_F32, KITE_TYPE_F16, KITE_TYPE_BF16};
+    for (size_t t = 0; t < 3; t++)
+        for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
+            check_shape(types[t], 19, cols[c], 1);
+            check_shape(types[t], 40, cols[c], 9);
+        }
+}
+
+/* The 1.1B-like widths once, to exercise long accumulations and many groups. */
+static void test_wide_rows(void **state) {
+    (void)state;
+    rng_state = 4242;
+    check_shape(KITE_TYPE_Q4_0, 40, 2048, 3);
+    check_shape(KITE_TYPE_Q8_0, 40, 2048, 9);
+    check_shape(KITE_TYPE_Q4_K, 24, 2048, 2);
+    check_shape(KITE_TYPE_Q6_K, 24, 2048, 9);
+    check_shape(KITE_TYPE_F16, 24, 1000, 2);
+}
+
+/* Activations at the edges of the quantizer: zero blocks, a lone huge value, ties at .5. */
+static void test_activation_edges(void **state) {
+    (void)state;
+    rng_state = 99;
+    matrix m;
+    make_matrix(&m, KITE_TYPE_Q8_0, 20, 256);
+    matrix mk;
+    make_matrix(&mk, KITE_TYPE_Q4_K, 20, 256);
+    float x[3 * 256];
+    memset(x, 0, sizeof x);                                /* row 0: all zero */
+    for (int j = 0; j < 256; j++) x[256 + j] = (float)(j % 5) * 0.25f - 0.75f; /* row 1: ties at .5 */
+    x[256] = 63.5f; /* d = 0.5, id = 2: the others land on k + 0.5 */
+    for (int j = 0; j < 256; j++) x[512 + j] = j == 77 ? 1e30f : 1e-30f; /* row 2: one huge value */
+    const kite_kernel_set *ref = kite_kernels_for(KITE_CPU_REF);
+    for (int which = 0; which < 2; which++) {
+        matrix *mm = which ? &mk : &m;
+        size_t ab = ref->act_bytes(mm->t.type, 256, 3);
+        uint8_t *a_ref = aligned_alloc(64, kite_round_up(ab, 64)), *a = aligned_alloc(64, kite_round_up(ab, 64));
+        assert_non_null(a_ref);
+        assert_non_null(a);
+        ref->quantize_act(mm->t.type, x, 256, 0, 3, a_ref);
+        /* The zero row quantizes to zeros with d = 0. */
+        for (int j = 0; j < 256; j++) assert_int_equal(((int8_t *)a_ref)[j], 0);
+        for (size_t li = 1; li < sizeof all_levels / sizeof all_levels[0]; li++) {
+            const kite_kernel_set *s = kite_kernels_for(all_levels[li]);
+            if (!s) continue;
+            memset(a, 0x5a, ab);
+            s->quantize_act(mm->t.type, x, 256, 0, 3, a);
+            kite_act_geom g = kite_act_geometry(kite_type_family(mm->t.type), 256);
+            for (int b = 0; b < 3; b++) {
+                size_t used = which ? g.off_sum32 + 16 : g.off_sum + (size_t)g.n_blocks * 4;
+                if (memcmp(a + (size_t)b * g.row_bytes, a_ref + (size_t)b * g.row_bytes, used) != 0)
+                    fail_msg("%s: edge activation row %d quantized differently from the reference", s->name, b);
+            }
+            kite_error e = {0};
+            kite_packed_matrix pm, pr;
+            assert_int_equal(s->pack(&mm->t, &pm, &e), KITE_OK);
+            assert_int_equal(ref->pack(&mm->t, &pr, &e), KITE_OK);
+            float y[60], yr[60];
+            s->matmul(&pm, a_ref, x, 3, y, 20, 0, 20);
+            ref->matmul(&pr, a_ref, x, 3, yr, 20, 0, 20);
+            assert_true(bits_equal(y, yr, 60, NULL));
+            for (int r = 0; r < 20; r++) assert_true(y[r] == 0.0f); /* zero activations give exact zeros */
+            kite_packed_matrix_free(&pm);
+            kite_packed_matrix_free(&pr);
+        }
+        free(a_ref);
+        free(a);
+    }
+    free_matrix(&m);
+    free_matrix(&mk);
+}
+
+/* Packing rejects what it cannot run, with a message naming the tensor. */
+static void test_pack_rejects(void **state) {
+    (void)state;
+    uint8_t buf[4096] = {0};
+    kite_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "blk.0.attn_q.weight");
+    t.data = buf;
+    for (size_t li = 0; li < sizeof all_levels / sizeof all_levels[0]; li++) {
+        const kite_kernel_set *s = kite_kernels_for(all_levels[li]);
+        if (!s) continue;
+        kite_error e = {0};
+        kite_packed_matrix pm;
+        t.type = KITE_TYPE_Q8_K; /* an activation type, not a weight type */
+        t.ne[0] = 256; t.ne[1] = 2; t.ne[2] = t.ne[3] = 1;
+        t.n_bytes = sizeof buf;
+        assert_int_equal(s->pack(&t, &pm, &e), KITE_ERR_UNSUPPORTED);
+        assert_non_null(strstr(e.msg, "blk.0.attn_q.weight"));
+        t.type = KITE_TYPE_Q4_0;
+        t.ne[0] = 48; /* not a multiple of 32 */
+        assert_int_equal(s->pack(&t, &pm, &e), KITE_ERR_FORMAT);
+        assert_non_null(strstr(e.msg, "multiple"));
+        t.ne[0] = 64; t.ne[1] = 1000; /* 1000 rows of 36 bytes do not fit in 4096 */
+        assert_int_equal(s->pack(&t, &pm, &e), KITE_ERR_FORMAT);
+        assert_non_null(strstr(e.msg, "bytes"));
+        t.ne[1] = 2; t.ne[2] = 3; /* a 3-D tensor */
+        assert_int_equal(s->pack(&t, &pm, &e), KITE_ERR_FORMAT);
+        t.ne[2] = 1; t.ne[0] = 0;
+        assert_int_equal(s->pack(&t, &pm, &e), KITE_ERR_FORMAT);
+        t.ne[0] = 64; t.ne[1] = 2;
+        assert_int_equal(s->pack(&t, &pm, &e), KITE_OK);
+        kite_packed_matrix_free(&pm);
+        kite_packed_matrix_free(NULL);
+    }
+}
+
+/* Dispatch: ref always exists; KITE_CPU picks a level or falls back (in fresh child processes, since
+ * the choice is made once per process). */
+static int child_level(const char *value, char *name, size_t name_size) {
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        if (value) setenv("KITE_CPU", value, 1);
+        else unsetenv("KITE_CPU");
+        if (dup2(fds[1], STDOUT_FILENO) < 0) _exit(1);
+        /* A fresh image: this process may already have resolved its choice. */
+        execl("/proc/self/exe", "test_kernels", "--print-level", (char *)NULL);
+        _exit(1);
+    }
+    close(fds[1]);
+    ssize_t got = read(fds[0], name, name_size - 1);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    name[got > 0 ? got : 0] = 0;
+    return got > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static void test_dispatch(void **state) {
+    (void)state;
+    assert_non_null(kite_kernels_for(KITE_CPU_REF));
+    assert_string_equal(kite_kernels_for(KITE_CPU_REF)->name, "ref");
+    char best[64], got[64];
+    assert_int_equal(child_level(NULL, best, sizeof best), 0);
+    assert_int_equal(child_level("ref", got, sizeof got), 0);
+    assert_string_equal(got, "ref");
+    assert_int_equal(child_level("no-such-level", got, sizeof got), 0);
+    assert_string_equal(got, best);
+    /* The best level is the highest one kite_kernels_for offers. */
+    const kite_kernel_set *top = NULL;
+    for (size_t li = 0; li < sizeof all_levels / sizeof all_levels[0]; li++)
+        if (kite_kernels_for(all_levels[li])) top = kite_kernels_for(all_levels[li]);
+    if (kite_kernels_for(KITE_CPU_AVX512)) top = kite_kernels_for(KITE_CPU_AVX512);
+    assert_string_equal(best, top->name);
+    /* A level this machine lacks falls back to the best one. */
+    for (size_t li = 0; li < sizeof all_levels / sizeof all_levels[0]; li++) {
+        if (kite_kernels_for(all_levels[li])) continue;
+        static const char *names[] = {"ref", "avx2", "avx512", "neon"};
+        assert_int_equal(child_level(names[all_levels[li]], got, sizeof got), 0);
+        assert_string_equal(got, best);
+    }
+    for (size_t li = 0; li < sizeof all_levels / sizeof all_levels[0]; li++) {
+        const kite_kernel_set *s = kite_kernels_for(all_levels[li]);
+        if (!s) continue;
+        assert_true(s->row_block > 0 && s->row_block % 16 == 0);
+        printf("level available: %s (row_block %d)\n", s->name, s->row_block);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--print-level") == 0) {
+        fputs(kite_kernels()->name, stdout);
+        return 0;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dispatch),
+        cmocka_unit_test(test_pack_rejects),
+        cmocka_unit_test(test_activation_edges),
+        cmocka_unit_test(test_float_odd_columns),
+        cmocka_unit_test(test_wide_rows),
+        cmocka_unit_test(test_all_types_all_levels),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

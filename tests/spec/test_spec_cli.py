@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""`kite run --draft ...` prints the same ids as plain `kite run` for both real draft/target pairs,
+greedy and sampled with a seed, and reports the speculative statistics in --json; incompatible or
+unloadable drafts and out-of-range settings fail with a one-line error."""
+import json
+import os
+import subprocess
+import sys
+
+DATA = os.environ.get("KITE_TEST_DATA", "../shared")
+KITE = os.environ["KITE_BIN"]
+M = os.path.join(DATA, "models")
+TOK512 = os.path.join(M, "tinystories-tok512", "tok512.bin")
+
+PAIRS = [
+    ("llama2xs-281K <- stories260K",
+     ["--model", os.path.join(M, "tinystories-tok512", "llama2xs-281K.bin"), "--tokenizer", TOK512],
+     os.path.join(M, "tinystories-tok512", "stories260K.bin")),
+    ("TinyStories-656K F32 <- Q8_0",
+     ["--model", os.path.join(M, "tinystories-656k")],
+     os.path.join(M, "tinystories-656k", "tinystories-656k-q8_0.gguf")),
+]
+SPEC_KEYS = ("tau", "drafted", "accepted", "target_passes", "acceptance_by_depth", "draft_ms", "verify_ms")
+
+failures = 0
+
+
+def check(cond, msg):
+    global failures
+    if not cond:
+        print("FAIL:", msg)
+        failures += 1
+    return cond
+
+
+def run(args, expect_rc=0):
+    p = subprocess.run([KITE, "run", "--threads", "1", "--quiet"] + args, capture_output=True, timeout=300)
+    return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+
+def run_json(args):
+    rc, out, err = run(args + ["--json"])
+    if not check(rc == 0, f"kite run {' '.join(args)} exited {rc}: {err.strip()}"):
+        return None
+    return json.loads(out)
+
+
+def main():
+    for name, target, draft in PAIRS:
+        for sampling in (["--temperature", "0"], ["--temperature", "1", "--seed", "42"],
+                         ["--temperature", "0.7", "--top-k", "40", "--top-p", "0.9", "--seed", "7"]):
+            base = target + ["--prompt", "Once upon a time", "--max-tokens", "48", "--ignore-eos"] + sampling
+            plain = run_json(base)
+            if plain is None:
+                continue
+            check(len(plain["ids"]) == 48, f"{name}: plain generated {len(plain['ids'])} tokens")
+            check(not any(k in plain["stats"] for k in SPEC_KEYS), f"{name}: plain run reports speculative stats")
+            for spec in (["--draft", draft, "--spec-budget", "4"],
+                         ["--draft", draft, "--spec-budget", "6", "--spec-tree", "3"],
+                         ["--draft", draft],  # adaptive budget
+                         ["--draft", "ngram", "--spec-budget", "8"]):
+                got = run_json(base + spec)
+                if got is None:
+                    continue
+                label = f"{name} {' '.join(sampling)} {' '.join(s if '/' not in s else os.path.basename(s) for s in spec)}"
+                ok = check(got["ids"] == plain["ids"], f"{label}: ids differ from plain")
+                st = got["stats"]
+                for k in SPEC_KEYS:
+                    check(k in st, f"{label}: stats.{k} missing")
+                if not all(k in st for k in SPEC_KEYS):
+                    continue
+                passes, acc, drafted = st["target_passes"], st["accepted"], st["drafted"]
+                check(passes > 0 and 0 <= acc <= drafted, f"{label}: passes {passes}, accepted {acc}, drafted {drafted}")
+                # 48 tokens: the first from the prompt's logits, the other 47 from the passes
+                check(acc + passes == 47, f"{label}: accepted {acc} + passes {passes} != 47")
+                check(abs(st["tau"] - (acc + passes) / passes) < 1e-9, f"{label}: tau {st['tau']}")
+                depth = st["acceptance_by_depth"]
+                check(isinstance(depth, list) and all(0 <= a <= 1 for a in depth), f"{label}: acceptance_by_depth {depth}")
+                if "--spec-budget" in spec:
+                    budget = int(spec[spec.index("--spec-budget") + 1])
+                    check(len(depth) <= budget, f"{label}: {len(depth)} depths for budget {budget}")
+                check(st["draft_ms"] >= 0 and st["verify_ms"] > 0, f"{label}: draft_ms {st['draft_ms']} verify_ms {st['verify_ms']}")
+                check(st["generated_tokens"] == 48, f"{label}: generated_tokens {st['generated_tokens']}")
+                print(f"{label:90s} {'same ids' if ok else 'DIFFERENT'}  tau {st['tau']:.2f}")
+
+    # Bad input: a one-line error and exit 1 (2 for a malformed option).
+    p0, p1 = PAIRS
+    bad = [
+        ("incompatible draft (vocabulary 2048 for a 512 target)",
+         p0[1] + ["--prompt", "Once", "--draft", p1[2]], 1, ("2048", "512")),
+        ("incompatible draft (stories260K for TinyStories-656K, no tokenizer of its own)",
+         p1[1] + ["--prompt", "Once", "--draft", p0[2]], 1, ("draft model", "tokenizer")),
+        ("draft file that does not exist", p1[1] + ["--prompt", "Once", "--draft", os.path.join(M, "nope.gguf")], 1,
+         ("draft model", "nope.gguf")),
+        ("draft file that is not a model", p1[1] + ["--prompt", "Once", "--draft", os.path.join(DATA, "data", "README.md")], 1,
+         ("draft model", "README.md")),
+        ("budget out of range", p1[1] + ["--prompt", "Once", "--draft", "ngram", "--spec-budget", "33"], 2, ("--spec-budget",)),
+        ("budget zero", p1[1] + ["--prompt", "Once", "--draft", "ngram", "--spec-budget", "0"], 2, ("--spec-budget",)),
+        ("tree width out of range", p1[1] + ["--prompt", "Once", "--draft", "ngram", "--spec-tree", "9"], 2, ("--spec-tree",)),
+        ("rejection on a tree", p1[1] + ["--prompt", "Once", "--draft", "ngram", "--spec-tree", "2", "--spec-verify", "rejection"],
+         1, ("chain",)),
+        ("unknown verification", p1[1] + ["--prompt", "Once", "--draft", "ngram", "--spec-verify", "coin"], 2, ("--spec-verify",)),
+    ]
+    for label, args, want_rc, words in bad:
+        rc, out, err = run(args + ["--max-tokens", "4"])
+        lines = [l for l in err.splitlines() if l.strip()]
+        ok = check(rc == want_rc, f"{label}: exit {rc}, want {want_rc} ({err.strip()})")
+        ok &= check(len(lines) == 1 and "error" in lines[0], f"{label}: stderr is not one error line: {err!r}")
+        ok &= check(out == "", f"{label}: printed to stdout: {out!r}")
+        for w in words:
+            ok &= check(w in err, f"{label}: error does not mention {w!r}: {err.strip()}")
+        print(f"{label:90s} {'ok' if ok else 'FAIL'}: {err.strip()}")
+
+    print(f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
