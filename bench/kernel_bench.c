@@ -47,6 +47,42 @@ static void task(void *ctx, int64_t t, int thread) {
     j->set->matmul(j->w, j->act, j->x, j->n, j->y, j->rows, r0, r1);
 }
 
+/* Read-bandwidth probe: the threads sum disjoint slices of a large buffer (the decode roofline). */
+typedef uint64_t u64x4 __attribute__((vector_size(32)));
+typedef struct probe_job {
+    const u64x4 *buf;
+    size_t n_vec;   /* vectors in buf */
+    int64_t n_tasks;
+    u64x4 sums[64];
+} probe_job;
+
+static void probe_task(void *ctx, int64_t t, int thread) {
+    probe_job *j = ctx;
+    size_t per = j->n_vec / (size_t)j->n_tasks, lo = (size_t)t * per, hi = lo + per;
+    u64x4 a = {0}, b = {0}, c = {0}, d = {0};
+    for (size_t i = lo; i + 4 <= hi; i += 4) {
+        a += j->buf[i];
+        b += j->buf[i + 1];
+        c += j->buf[i + 2];
+        d += j->buf[i + 3];
+    }
+    j->sums[thread & 63] += a + b + c + d;
+}
+
+static double probe_bandwidth(kite_pool *pool, const void *buf, size_t bytes) {
+    probe_job j = {.buf = buf, .n_vec = bytes / sizeof(u64x4), .n_tasks = 64};
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_s();
+        kite_pool_run(pool, probe_task, &j, j.n_tasks);
+        double gbs = (double)bytes / (now_s() - t0) * 1e-9;
+        if (gbs > best) best = gbs;
+    }
+    volatile uint64_t sink = j.sums[0][0];
+    (void)sink;
+    return best;
+}
+
 static uint32_t type_by_name(const char *name) {
     for (uint32_t t = 0; t < KITE_TYPE_COUNT; t++) {
         const kite_type_traits *tr = kite_type_get(t);
@@ -99,8 +135,13 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < max_batch * cols; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
     for (int64_t i = 0; i < cols; i++) src[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.1f;
 
+    const size_t probe_bytes = (size_t)256 << 20;
+    void *probe_buf = aligned_alloc(64, probe_bytes);
+    if (!probe_buf) return 1;
+    memset(probe_buf, 1, probe_bytes);
     printf("kernel bench: %lld x %lld (rows x cols), %d threads\n", (long long)rows, (long long)cols, threads);
     printf("%-12s %-6s %6s %10s %10s %10s\n", "level", "type", "n", "ms/call", "GB/s", "GOP/s");
+    printf("(n = 1 is followed by a read-bandwidth probe taken right after it, and the fraction reached)\n");
     static const kite_cpu_level levels[] = {KITE_CPU_REF, KITE_CPU_AVX2, KITE_CPU_AVX512, KITE_CPU_NEON};
     static const char *level_names[] = {"ref", "avx2", "avx512", "neon"};
     for (int li = 0; li < 4; li++) {
@@ -169,7 +210,12 @@ int main(int argc, char **argv) {
                 }
                 double gbs = (double)pm.n_bytes / best * 1e-9;
                 double gops = 2.0 * (double)rows * (double)cols * n / best * 1e-9;
-                printf("%-12s %-6s %6d %10.3f %10.1f %10.1f\n", set->name, tr->name, n, best * 1e3, gbs, gops);
+                printf("%-12s %-6s %6d %10.3f %10.1f %10.1f", set->name, tr->name, n, best * 1e3, gbs, gops);
+                if (n == 1 && bench_clock == CLOCK_MONOTONIC) {
+                    double probe = probe_bandwidth(pool, probe_buf, probe_bytes);
+                    printf("   (read probe %.1f GB/s: %.0f%%)", probe, 100.0 * gbs / probe);
+                }
+                printf("\n");
                 fflush(stdout);
                 free(act);
             }
@@ -181,6 +227,7 @@ int main(int argc, char **argv) {
         free(types);
     }
     kite_pool_free(pool);
+    free(probe_buf);
     free(x);
     free(y);
     free(src);

@@ -34,8 +34,8 @@ def main(path):
     for p in pairs:
         groups.setdefault((p["type"], p["threads"]), []).append(p)
     first = pairs[0]["kite"]
-    print(f"model {first['model']} (hash {first['model_hash']}, {first['model_size_bytes'] / 2**20:.1f} MiB, "
-          f"{first['decode_bytes_per_token'] / 2**20:.1f} MiB read per decoded token); kite kernels: {first['kernels']}")
+    kernels = first["kernels"] if first["kernels"] != "unknown" else pairs[0]["probe_before"]["kernels"]
+    print(f"kite kernels: {kernels}")
     print("ratio = speed of kite / speed of llama.cpp per pair (>1: kite faster); min / median / max over pairs\n")
     for (typ, threads), ps in groups.items():
         rows = []  # (metric, kite values, llama values, ratios, unit)
@@ -60,7 +60,10 @@ def main(path):
                     lv.append(m[0]["t_tg"] * 1e3 / m[0]["tg"] if m else None)
                 add(f"batch pass B={b} (ms)", kv, lv, time_like=True)
             # the curve's shape: T(B)/T(1) for each engine (medians)
+        k0 = ps[0]["kite"]
         print(f"== {typ}, {threads} threads, {len(ps)} pairs ==")
+        print(f"model {k0['model']} (hash {k0['model_hash']}, {k0['model_size_bytes'] / 2**20:.1f} MiB, "
+              f"{k0['decode_bytes_per_token'] / 2**20:.1f} MiB read per decoded token)")
         print(f"{'metric':28} {'kite':>10} {'llama.cpp':>10}   {'ratio min':>9} {'median':>7} {'max':>7}")
         for name, kv, lv, ratios in rows:
             kvv = [x for x in kv if x]
@@ -86,7 +89,7 @@ def main(path):
         print("pairs:")
         for p in ps:
             lb = p["llama"]["bench"]
-            print(f"  rep {p['rep']} {p['order']:11}  probe {p['probe_before']['read_gbs']:5.1f} -> {p['probe_after']['read_gbs']:5.1f} GB/s"
+            print(f"  rep {p['rep']} {p['order']:11}  load {p.get('loadavg', float('nan')):4.1f}  probe {p['probe_before']['read_gbs']:5.1f} -> {p['probe_after']['read_gbs']:5.1f} GB/s"
                   f"  prefill {fmt(p['kite']['prefill_tok_s'])} vs {fmt(llama_bench_metric(lb, prompt, 0))}"
                   f"  decode {fmt(p['kite']['decode_tok_s'])} vs {fmt(llama_bench_metric(lb, 0, gen))}"
                   f"  tokens {p['kite']['tokens_hash']}")

@@ -27,10 +27,6 @@
 #define KITE_PROBE_X86 1
 #endif
 
-/* The kernel set is being written alongside; until its dispatcher is linked in, the probe says "ref".
- * A weak reference resolves to NULL when no object defines kite_kernels. */
-#pragma weak kite_kernels
-
 enum {
     PROBE_MAX_THREADS = 256,
     INT8_VNNI = 2,
@@ -335,11 +331,8 @@ int kite_hw_probe(int32_t n_threads, double seconds, kite_hw_info *info, char *e
                kite_error_export(&e, err, err_size);
     if (seconds == 0) seconds = 1.5;
 
-    const char *kernels = "ref";
-    if (kite_kernels) {
-        const kite_kernel_set *ks = kite_kernels();
-        if (ks && ks->name) kernels = ks->name;
-    }
+    const kite_kernel_set *ks = kite_kernels(); /* the set the forward pass uses (KITE_CPU applies) */
+    const char *kernels = ks && ks->name ? ks->name : "ref";
     snprintf(info->kernels, sizeof info->kernels, "%s", kernels);
     info->n_cpus = n_cpus;
     info->n_threads = n_threads;

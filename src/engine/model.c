@@ -77,27 +77,6 @@ static int open_tokenizer(kite_model *m, const char *model_path, const char *tok
     return KITE_OK;
 }
 
-/* Touches every page of the weights once, so the first token does not pay for page faults and a
- * large model shows its loading progress. */
-static void prefault(const kite_model *m, const kite_model_params *p) {
-    uint64_t total = 0, done = 0;
-    for (int32_t i = 0; i < m->src.n_tensors; i++) total += m->src.tensors[i].n_bytes;
-    volatile unsigned char sink = 0;
-    uint64_t next_report = 0;
-    for (int32_t i = 0; i < m->src.n_tensors; i++) {
-        const kite_tensor *t = &m->src.tensors[i];
-        const unsigned char *d = t->data;
-        for (uint64_t off = 0; off < t->n_bytes; off += 4096) sink ^= d[off];
-        done += t->n_bytes;
-        if (p->progress && done >= next_report) {
-            p->progress(total ? (float)((double)done / (double)total) : 1.0f, p->progress_user_data);
-            next_report = done + total / 100;
-        }
-    }
-    (void)sink;
-    if (p->progress) p->progress(1.0f, p->progress_user_data);
-}
-
 int kite_model_open(kite_model **out, const char *path, const kite_model_params *params, char *err, size_t err_size) {
     kite_error e = {0};
     kite_model_params defaults = kite_model_default_params();
@@ -119,7 +98,7 @@ int kite_model_open(kite_model **out, const char *path, const kite_model_params 
         if ((st = open_source(&m->src, path, &e))) { free(m); return kite_error_export(&e, err, err_size); }
         m->n_vocab = m->src.hp.n_vocab;
     }
-    if (!m->vocab_only) st = kite_weights_bind(&m->weights, &m->src, &e);
+    if (!m->vocab_only) st = kite_weights_bind(&m->weights, &m->src, params->progress, params->progress_user_data, &e);
     if (!st) st = open_tokenizer(m, path ? path : params->tokenizer_path, params->tokenizer_path, &e);
     if (st) {
         kite_model_free(m);
@@ -128,7 +107,6 @@ int kite_model_open(kite_model **out, const char *path, const kite_model_params 
     if (!path) m->n_vocab = kite_tokenizer_n_vocab(m->tokenizer);
     m->n_threads = params->n_threads > 0 ? params->n_threads : kite_cpu_count();
     m->gen_defaults = path ? m->src.gen_defaults : kite_gen_default_params();
-    if (!m->vocab_only) prefault(m, params);
     kite_log(KITE_LOG_INFO, "loaded %s: %s, %d layers, dim %d, vocab %d", path ? path : params->tokenizer_path,
              m->src.format, m->src.hp.n_layers, m->src.hp.dim, m->n_vocab);
     *out = m;

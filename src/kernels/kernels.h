@@ -7,7 +7,13 @@
  *
  * Exactness contract (batch invariance): y[b][r] depends only on weight row r and activation row b,
  * never on n, on b's slot, or on the row range a thread was given: every reduction runs in a fixed
- * order. The SIMD levels agree with the reference within the bounds stated in tests/kernels. */
+ * order. Activations are quantized to int8 per block (32 elements for q4_0/q4_1/q5_0/q5_1/q8_0, 256 for
+ * the K-quants; f32/f16/bf16 weights take float activations); the math every level follows is written
+ * out in kernels_internal.h. The SIMD levels give the same bits as the reference (tests/kernels checks
+ * it, along with the reference's error bound against a float product).
+ *
+ * Threads: pack runs once at load; quantize_act and matmul are reentrant (many threads may run matmul
+ * on disjoint row ranges of one product, reading the same activation buffer). */
 #ifndef KITE_KERNELS_KERNELS_H
 #define KITE_KERNELS_KERNELS_H
 
@@ -24,7 +30,9 @@ typedef enum kite_cpu_level {
     KITE_CPU_NEON = 3,   /* AArch64 NEON (+ dotprod when present) */
 } kite_cpu_level;
 
-/* A weight matrix in the layout its kernel reads best. rows x cols, cols = the input width. */
+/* A weight matrix in the layout its kernel reads best. rows x cols, cols = the input width.
+ * Layouts (kernels_internal.h): the tensor's own rows (owned = NULL, a view: the reference set and
+ * types a SIMD set does not accelerate), or rows interleaved in groups (a copy in owned). */
 typedef struct kite_packed_matrix {
     uint32_t type;        /* kite_type of the source tensor */
     uint32_t layout;      /* kernel-set specific id of the packing */
@@ -48,12 +56,14 @@ typedef struct kite_kernel_set {
      * Row b's quantization depends on row b alone. */
     void (*quantize_act)(uint32_t type, const float *x, int64_t cols, int32_t b0, int32_t b1, void *act);
 
-    /* y[b * y_stride + r] = sum_k W[r][k] x[b][k] for r in [r0, r1), b in [0, n). act is the buffer
-     * quantize_act filled (for all n rows), x the float rows (for kernels that read floats). */
+    /* y[b * y_stride + r] = sum_k W[r][k] x[b][k] for r in [r0, r1), b in [0, n); other entries of y
+     * are not written. act is the buffer quantize_act filled (for all n rows), x the float rows (for
+     * kernels that read floats). Any r0 <= r1 works; multiples of row_block are fastest. */
     void (*matmul)(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
                    int64_t y_stride, int64_t r0, int64_t r1);
 
-    /* Preferred granularity of row ranges handed to matmul (a multiple of any row interleave). */
+    /* Preferred granularity of row ranges handed to matmul (a multiple of 16 and of the set's row
+     * interleave). */
     int32_t row_block;
 } kite_kernel_set;
 

@@ -130,6 +130,9 @@ void kite_decode_k(uint32_t type, const void *block, kite_k_ints *out);
  *         scales: G fp16 d.
  *   q4_0: 4 vectors, vector p holds column group p in the low nibbles and p + 4 in the high nibbles
  *         (nibbles as stored, v + 8). scales: G fp16 d.
+ *   q4_1: nibble vectors as q4_0 (v in 0..15). scales: G fp16 d, then G fp16 m.
+ *   q5_0, q5_1: nibble vectors of the low 4 bits of v + 16 (q5_0) or v (q5_1), then one vector whose
+ *         byte holds in bit j the fifth bit of column group j's element. scales as q4_0 / q4_1.
  *   q4_K: per 32-column sub-block s, 4 nibble vectors as q4_0 (v in 0..15). scales: for pairs of
  *         sub-blocks p = 0..3, G pairs (sc_2p, sc_2p+1) of u8, then G pairs (m_2p, m_2p+1) of u8;
  *         then G fp16 d and G fp16 dmin.

@@ -204,6 +204,9 @@ bool kite_pack_geometry(uint32_t type, int64_t rows, int64_t cols, int32_t G, ki
     case KITE_TYPE_BF16: g->n_blocks = cols; g->q_bytes = 2 * (size_t)G; break;
     case KITE_TYPE_Q8_0: g->n_blocks = cols / 32; g->q_bytes = 8 * V; g->s_bytes = 2 * (size_t)G; break;
     case KITE_TYPE_Q4_0: g->n_blocks = cols / 32; g->q_bytes = 4 * V; g->s_bytes = 2 * (size_t)G; break;
+    case KITE_TYPE_Q4_1: g->n_blocks = cols / 32; g->q_bytes = 4 * V; g->s_bytes = 4 * (size_t)G; break;
+    case KITE_TYPE_Q5_0: g->n_blocks = cols / 32; g->q_bytes = 5 * V; g->s_bytes = 2 * (size_t)G; break;
+    case KITE_TYPE_Q5_1: g->n_blocks = cols / 32; g->q_bytes = 5 * V; g->s_bytes = 4 * (size_t)G; break;
     case KITE_TYPE_Q4_K: g->n_blocks = cols / 256; g->q_bytes = 32 * V; g->s_bytes = 20 * (size_t)G; break;
     case KITE_TYPE_Q5_K: g->n_blocks = cols / 256; g->q_bytes = 40 * V; g->s_bytes = 20 * (size_t)G; break;
     case KITE_TYPE_Q6_K: g->n_blocks = cols / 256; g->q_bytes = 48 * V; g->s_bytes = 18 * (size_t)G; break;
@@ -306,6 +309,43 @@ static void pack_group(uint32_t type, const kite_pack_geom *g, const uint8_t *co
             }
             break;
         }
+        case KITE_TYPE_Q4_1:
+        case KITE_TYPE_Q5_0:
+        case KITE_TYPE_Q5_1: {
+            const size_t bb = type == KITE_TYPE_Q4_1 ? 20 : type == KITE_TYPE_Q5_0 ? 22 : 24;
+            const int offset = type == KITE_TYPE_Q5_0 ? 16 : 0;
+            const bool has_min = type != KITE_TYPE_Q5_0;
+            uint8_t hb[16][32];
+            for (int32_t r = 0; r < G; r++) {
+                kite_b32_ints b;
+                uint16_t dh = 0, mh = 0;
+                if (row_src[r]) {
+                    const uint8_t *blkp = row_src[r] + (size_t)blk * bb;
+                    kite_decode_b32(type, blkp, &b);
+                    memcpy(&dh, blkp, 2);
+                    if (has_min) memcpy(&mh, blkp + 2, 2);
+                } else {
+                    memset(&b, 0, sizeof b);
+                    memset(b.v, -offset, sizeof b.v);
+                }
+                for (int c = 0; c < 32; c++) {
+                    uint8_t u = (uint8_t)(b.v[c] + offset);
+                    nib[r][c] = u & 0xF;
+                    hb[r][c] = u >> 4;
+                }
+                memcpy(s + 2 * (size_t)r, &dh, 2);
+                if (has_min) memcpy(s + 2 * (size_t)G + 2 * (size_t)r, &mh, 2);
+            }
+            put_nibble_vectors(q, G, (const uint8_t(*)[32])nib);
+            if (type != KITE_TYPE_Q4_1)
+                for (int32_t r = 0; r < G; r++)
+                    for (int i = 0; i < 4; i++) {
+                        uint8_t byte = 0;
+                        for (int j = 0; j < 8; j++) byte |= (uint8_t)(hb[r][4 * j + i] << j);
+                        q[4 * V + 4 * (size_t)r + i] = byte;
+                    }
+            break;
+        }
         case KITE_TYPE_Q4_K:
         case KITE_TYPE_Q5_K:
         case KITE_TYPE_Q6_K: {
@@ -392,9 +432,11 @@ static void pack_group(uint32_t type, const kite_pack_geom *g, const uint8_t *co
  * transparent huge pages where the kernel offers them (fewer page faults at load, which are costly in
  * VMs, and fewer TLB misses while streaming). */
 static void *alloc_weights(size_t bytes) {
-    const size_t huge = (size_t)2 << 20;
-    if (bytes >= huge / 2 && bytes <= SIZE_MAX - huge) {
-        size_t rounded = kite_round_up(bytes, huge);
+    const size_t huge = (size_t)2 << 20, page = 4096;
+    if (bytes >= huge && bytes <= SIZE_MAX - huge) {
+        /* 2 MiB-aligned start; the length is only rounded to a page, so the tail past the last whole
+         * huge page stays in small pages instead of wasting most of a huge page per matrix. */
+        size_t rounded = kite_round_up(bytes, page);
         void *p = aligned_alloc(huge, rounded);
 #ifdef MADV_HUGEPAGE
         if (p) (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice only */

@@ -36,10 +36,12 @@ typedef struct kite_weights {
 } kite_weights;
 
 /* Binds a validated source's canonical tensors; converts the small vectors; packs the matrices for
- * kite_kernels(). A matrix packed into a copy has its pages in the mapped file released
- * (MADV_DONTNEED on the page-aligned interior), so one resident copy remains; the embedding stays
- * mapped for row lookups (and is packed as a second copy when the output matrix is tied to it). */
-int kite_weights_bind(kite_weights *w, const kite_source *src, kite_error *e);
+ * kite_kernels() (progress, if not NULL, hears the fraction done). A matrix packed into a copy has its
+ * pages in the mapped file released (MADV_DONTNEED on the page-aligned interior), so one resident copy
+ * remains; the embedding stays mapped for row lookups (and is packed as a second copy when the output
+ * matrix is tied to it). */
+int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn progress, void *progress_user_data,
+                      kite_error *e);
 void kite_weights_free(kite_weights *w);
 
 /* Key/value cache of one session: f32, [n_layers][n_ctx][n_kv_heads * head_dim]. */

@@ -111,7 +111,8 @@ static int rope_table(kite_weights *w, const kite_source *src, kite_error *e) {
     return KITE_OK;
 }
 
-int kite_weights_bind(kite_weights *w, const kite_source *src, kite_error *e) {
+int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn progress, void *progress_user_data,
+                      kite_error *e) {
     memset(w, 0, sizeof *w);
     w->hp = src->hp;
     const kite_hparams *hp = &w->hp;
@@ -156,6 +157,8 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_error *e) {
         if ((st = vector_f32(src, NAME("attn_q_norm.weight"), hp->head_dim, qwen3, &L->q_norm, e))) goto fail;
         if ((st = vector_f32(src, NAME("attn_k_norm.weight"), hp->head_dim, qwen3, &L->k_norm, e))) goto fail;
 #undef NAME
+        /* Packing reads every weight once: the natural measure of a large model's loading. */
+        if (progress) progress((float)(l + 1) / (float)hp->n_layers, progress_user_data);
     }
     if ((st = rope_table(w, src, e))) goto fail;
     return KITE_OK;

@@ -215,7 +215,9 @@ int32_t kite_spec_choose_budget(kite_spec_state *st, kite_session *s, int32_t ma
 }
 
 void kite_spec_observe(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path) {
-    /* For each depth, was some node there drafted with its parent accepted, and was one accepted? */
+    /* For each depth, was some node there drafted with its parent accepted, and was one accepted?
+     * The running mean of the first observations (the prior counting as one), then a moving average
+     * with step 0.1: a session learns its drafter within a few passes and still follows changes. */
     const double alpha = 0.1;
     for (int32_t d = 1; d < KITE_MAX_DRAFT + 1; d++) {
         bool drafted_under_accepted = false;
@@ -223,7 +225,10 @@ void kite_spec_observe(kite_spec_state *st, const kite_draft_tree *t, const int3
             if (t->depth[j] == d && d - 1 < n_path && t->parent[j] == path[d - 1]) drafted_under_accepted = true;
         if (!drafted_under_accepted) break;
         bool accepted = d < n_path;
-        st->accept_rate[d - 1] += alpha * ((accepted ? 1.0 : 0.0) - st->accept_rate[d - 1]);
+        double step = 1.0 / (st->observed[d - 1] + 2.0);
+        if (step < alpha) step = alpha;
+        else st->observed[d - 1]++;
+        st->accept_rate[d - 1] += step * ((accepted ? 1.0 : 0.0) - st->accept_rate[d - 1]);
     }
 }
 
@@ -340,11 +345,15 @@ static void draft_logq(kite_spec_state *st, kite_session *d, const kite_gen_para
 /* Draft model: grows the tree best-first. The candidates are the top-C children of every node whose
  * draft logits are known, by log q(t) + G(seed, position, t) (the target's own noise field, so a
  * drafter equal to the target is always accepted; plain log q when greedy; an independent sample for
- * rejection verification). Each round adds the C candidates of highest cumulative log q, whatever
- * their depth (descendants never beat their ancestors), a node's children in the order of their
- * noisy scores, and runs them through the draft model in one batch to expand them next round.
- * A level-by-level tree would spend the whole budget on the first levels: with C = 8 and a budget of
- * 32 it would never reach depth 3. The last round's nodes are not run (nobody needs their logits). */
+ * rejection verification). A node's value is its estimated chance to lie on the accepted path: the
+ * product over its path of, for a first child, the depth's running acceptance rate a (under the
+ * shared noise the first child is the target's own token unless p and q disagree there), and for a
+ * later child, 1 - a shared among the other children in proportion to q. Cumulative log q alone
+ * would rank a likely sibling above the sampled child's descendants, whose q may be small at T = 1
+ * but which are accepted almost surely when q is close to p. Each round adds up to C candidates of
+ * highest value, whatever their depth (values only fall along a path), a node's children in the
+ * order of their noisy scores, and runs them through the draft model in one batch to expand them
+ * next round. The last round's nodes are not run (nobody needs their logits). */
 static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
                        kite_draft_tree *t, kite_error *e) {
     kite_session *d = st->draft;
@@ -370,8 +379,10 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
     bool penalties = gp->repeat_penalty != 1.0f || gp->presence_penalty != 0.0f || gp->frequency_penalty != 0.0f;
     int32_t window = 0; /* committed tokens the penalties see */
     if (penalties && gp->penalty_last_n != 0) window = gp->penalty_last_n < 0 || gp->penalty_last_n > P ? P : gp->penalty_last_n;
-    typedef struct { int32_t parent; int32_t rank; int32_t token; float logq; float q; } cand;
+    typedef struct { int32_t parent; int32_t rank; int32_t token; float logq; float q; float log_reach; } cand;
     cand cands[(KITE_MAX_DRAFT + 1) * 8]; /* each node adds at most 8 candidates, once */
+    float log_reach[KITE_MAX_DRAFT + 1];  /* per node: log of its estimated chance to be on the accepted path */
+    log_reach[0] = 0.0f;
     int32_t n_cands = 0;
     int32_t next_rank[KITE_MAX_DRAFT + 1] = {0}; /* per node: rank of its next child to add */
     int32_t expand_first = 0, expand_end = 1; /* nodes run last round: their children become candidates */
@@ -399,14 +410,19 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
                 }
                 if (best < 0) break;
                 picked[c] = best;
-                cands[n_cands++] = (cand){j, c, best, t->logq[j] + logq[best], expf(logq[best])};
+                /* Under the shared noise the first child is the target's token unless q and p disagree
+                 * there (about the depth's running acceptance rate a); the others share the rest, by q. */
+                double a = st->accept_rate[t->depth[j] < KITE_MAX_DRAFT ? t->depth[j] : KITE_MAX_DRAFT - 1];
+                a = a < 0.02 ? 0.02 : a > 0.98 ? 0.98 : a;
+                double others = 1.0 - exp((double)logq[picked[0]]);
+                double share = c == 0 ? a : (1.0 - a) * exp((double)logq[best]) / (others > 1e-6 ? others : 1e-6);
+                cands[n_cands++] = (cand){j, c, best, t->logq[j] + logq[best], expf(logq[best]),
+                                          log_reach[j] + (float)log(share > 1e-30 ? share : 1e-30)};
             }
         }
         if (n_cands == 0) break;
         int32_t room = budget - (t->n - 1), take = width < room ? width : room;
         int32_t new_first = t->n;
-        static double ratio = -1;
-        if (ratio < 0) ratio = getenv("KITE_TREE_R") ? atof(getenv("KITE_TREE_R")) : 0.0;
         float round_best = INFINITY;
         for (int32_t added = 0; added < take; added++) {
             /* A node's children enter in the order of their noisy scores, so its sampled child (the
@@ -414,12 +430,15 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
              * the earlier candidate, so a parent's ties come before its children's. */
             int32_t best = -1;
             for (int32_t c = 0; c < n_cands; c++)
-                if (cands[c].rank == next_rank[cands[c].parent] && (best < 0 || cands[c].logq > cands[best].logq)) best = c;
+                if (cands[c].rank == next_rank[cands[c].parent] && (best < 0 || cands[c].log_reach > cands[best].log_reach)) best = c;
             if (best < 0) break;
-            if (round_best == INFINITY) round_best = cands[best].logq;
-            else if (cands[best].logq < round_best + (float)log(ratio)) break;
+            /* One round takes nodes about as likely as its best one; a much less likely node waits,
+             * as the children of this round's nodes may beat it (a chain, when the drafter is sure). */
+            if (round_best == INFINITY) round_best = cands[best].log_reach;
+            else if (cands[best].log_reach < round_best - 0.6931472f /* ln 2 */) break;
             next_rank[cands[best].parent]++;
-            tree_add(t, cands[best].parent, cands[best].token, cands[best].logq, cands[best].q);
+            int32_t node = tree_add(t, cands[best].parent, cands[best].token, cands[best].logq, cands[best].q);
+            log_reach[node] = cands[best].log_reach;
             memmove(cands + best, cands + best + 1, sizeof(cand) * (size_t)(n_cands - best - 1));
             n_cands--;
         }

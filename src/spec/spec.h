@@ -34,6 +34,7 @@ typedef struct kite_spec_state {
     int64_t gen_start_pos;        /* oracle: position of the first generated token */
     /* Budget controller. */
     double accept_rate[KITE_MAX_DRAFT]; /* running estimate of P(node at depth d+1 accepted | parent accepted) */
+    int32_t observed[KITE_MAX_DRAFT];   /* passes that informed accept_rate[d], while its step is 1/(n+2) */
     double draft_ms_per_token;          /* running estimate of drafting cost */
     int32_t plain_streak;               /* passes in a row the controller chose not to draft */
 } kite_spec_state;

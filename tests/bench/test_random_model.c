@@ -402,8 +402,10 @@ static void test_hw_probe(void **state) {
     assert_int_equal(hw.n_threads, 2);
     assert_true(hw.read_gbs_1t > 0.1 && hw.read_gbs_1t < 10000);
     assert_true(hw.read_gbs > 0.1 && hw.read_gbs < 10000);
-    /* any CPU made this century does more than 1 int8 GOP/s and 0.5 fp32 GFLOP/s per thread */
-    assert_true(hw.int8_gops_1t > 1 && hw.int8_gops > 1 && hw.f32_gflops > 0.5);
+    /* Positive and finite only: unoptimized sanitizer builds on a loaded machine run the loops at a
+     * few GOP/s, and speed is not what this test is about. */
+    if (!(hw.int8_gops_1t > 0.01 && hw.int8_gops > 0.01 && hw.f32_gflops > 0.01))
+        fail_msg("int8 %g GOP/s (1 thread %g), fp32 %g GFLOP/s", hw.int8_gops, hw.int8_gops_1t, hw.f32_gflops);
     assert_true(hw.int8_gops_1t < 1e5 && hw.int8_gops < 1e6 && hw.f32_gflops < 1e6);
     assert_int_equal(kite_hw_probe(0, 0.1, &hw, err, sizeof err), KITE_OK);
     assert_int_equal(hw.n_threads, hw.n_cpus);

@@ -449,6 +449,35 @@ static void test_dispatch(void **state) {
     }
 }
 
+/* The SIMD levels really run their own kernels (an interleaved copy) for the types they accelerate:
+ * without this, falling back to the reference everywhere would pass every comparison above. */
+static void test_simd_levels_pack_their_own_layout(void **state) {
+    (void)state;
+    rng_state = 5;
+    for (size_t li = 1; li < sizeof all_levels / sizeof all_levels[0]; li++) {
+        const kite_kernel_set *s = kite_kernels_for(all_levels[li]);
+        if (!s) continue;
+        printf("%s packs:", s->name);
+        for (size_t ti = 0; ti < N_TYPES; ti++) {
+            const kite_type_traits *tr = kite_type_get(all_types[ti]);
+            matrix m;
+            make_matrix(&m, all_types[ti], 3, 256);
+            kite_error e = {0};
+            kite_packed_matrix pm;
+            assert_int_equal(s->pack(&m.t, &pm, &e), KITE_OK);
+            bool own = pm.owned != NULL;
+            printf(" %s%s", tr->name, own ? "" : "(ref)");
+            uint32_t t = all_types[ti];
+            bool required = t == KITE_TYPE_Q4_0 || t == KITE_TYPE_Q8_0 || t == KITE_TYPE_F32 || t == KITE_TYPE_F16;
+            if (s->level != KITE_CPU_NEON) required = required || t == KITE_TYPE_Q4_K || t == KITE_TYPE_Q5_K || t == KITE_TYPE_Q6_K;
+            if (required && !own) fail_msg("%s: %s falls back to the reference", s->name, tr->name);
+            kite_packed_matrix_free(&pm);
+            free_matrix(&m);
+        }
+        printf("\n");
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--print-level") == 0) {
         fputs(kite_kernels()->name, stdout);
@@ -457,6 +486,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_pack_rejects),
+        cmocka_unit_test(test_simd_levels_pack_their_own_layout),
         cmocka_unit_test(test_activation_edges),
         cmocka_unit_test(test_float_odd_columns),
         cmocka_unit_test(test_wide_rows),

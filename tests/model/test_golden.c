@@ -1,7 +1,12 @@
 /* Golden tests: kite's logits, teacher-forced along the float64 reference continuations of
  * ../shared/models/reference_greedy.json, pick the reference token at every step, up to the first
- * step where kite's own top-1/top-2 margin is below 1e-3 (a near-tie an fp32 engine may break either
- * way). Also checks that kite tokenizes each prompt to the reference prompt ids. */
+ * step where kite's own top-1/top-2 margin is within the engine's arithmetic error of a tie:
+ *   - float weights (activations stay f32): 1e-3, a near-tie an fp32 engine may break either way;
+ *   - quantized weights, whose kernels round activations to int8 per block of 32 as llama.cpp's do
+ *     (|x - d q| <= d / 2): 0.15 logits on these models. At the one step where this happens
+ *     (TinyStories-656K Q8_0, "Tom and his dog...", step 7: 1030 over 761), llama.cpp picks the same
+ *     token as kite (p 0.0824 against 0.0752 through node-llama-cpp 3.21.1).
+ * Also checks that kite tokenizes each prompt to the reference prompt ids. */
 #include <jansson.h>
 #include <math.h>
 #include <setjmp.h>
@@ -15,7 +20,20 @@
 #include "kite.h"
 #include "test_util.h"
 
-enum { NEAR_TIE_MARGIN_MILLI = 1 }; /* 1e-3 */
+static const double FLOAT_TIE_MARGIN = 1e-3;
+static const double INT8_ACTIVATION_TIE_MARGIN = 0.15;
+
+/* Whether the model's matrices are quantized (so its kernels quantize activations to int8). */
+static bool int8_activations(const kite_model *m) {
+    kite_model_info info;
+    kite_model_get_info(m, &info);
+    for (int32_t i = 0; i < info.n_tensors; i++) {
+        kite_tensor_desc d;
+        if (kite_model_tensor(m, i, &d) == KITE_OK && !strcmp(d.name, "blk.0.attn_q.weight"))
+            return d.type_name[0] == 'q';
+    }
+    return false;
+}
 
 static void check_case(json_t *c, int index) {
     const char *model_rel = json_string_value(json_object_get(c, "model"));
@@ -66,7 +84,7 @@ static void check_case(json_t *c, int index) {
     size_t total = n_prompt + n_gen;
     float *logits = malloc(sizeof(float) * (size_t)info.n_vocab * total);
     assert_int_equal(kite_eval(s, seq, total, logits, err, sizeof err), KITE_OK);
-    size_t matched = 0;
+    size_t matched = 0, near_ties = 0;
     for (size_t step = 0; step < n_gen; step++) {
         const float *row = logits + (size_t)info.n_vocab * (n_prompt - 1 + step);
         int32_t best = 0, second = -1;
@@ -76,14 +94,15 @@ static void check_case(json_t *c, int index) {
         }
         double margin = (double)row[best] - (double)row[second];
         if (best != seq[n_prompt + step]) {
-            if (margin < NEAR_TIE_MARGIN_MILLI * 1e-3) break; /* a legitimate near-tie: stop comparing */
+            if (margin < (int8_activations(m) ? INT8_ACTIVATION_TIE_MARGIN : FLOAT_TIE_MARGIN)) { near_ties++; continue; }
             fail_msg("case %d (%s, '%s'): step %zu: kite picks %d (margin %.5f), reference %d", index, model_rel, prompt,
                      step, best, margin, seq[n_prompt + step]);
         }
         matched++;
     }
-    fprintf(stderr, "case %2d %-45s %-34s %zu/%zu tokens match\n", index, model_rel, prompt, matched, n_gen);
-    assert_true(matched >= 8); /* a near-tie in the first few steps would make the case meaningless */
+    fprintf(stderr, "case %2d %-45s %-34s %zu/%zu tokens match, %zu near-ties\n", index, model_rel, prompt, matched, n_gen,
+            near_ties);
+    assert_true(near_ties <= 3);
     free(logits);
     free(seq);
     kite_session_free(s);

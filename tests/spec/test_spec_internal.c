@@ -705,13 +705,26 @@ static void test_budget_controller(void **state) {
     assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 7);
     assert_int_equal(kite_spec_choose_budget(st, s, 5), 5);
     st->params.budget = 0;
-    /* learning: a chain of 3 with the first 2 accepted moves depths 1, 2 toward 1 and depth 3 toward 0
-     * (step 0.1); depth 4 was not drafted and keeps its estimate */
-    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.5;
+    /* learning: a chain of 3 with the first 2 accepted moves depths 1, 2 toward 1 and depth 3 toward 0;
+     * depth 4 was not drafted and keeps its estimate. The first observations average with the prior
+     * (steps 1/2, 1/3, ...), later ones move by 0.1. */
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.5, st->observed[d] = 0;
     kite_draft_tree t = {.n = 4, .token = {5, 6, 7, 8}, .parent = {-1, 0, 1, 2}, .depth = {0, 1, 2, 3}};
-    kite_spec_observe(st, &t, (const int32_t[]){0, 1, 2}, 3);
-    assert_true(fabs(st->accept_rate[0] - 0.55) < 1e-12 && fabs(st->accept_rate[1] - 0.55) < 1e-12);
-    assert_true(fabs(st->accept_rate[2] - 0.45) < 1e-12 && st->accept_rate[3] == 0.5);
+    const int32_t path[3] = {0, 1, 2};
+    kite_spec_observe(st, &t, path, 3);
+    assert_true(fabs(st->accept_rate[0] - 0.75) < 1e-12 && fabs(st->accept_rate[1] - 0.75) < 1e-12);
+    assert_true(fabs(st->accept_rate[2] - 0.25) < 1e-12 && st->accept_rate[3] == 0.5);
+    kite_spec_observe(st, &t, path, 3);
+    assert_true(fabs(st->accept_rate[0] - 5.0 / 6.0) < 1e-12 && fabs(st->accept_rate[2] - 1.0 / 6.0) < 1e-12);
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->observed[d] = 1000;
+    kite_spec_observe(st, &t, path, 3);
+    assert_true(fabs(st->accept_rate[0] - (5.0 / 6.0 + 0.1 / 6.0)) < 1e-12 && fabs(st->accept_rate[2] - 0.15) < 1e-12);
+    /* a tree: at depth 1 two siblings under the root, the path takes the second; at depth 2 the drafted
+     * node hangs under the first sibling, off the path, so depth 2 learns nothing */
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.5, st->observed[d] = 1000;
+    kite_draft_tree tree = {.n = 4, .token = {5, 6, 7, 8}, .parent = {-1, 0, 0, 1}, .depth = {0, 1, 1, 2}};
+    kite_spec_observe(st, &tree, (const int32_t[]){0, 2}, 2);
+    assert_true(fabs(st->accept_rate[0] - 0.55) < 1e-12 && st->accept_rate[1] == 0.5);
     kite_session_free(s);
     /* cached cost curves belong to the model: leave them measured for real */
     pthread_mutex_lock(&g_model->cost_lock);

@@ -175,6 +175,7 @@ static const char BENCH_USAGE[] =
     "  --hw-seconds S         time given to the machine probe (default 1.5)\n"
     "  --no-hw                skip the machine probe (no fractions)\n"
     "  --json                 print one JSON object\n"
+    "  --spec                 speculative decoding on prompt sets instead (see kite bench --spec --help)\n"
     "\n"
     "Decode reads every weight once per token except the embedding table, which is only gathered\n"
     "(unless the output reuses it): bandwidth_gbs is those bytes times tokens per second.\n"
@@ -562,7 +563,11 @@ done:
     return rc;
 }
 
+int kite_bench_spec(int argc, char **argv); /* bench_spec.c: kite bench --spec */
+
 int kite_cmd_bench(int argc, char **argv) {
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--spec")) return kite_bench_spec(argc, argv);
     bench_args a = {0};
     int rc = parse_bench_args(argc, argv, &a);
     if (rc) return rc;

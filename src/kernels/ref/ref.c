@@ -84,34 +84,52 @@ static size_t ref_act_bytes(uint32_t type, int64_t cols, int32_t n) { return kit
 
 enum { REF_BATCH = 64 }; /* activation rows per pass over a weight row */
 
+/* fmaf is correctly rounded whether libm computes it or an FMA instruction does, so the products can
+ * use the instruction where the CPU has one (a clone picked at load time) with the same bits; without
+ * it, baseline x86-64 calls libm's fmaf, which makes the reference several times slower. */
+#if defined(__x86_64__) && ((defined(__GNUC__) && !defined(__clang__)) || (defined(__clang__) && __clang_major__ >= 14))
+#define REF_CLONES __attribute__((target_clones("fma", "default")))
+#else
+#define REF_CLONES
+#endif
+
 static float load_f32(const void *p) { float v; memcpy(&v, p, 4); return v; }
 
-static void matmul_float(const kite_packed_matrix *w, const float *x, int32_t n, float *y, int64_t y_stride,
-                         int64_t r0, int64_t r1) {
+/* Rows are taken REF_ROWS at a time so their independent fma chains overlap (each (row, b) still
+ * runs its own chain over k in order). */
+enum { REF_ROWS = 8 };
+
+static inline float weight_at(uint32_t type, const uint8_t *row, int64_t k) {
+    if (type == KITE_TYPE_F32) return load_f32(row + 4 * k);
+    uint16_t h;
+    memcpy(&h, row + 2 * k, 2);
+    return type == KITE_TYPE_F16 ? kite_fp16_to_f32(h) : kite_bf16_to_f32(h);
+}
+
+REF_CLONES static void matmul_float(const kite_packed_matrix *w, const float *x, int32_t n, float *y, int64_t y_stride,
+                                    int64_t r0, int64_t r1) {
     const int64_t cols = w->cols;
     const size_t es = w->type == KITE_TYPE_F32 ? 4 : 2;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (size_t)cols * es;
+    for (int64_t ra = r0; ra < r1; ra += REF_ROWS) {
+        const int nr = r1 - ra < REF_ROWS ? (int)(r1 - ra) : REF_ROWS;
         for (int32_t b0 = 0; b0 < n; b0 += REF_BATCH) {
             int32_t nb = n - b0 < REF_BATCH ? n - b0 : REF_BATCH;
-            float acc[REF_BATCH] = {0};
+            float acc[REF_ROWS][REF_BATCH];
+            memset(acc, 0, sizeof acc);
             for (int64_t k = 0; k < cols; k++) {
-                float wk;
-                if (w->type == KITE_TYPE_F32) {
-                    wk = load_f32(row + 4 * k);
-                } else {
-                    uint16_t h;
-                    memcpy(&h, row + 2 * k, 2);
-                    wk = w->type == KITE_TYPE_F16 ? kite_fp16_to_f32(h) : kite_bf16_to_f32(h);
+                for (int rr = 0; rr < nr; rr++) {
+                    const float wk = weight_at(w->type, (const uint8_t *)w->data + (size_t)(ra + rr) * (size_t)cols * es, k);
+                    for (int32_t b = 0; b < nb; b++)
+                        acc[rr][b] = fmaf(wk, x[(size_t)(b0 + b) * (size_t)cols + (size_t)k], acc[rr][b]);
                 }
-                for (int32_t b = 0; b < nb; b++) acc[b] = fmaf(wk, x[(size_t)(b0 + b) * (size_t)cols + (size_t)k], acc[b]);
             }
-            for (int32_t b = 0; b < nb; b++) y[(int64_t)(b0 + b) * y_stride + r] = acc[b];
+            for (int rr = 0; rr < nr; rr++)
+                for (int32_t b = 0; b < nb; b++) y[(int64_t)(b0 + b) * y_stride + ra + rr] = acc[rr][b];
         }
     }
 }
 
-static void matmul_b32(const kite_packed_matrix *w, const uint8_t *act, int32_t n, float *y, int64_t y_stride,
+REF_CLONES static void matmul_b32(const kite_packed_matrix *w, const uint8_t *act, int32_t n, float *y, int64_t y_stride,
                        int64_t r0, int64_t r1) {
     const kite_type_traits *tr = kite_type_get(w->type);
     const kite_act_geom g = kite_act_geometry(KITE_FAMILY_B32, w->cols);
@@ -145,7 +163,7 @@ static void matmul_b32(const kite_packed_matrix *w, const uint8_t *act, int32_t 
     }
 }
 
-static void matmul_k(const kite_packed_matrix *w, const uint8_t *act, int32_t n, float *y, int64_t y_stride, int64_t r0,
+REF_CLONES static void matmul_k(const kite_packed_matrix *w, const uint8_t *act, int32_t n, float *y, int64_t y_stride, int64_t r0,
                      int64_t r1) {
     const kite_type_traits *tr = kite_type_get(w->type);
     const kite_act_geom g = kite_act_geometry(KITE_FAMILY_K, w->cols);

@@ -3,7 +3,7 @@
  * of s16) then vpmaddwd with ones (-> s32): q4_0 nibbles (<= 15) let eight column groups add up in
  * 16 bits before one vpmaddwd; q8_0 uses the sign trick (|w| x sign(x, w)) so no pair saturates.
  * Integer parts are exact, the float steps follow kernels_internal.h, so results are bit-identical
- * to the reference and batch-invariant. K-quants and the other 32-block types use the reference.
+ * to the reference and batch-invariant. q4_1, q5_0, q5_1, q2_K and q3_K use the reference.
  *
  * Compiled with -mavx2 -mfma -mf16c (CMakeLists.txt). */
 #include <immintrin.h>
@@ -175,6 +175,158 @@ INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const
     for (int b = 0; b < NB; b++) store_rows(c, b0 + b, row0, r0, r1, acc[b]);
 }
 
+/* ---- K-quants ------------------------------------------------------------------------------------------------ *
+ * Per sub-block the column groups' maddubs pairs add up in 16 bits (q4_K: 8 groups of |pair| <= 3810;
+ * q5_K: 4 of <= 7874; q6_K: 2 of <= 16002), then one vpmaddwd against the row's scale duplicated in
+ * both halves of its dword multiplies and widens at once: sum_s sc_s * isum_s, exact in int32. */
+
+/* Per-row dwords (sc, sc) for sub-block `odd` of a pair, from G pairs (sc_even, sc_odd) widened to int16. */
+INLINE __m256i dup_scale(__m256i pairs16, bool odd) {
+    return odd ? _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pairs16, 0xF5), 0xF5)
+               : _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pairs16, 0xA0), 0xA0);
+}
+
+INLINE __m256i bit_to_4(__m256i h, int j) {
+    __m256i s = j <= 4 ? _mm256_slli_epi16(h, 4 - j) : _mm256_srli_epi16(h, j - 4);
+    return _mm256_and_si256(s, _mm256_set1_epi8(0x10));
+}
+
+INLINE __m256i bits2_to_4(__m256i h, int j) {
+    __m256i s = j < 3 ? _mm256_slli_epi16(h, 4 - 2 * j) : _mm256_srli_epi16(h, 2);
+    return _mm256_and_si256(s, _mm256_set1_epi8(0x30));
+}
+
+INLINE void tile_q45k(bool q5, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB,
+                      int64_t row0, int64_t r0, int64_t r1) {
+    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[TILE_B];
+    const uint8_t *arow[TILE_B];
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; b++) {
+        acc[b] = _mm256_setzero_ps();
+        arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
+    }
+    for (int64_t blk = 0; blk < g->n_blocks; blk++) {
+        const uint8_t *qb = qreg + (size_t)blk * g->q_bytes, *sb = sreg + (size_t)blk * g->s_bytes;
+        _mm_prefetch((const char *)qb + g->q_bytes, _MM_HINT_T0);
+        __m256i A[TILE_B];
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) A[b] = _mm256_setzero_si256();
+        for (int s = 0; s < 8; s++) {
+            __m256i w[8];
+            const uint8_t *q = qb + (size_t)s * 128;
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * p));
+                w[p] = _mm256_and_si256(v, low4);
+                w[p + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            }
+            if (q5) {
+                __m256i h = _mm256_loadu_si256((const __m256i *)(qb + 1024 + (size_t)s * 32));
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) w[j] = _mm256_or_si256(w[j], bit_to_4(h, j));
+            }
+            __m256i scp = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(sb + (size_t)(s / 2) * 16)));
+            __m256i sc = dup_scale(scp, s & 1);
+#pragma GCC unroll 4
+            for (int b = 0; b < NB; b++) {
+                const uint8_t *xq = arow[b] + blk * 256 + s * 32;
+                if (q5) {
+                    __m256i s0 = _mm256_maddubs_epi16(w[0], bcast32(xq + 0)), s1 = _mm256_maddubs_epi16(w[4], bcast32(xq + 16));
+#pragma GCC unroll 3
+                    for (int j = 1; j < 4; j++) {
+                        s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(w[j], bcast32(xq + 4 * j)));
+                        s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(w[j + 4], bcast32(xq + 16 + 4 * j)));
+                    }
+                    A[b] = _mm256_add_epi32(A[b], _mm256_add_epi32(_mm256_madd_epi16(s0, sc), _mm256_madd_epi16(s1, sc)));
+                } else {
+                    __m256i s0 = _mm256_maddubs_epi16(w[0], bcast32(xq + 0));
+#pragma GCC unroll 8
+                    for (int j = 1; j < 8; j++) s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(w[j], bcast32(xq + 4 * j)));
+                    A[b] = _mm256_add_epi32(A[b], _mm256_madd_epi16(s0, sc));
+                }
+            }
+        }
+        __m256i mp[4];
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) mp[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(sb + 64 + (size_t)p * 16)));
+        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 128)));
+        const __m256 dminv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 144)));
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) {
+            const uint8_t *s32 = arow[b] + c->ag.off_sum32 + blk * 16;
+            __m256i B = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(mp[0], bcast32(s32 + 0)), _mm256_madd_epi16(mp[1], bcast32(s32 + 4))),
+                                         _mm256_add_epi32(_mm256_madd_epi16(mp[2], bcast32(s32 + 8)), _mm256_madd_epi16(mp[3], bcast32(s32 + 12))));
+            __m256 dx = _mm256_set1_ps(load_f32(arow[b] + c->ag.off_d + blk * 4));
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A[b]), _mm256_mul_ps(dv, dx), acc[b]);
+            acc[b] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(B), _mm256_mul_ps(dminv, dx), acc[b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; b++) store_rows(c, b0 + b, row0, r0, r1, acc[b]);
+}
+
+INLINE void tile_q6k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB, int64_t row0,
+                     int64_t r0, int64_t r1) {
+    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[TILE_B];
+    const uint8_t *arow[TILE_B];
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; b++) {
+        acc[b] = _mm256_setzero_ps();
+        arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
+    }
+    for (int64_t blk = 0; blk < g->n_blocks; blk++) {
+        const uint8_t *qb = qreg + (size_t)blk * g->q_bytes, *sb = sreg + (size_t)blk * g->s_bytes;
+        _mm_prefetch((const char *)qb + g->q_bytes, _MM_HINT_T0);
+        __m256i A[TILE_B];
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) A[b] = _mm256_setzero_si256();
+        for (int t = 0; t < 8; t++) {
+            __m256i w[8];
+            const uint8_t *q = qb + (size_t)t * 192;
+            __m256i h0 = _mm256_loadu_si256((const __m256i *)(q + 128)), h1 = _mm256_loadu_si256((const __m256i *)(q + 160));
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * p));
+                w[p] = _mm256_or_si256(_mm256_and_si256(v, low4), bits2_to_4(h0, p));
+                w[p + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), bits2_to_4(h1, p));
+            }
+            __m256i scp = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(sb + (size_t)t * 16)));
+            __m256i sc0 = dup_scale(scp, false), sc1 = dup_scale(scp, true);
+#pragma GCC unroll 4
+            for (int b = 0; b < NB; b++) {
+                const uint8_t *xq = arow[b] + blk * 256 + t * 32;
+                __m256i e0 = _mm256_add_epi16(_mm256_maddubs_epi16(w[0], bcast32(xq + 0)), _mm256_maddubs_epi16(w[1], bcast32(xq + 4)));
+                __m256i e1 = _mm256_add_epi16(_mm256_maddubs_epi16(w[2], bcast32(xq + 8)), _mm256_maddubs_epi16(w[3], bcast32(xq + 12)));
+                __m256i o0 = _mm256_add_epi16(_mm256_maddubs_epi16(w[4], bcast32(xq + 16)), _mm256_maddubs_epi16(w[5], bcast32(xq + 20)));
+                __m256i o1 = _mm256_add_epi16(_mm256_maddubs_epi16(w[6], bcast32(xq + 24)), _mm256_maddubs_epi16(w[7], bcast32(xq + 28)));
+                __m256i even = _mm256_add_epi32(_mm256_madd_epi16(e0, sc0), _mm256_madd_epi16(e1, sc0));
+                __m256i odd = _mm256_add_epi32(_mm256_madd_epi16(o0, sc1), _mm256_madd_epi16(o1, sc1));
+                A[b] = _mm256_add_epi32(A[b], _mm256_add_epi32(even, odd));
+            }
+        }
+        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 128)));
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) {
+            /* C = sum_s sc_s * sum16_s from int16 pairs; A - 32 C undoes the +32 of the stored values. */
+            const uint8_t *s16 = arow[b] + c->ag.off_sum + blk * 32;
+            __m256i C = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int p = 0; p < 8; p++)
+                C = _mm256_add_epi32(C, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(sb + (size_t)p * 16))),
+                                                          bcast32(s16 + 4 * p)));
+            __m256i Af = _mm256_sub_epi32(A[b], _mm256_slli_epi32(C, 5));
+            __m256 dx = _mm256_set1_ps(load_f32(arow[b] + c->ag.off_d + blk * 4));
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Af), _mm256_mul_ps(dv, dx), acc[b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; b++) store_rows(c, b0 + b, row0, r0, r1, acc[b]);
+}
+
 INLINE __m256 load_w8(uint32_t type, const uint8_t *p) {
     if (type == KITE_TYPE_F32) return _mm256_loadu_ps((const float *)p);
     __m128i h = _mm_loadu_si128((const __m128i *)p);
@@ -237,6 +389,27 @@ static void run_q4_0(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx
     TILE_SWITCH(nb, CALL)
 #undef CALL
 }
+static void run_q4_k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int ng, int64_t row0,
+                     int64_t r0, int64_t r1) {
+    (void)ng;
+#define CALL(N) tile_q45k(false, grp, g, c, b0, N, row0, r0, r1)
+    TILE_SWITCH(nb, CALL)
+#undef CALL
+}
+static void run_q5_k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int ng, int64_t row0,
+                     int64_t r0, int64_t r1) {
+    (void)ng;
+#define CALL(N) tile_q45k(true, grp, g, c, b0, N, row0, r0, r1)
+    TILE_SWITCH(nb, CALL)
+#undef CALL
+}
+static void run_q6_k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int ng, int64_t row0,
+                     int64_t r0, int64_t r1) {
+    (void)ng;
+#define CALL(N) tile_q6k(grp, g, c, b0, N, row0, r0, r1)
+    TILE_SWITCH(nb, CALL)
+#undef CALL
+}
 #define FLOAT_RUNNER(name, TYPE)                                                                                          \
     static void name(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int ng,         \
                      int64_t row0, int64_t r0, int64_t r1) {                                                              \
@@ -262,7 +435,7 @@ FLOAT_RUNNER(run_bf16, KITE_TYPE_BF16)
 
 static bool accelerated(uint32_t type) {
     return type == KITE_TYPE_F32 || type == KITE_TYPE_F16 || type == KITE_TYPE_BF16 || type == KITE_TYPE_Q8_0 ||
-           type == KITE_TYPE_Q4_0;
+           type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q4_K || type == KITE_TYPE_Q5_K || type == KITE_TYPE_Q6_K;
 }
 
 static int avx2_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e) {
@@ -291,6 +464,9 @@ static void avx2_matmul(const kite_packed_matrix *w, const void *act, const floa
     case KITE_TYPE_BF16: run = run_bf16; break;
     case KITE_TYPE_Q8_0: run = run_q8_0; break;
     case KITE_TYPE_Q4_0: run = run_q4_0; break;
+    case KITE_TYPE_Q4_K: run = run_q4_k; break;
+    case KITE_TYPE_Q5_K: run = run_q5_k; break;
+    case KITE_TYPE_Q6_K: run = run_q6_k; break;
     default: return;
     }
     const uint8_t *base = w->data;

@@ -4,7 +4,7 @@
  * (a 16 x 8 tile; n = 1 is the same code with one activation row, streaming the weights once).
  * Integer parts are exact; the float steps per (row, activation row) follow kernels_internal.h in the
  * same order as the reference, so results are bit-identical to it and independent of n, slot and
- * row range. Types without a kernel here use the reference (raw layout).
+ * row range. q2_K and q3_K use the reference (raw layout).
  *
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c (CMakeLists.txt). */
 #include <immintrin.h>
@@ -101,12 +101,22 @@ INLINE __mmask16 row_mask(int64_t row0, int64_t r0, int64_t r1) {
 
 /* ---- q8_0 and q4_0 --------------------------------------------------------------------------------------------- */
 
-/* One 16-row group x NB activation rows. Q8: 8 vectors of v + 128 per block; Q4: 4 nibble vectors. */
-INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB,
-                     int64_t row0, __mmask16 mask) {
+/* Bits of column group j (a bit per byte at position j for q5_K high bits) moved to bit 4. */
+INLINE __m512i bit_to_4(__m512i h, int j) {
+    __m512i s = j <= 4 ? _mm512_slli_epi16(h, (unsigned)(4 - j)) : _mm512_srli_epi16(h, (unsigned)(j - 4));
+    return _mm512_and_si512(s, _mm512_set1_epi8(0x10));
+}
+
+/* One 16-row group x NB activation rows of a 32-block type. q8_0: 8 vectors of v + 128 per block;
+ * q4_0/q4_1: 4 nibble vectors; q5_0/q5_1: 4 nibble vectors and a vector of fifth bits. The stored
+ * values are v + off (off = 128, 8, 16 or 0), so isum = dot - off * xsum. */
+INLINE void tile_b32(uint32_t type, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0,
+                     const int NB, int64_t row0, __mmask16 mask) {
     const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
     const __m512i low4 = _mm512_set1_epi8(0x0F);
-    const int32_t offset = q4 ? -8 : -128;
+    const bool q4 = type != KITE_TYPE_Q8_0, q5 = type == KITE_TYPE_Q5_0 || type == KITE_TYPE_Q5_1;
+    const bool has_min = type == KITE_TYPE_Q4_1 || type == KITE_TYPE_Q5_1;
+    const int32_t offset = type == KITE_TYPE_Q8_0 ? -128 : type == KITE_TYPE_Q4_0 ? -8 : type == KITE_TYPE_Q5_0 ? -16 : 0;
     __m512 acc[TILE_B];
     const uint8_t *arow[TILE_B];
 #pragma GCC unroll 8
@@ -125,15 +135,23 @@ INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const
                 w[p] = _mm512_and_si512(v, low4);
                 w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
             }
+            if (q5) {
+                __m512i h = _mm512_loadu_si512(q + 256);
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) w[j] = _mm512_or_si512(w[j], bit_to_4(h, j));
+            }
         } else {
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(q + 64 * j);
         }
-        const __m512 dw = fp16x16(sreg + (size_t)blk * 32);
+        const uint8_t *sb = sreg + (size_t)blk * g->s_bytes;
+        const __m512 dw = fp16x16(sb);
+        const __m512 mw = has_min ? fp16x16(sb + 32) : dw;
 #pragma GCC unroll 8
         for (int b = 0; b < NB; b++) {
             const uint8_t *xq = arow[b] + blk * 32;
-            __m512i i0 = _mm512_set1_epi32(offset * load_i32(arow[b] + c->ag.off_sum + blk * 4));
+            const int32_t xsum = load_i32(arow[b] + c->ag.off_sum + blk * 4);
+            __m512i i0 = offset ? _mm512_set1_epi32(offset * xsum) : _mm512_setzero_si512();
             __m512i i1 = _mm512_setzero_si512();
             i0 = _mm512_dpbusd_epi32(i0, w[0], bcast32(xq + 0));
             i1 = _mm512_dpbusd_epi32(i1, w[1], bcast32(xq + 4));
@@ -143,8 +161,9 @@ INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const
             i1 = _mm512_dpbusd_epi32(i1, w[5], bcast32(xq + 20));
             i0 = _mm512_dpbusd_epi32(i0, w[6], bcast32(xq + 24));
             i1 = _mm512_dpbusd_epi32(i1, w[7], bcast32(xq + 28));
-            __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(load_f32(arow[b] + c->ag.off_d + blk * 4)));
-            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), scale, acc[b]);
+            const __m512 dx = _mm512_set1_ps(load_f32(arow[b] + c->ag.off_d + blk * 4));
+            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), _mm512_mul_ps(dw, dx), acc[b]);
+            if (has_min) acc[b] = _mm512_fmadd_ps(_mm512_set1_ps((float)xsum), _mm512_mul_ps(mw, dx), acc[b]);
         }
     }
 #pragma GCC unroll 8
@@ -152,12 +171,6 @@ INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const
 }
 
 /* ---- q4_K, q5_K ----------------------------------------------------------------------------------------------- */
-
-/* Bits of column group j (a bit per byte at position j for q5_K high bits) moved to bit 4. */
-INLINE __m512i bit_to_4(__m512i h, int j) {
-    __m512i s = j <= 4 ? _mm512_slli_epi16(h, (unsigned)(4 - j)) : _mm512_srli_epi16(h, (unsigned)(j - 4));
-    return _mm512_and_si512(s, _mm512_set1_epi8(0x10));
-}
 
 INLINE void tile_q45k(bool q5, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB,
                       int64_t row0, __mmask16 mask) {
@@ -358,16 +371,25 @@ INLINE void tile_float(uint32_t type, const uint8_t *grp, const kite_pack_geom *
     default: CALL(8); break;   \
     }
 
-static void run_q8_0(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int64_t row0, __mmask16 m) {
-#define CALL(N) tile_b32(false, grp, g, c, b0, N, row0, m)
-    TILE_SWITCH(nb, CALL)
-#undef CALL
-}
-static void run_q4_0(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int64_t row0, __mmask16 m) {
-#define CALL(N) tile_b32(true, grp, g, c, b0, N, row0, m)
-    TILE_SWITCH(nb, CALL)
-#undef CALL
-}
+#define B32_RUNNER(name, TYPE)                                                                                        \
+    static void name(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int64_t row0, \
+                     __mmask16 m) {                                                                                   \
+        switch (nb) {                                                                                                 \
+        case 1: tile_b32(TYPE, grp, g, c, b0, 1, row0, m); break;                                                     \
+        case 2: tile_b32(TYPE, grp, g, c, b0, 2, row0, m); break;                                                     \
+        case 3: tile_b32(TYPE, grp, g, c, b0, 3, row0, m); break;                                                     \
+        case 4: tile_b32(TYPE, grp, g, c, b0, 4, row0, m); break;                                                     \
+        case 5: tile_b32(TYPE, grp, g, c, b0, 5, row0, m); break;                                                     \
+        case 6: tile_b32(TYPE, grp, g, c, b0, 6, row0, m); break;                                                     \
+        case 7: tile_b32(TYPE, grp, g, c, b0, 7, row0, m); break;                                                     \
+        default: tile_b32(TYPE, grp, g, c, b0, 8, row0, m); break;                                                    \
+        }                                                                                                             \
+    }
+B32_RUNNER(run_q8_0, KITE_TYPE_Q8_0)
+B32_RUNNER(run_q4_0, KITE_TYPE_Q4_0)
+B32_RUNNER(run_q4_1, KITE_TYPE_Q4_1)
+B32_RUNNER(run_q5_0, KITE_TYPE_Q5_0)
+B32_RUNNER(run_q5_1, KITE_TYPE_Q5_1)
 static void run_q4_k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb, int64_t row0, __mmask16 m) {
 #define CALL(N) tile_q45k(false, grp, g, c, b0, N, row0, m)
     TILE_SWITCH(nb, CALL)
@@ -422,7 +444,7 @@ typedef void (*float_runner)(const uint8_t *, const kite_pack_geom *, const tile
 static bool accelerated(uint32_t type) {
     switch (type) {
     case KITE_TYPE_F32: case KITE_TYPE_F16: case KITE_TYPE_BF16:
-    case KITE_TYPE_Q8_0: case KITE_TYPE_Q4_0:
+    case KITE_TYPE_Q8_0: case KITE_TYPE_Q4_0: case KITE_TYPE_Q4_1: case KITE_TYPE_Q5_0: case KITE_TYPE_Q5_1:
     case KITE_TYPE_Q4_K: case KITE_TYPE_Q5_K: case KITE_TYPE_Q6_K:
         return true;
     default:
@@ -466,6 +488,9 @@ static void avx512_matmul(const kite_packed_matrix *w, const void *act, const fl
     switch (w->type) {
     case KITE_TYPE_Q8_0: run = run_q8_0; break;
     case KITE_TYPE_Q4_0: run = run_q4_0; break;
+    case KITE_TYPE_Q4_1: run = run_q4_1; break;
+    case KITE_TYPE_Q5_0: run = run_q5_0; break;
+    case KITE_TYPE_Q5_1: run = run_q5_1; break;
     case KITE_TYPE_Q4_K: run = run_q4_k; break;
     case KITE_TYPE_Q5_K: run = run_q5_k; break;
     case KITE_TYPE_Q6_K: run = run_q6_k; break;
