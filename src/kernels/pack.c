@@ -437,7 +437,9 @@ static void *alloc_weights(size_t bytes) {
         /* 2 MiB-aligned start; the length is only rounded to a page, so the tail past the last whole
          * huge page stays in small pages instead of wasting most of a huge page per matrix. */
         size_t rounded = kite_round_up(bytes, page);
-        void *p = aligned_alloc(huge, rounded);
+        /* posix_memalign: C11's aligned_alloc wants the size to be a multiple of the alignment. */
+        void *p = NULL;
+        if (posix_memalign(&p, huge, rounded) != 0) p = NULL;
 #ifdef MADV_HUGEPAGE
         if (p) (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice only */
 #endif

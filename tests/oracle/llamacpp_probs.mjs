@@ -9,8 +9,8 @@
 // For each job, writes OUT.json: {"llama_cpp": "node-llama-cpp 3.21.1", "n_vocab": N,
 //                                 "prompts": [{"n_positions": n, "text_ids": [...]}, ...]}
 // and OUT.bin: for each prompt, for each of the requested positions (all when "positions" is absent), in
-// increasing order, N float32 probabilities of the next token in token-id order (host byte order), as
-// llama.cpp computes them from its logits. Every position is evaluated either way; asking for fewer rows
+// increasing order, N float32 probabilities of the next token in token-id order (host byte order): the
+// binding's float softmax of llama.cpp's logits (its rows sum to 1 only within ~1e-3). Every position is evaluated either way; asking for fewer rows
 // saves time, since node-llama-cpp hands each row over as a Map of N entries (about 0.15 s per row).
 //
 // The model runs on the CPU only, through node-llama-cpp's prebuilt binary (never built or downloaded:
