@@ -132,8 +132,8 @@ int main(int argc, char **argv) {
     float *src = malloc(sizeof(float) * (size_t)cols);
     if (!x || !y || !src) return 1;
     srand(1);
-    for (int64_t i = 0; i < max_batch * cols; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
-    for (int64_t i = 0; i < cols; i++) src[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.1f;
+    for (int64_t i = 0; i < max_batch * cols; i++) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+    for (int64_t i = 0; i < cols; i++) src[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * 0.1f;
 
     const size_t probe_bytes = (size_t)256 << 20;
     void *probe_buf = aligned_alloc(64, probe_bytes);

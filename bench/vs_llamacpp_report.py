@@ -89,7 +89,8 @@ def main(path):
         print("pairs:")
         for p in ps:
             lb = p["llama"]["bench"]
-            print(f"  rep {p['rep']} {p['order']:11}  load {p.get('loadavg', float('nan')):4.1f}  probe {p['probe_before']['read_gbs']:5.1f} -> {p['probe_after']['read_gbs']:5.1f} GB/s"
+            print(f"  rep {p['rep']} {p['order']:11}  load {p.get('loadavg', float('nan')):4.1f}"
+                  f" busy {p.get('busy_before', float('nan')):4.2f}  probe {p['probe_before']['read_gbs']:5.1f} -> {p['probe_after']['read_gbs']:5.1f} GB/s"
                   f"  prefill {fmt(p['kite']['prefill_tok_s'])} vs {fmt(llama_bench_metric(lb, prompt, 0))}"
                   f"  decode {fmt(p['kite']['decode_tok_s'])} vs {fmt(llama_bench_metric(lb, 0, gen))}"
                   f"  tokens {p['kite']['tokens_hash']}")

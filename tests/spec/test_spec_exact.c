@@ -133,9 +133,7 @@ static void set_spec(kite_session *s, const kite_spec_params *spec) {
 /* Prompt, then one generate call; spec NULL = plain decoding. */
 static void generate(kite_model *m, const kite_spec_params *spec, const int32_t *prompt, size_t n_prompt,
                      const kite_gen_params *gp, int32_t n_ctx, run_result *r) {
-    int stop_after = r->stop_after;
     memset(r, 0, sizeof *r);
-    r->stop_after = stop_after;
     kite_session *s = open_session(m, n_ctx);
     if (spec) set_spec(s, spec);
     r->status = kite_prompt(s, prompt, n_prompt, r->err, sizeof r->err);
