@@ -40,7 +40,7 @@ for t in $targets; do
   work=$(mktemp -d)
   cp -r "$corpus"/. "$work"/
   echo "-- $t"
-  ./build-fuzz/"$t" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=0 "$work" 2>&1 | tail -n 2
+  ./build-fuzz/tests/"$t" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=0 "$work" 2>&1 | tail -n 2
   rm -rf "$work"
 done
 echo "== all tests passed"
