@@ -222,6 +222,7 @@ typedef struct gang_job {
     atomic_int go;                        /* 1: run, 2: abandon (a thread could not be created) */
     double t_start;                       /* set by thread 0 when it lets the others go */
     double t_end[PROBE_MAX_THREADS];      /* each thread's finish time */
+    uint64_t result[PROBE_MAX_THREADS];   /* each thread's checksum, summed into probe_sink after the join */
     /* JOB_READ */
     const unsigned char *buf;
     size_t slice;                         /* bytes per thread, a multiple of 256 */
@@ -238,7 +239,7 @@ static void gang_work(gang_job *job, int index) {
     if (job->kind == JOB_READ) r = job->read_fn(job->buf + (size_t)index * job->slice, job->slice);
     else r = job->loop(job->iters, index + 1);
     job->t_end[index] = now_seconds();
-    probe_sink += r;
+    job->result[index] = r;
 }
 
 static void *gang_worker(void *p) {
@@ -274,6 +275,7 @@ static double gang_run(gang_job *job, int n) {
     atomic_store(&job->go, 1);
     gang_work(job, 0);
     for (int i = 1; i < n; i++) pthread_join(tids[i], NULL);
+    for (int i = 0; i < n; i++) probe_sink += job->result[i];
     double last = job->t_start;
     for (int i = 0; i < n; i++)
         if (job->t_end[i] > last) last = job->t_end[i];

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """`kite run --draft ...` prints the same ids as plain `kite run` for both real draft/target pairs,
 greedy and sampled with a seed, and reports the speculative statistics in --json; incompatible or
-unloadable drafts and out-of-range settings fail with a one-line error."""
+unloadable drafts and out-of-range settings fail with a one-line error. `kite bench --spec` runs on
+two small prompt sets with every drafter, reports every category, reproduces plain decoding and
+writes an SVG plot; its bad input fails with a one-line error."""
 import json
 import os
 import subprocess
@@ -43,6 +45,60 @@ def run_json(args):
     if not check(rc == 0, f"kite run {' '.join(args)} exited {rc}: {err.strip()}"):
         return None
     return json.loads(out)
+
+
+def bench_spec():
+    """`kite bench --spec` on two small prompt sets: the JSON has every category at both temperatures,
+    speculation reproduced plain decoding, the oracle's tau is the hand-computed one, the plot is SVG."""
+    import tempfile
+    import xml.etree.ElementTree as ET
+    data = os.path.join(DATA, "data")
+    target = ["--model", os.path.join(M, "tinystories-656k")]
+    base = ["bench", "--spec", "--threads", "1", "--sets", "mt_bench,humaneval", "--spec-prompts", "2", "--gen-tokens", "8",
+            "--data", data, "--json", "--quiet"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, extra in (("ngram", ["--draft", "ngram"]),
+                             ("model", ["--draft", PAIRS[1][2], "--spec-budget", "3", "--spec-tree", "2"]),
+                             ("oracle", ["--oracle-acceptance", "1", "--spec-budget", "4"])):
+            svg = os.path.join(tmp, label + ".svg")
+            p = subprocess.run([KITE] + base + target + extra + ["--plot", svg], capture_output=True, timeout=600)
+            if not check(p.returncode == 0, f"bench --spec {label}: exit {p.returncode}: {p.stderr.decode(errors='replace')}"):
+                continue
+            out = json.loads(p.stdout)
+            check(out["drafter"] == label, f"bench --spec {label}: drafter {out['drafter']}")
+            if label == "oracle":
+                check("oracle" in out["label"] and out["oracle_acceptance"] == 1, f"oracle not labelled: {out['label']}")
+            temps = [r["temperature"] for r in out["results"]]
+            check(temps == [0, 1], f"bench --spec {label}: temperatures {temps}")
+            for r in out["results"]:
+                names = [c["name"] for c in r["categories"]]
+                check(names == ["mt_bench", "humaneval"], f"bench --spec {label}: categories {names}")
+                for c in r["categories"] + [r["all"]]:
+                    check(c["identical_to_plain"] == c["prompts"], f"bench --spec {label} T {r['temperature']} {c['name']}: "
+                          f"{c['identical_to_plain']} of {c['prompts']} identical")
+                    check(c["tokens"] == 8 * c["prompts"], f"bench --spec {label}: {c['tokens']} tokens")
+                    for k in ("tau", "acceptance_by_depth", "plain_decode_tok_s", "spec_decode_tok_s", "speedup"):
+                        check(k in c, f"bench --spec {label}: {k} missing")
+                    if label == "oracle":
+                        # 8 tokens: the first from the prompt, 7 in passes of 5 (4 drafted, all accepted, + 1): 2 passes
+                        check(c["target_passes"] == 2 * c["prompts"] and abs(c["tau"] - 3.5) < 1e-9,
+                              f"oracle tau {c['tau']} over {c['target_passes']} passes")
+            root = ET.parse(svg).getroot()
+            bars = [e for e in root.iter() if e.tag.endswith("rect") and e.find("{http://www.w3.org/2000/svg}title") is not None]
+            check(len(bars) == 2 * 2 * 3, f"bench --spec {label}: {len(bars)} bars in the plot, want 12")
+            print(f"bench --spec {label:60s} ok")
+    for label, args, want_rc, word in (
+            ("missing data", target + ["--data", "/nonexistent-kite-data"], 1, "--data"),
+            ("draft and oracle", target + ["--draft", "ngram", "--oracle-acceptance", "0.5"], 2, "not both"),
+            ("oracle out of range", target + ["--oracle-acceptance", "1.5"], 2, "--oracle-acceptance"),
+            ("unknown set", target + ["--sets", "nope"], 2, "nope"),
+            ("incompatible draft", target + ["--draft", PAIRS[0][2], "--tokenizer", TOK512], 1, "vocabulary (512 tokens)")):
+        p = subprocess.run([KITE, "bench", "--spec", "--threads", "1", "--quiet"] + args, capture_output=True, timeout=300)
+        err = p.stderr.decode(errors="replace")
+        lines = [l for l in err.splitlines() if l.strip()]
+        ok = check(p.returncode == want_rc, f"bench --spec {label}: exit {p.returncode}, want {want_rc}: {err.strip()}")
+        ok &= check(len(lines) == 1 and word in err, f"bench --spec {label}: {err!r}")
+        print(f"bench --spec {label:60s} {'ok' if ok else 'FAIL'}: {err.strip()}")
 
 
 def main():
@@ -111,6 +167,7 @@ def main():
             ok &= check(w in err, f"{label}: error does not mention {w!r}: {err.strip()}")
         print(f"{label:90s} {'ok' if ok else 'FAIL'}: {err.strip()}")
 
+    bench_spec()
     print(f"{failures} failure(s)")
     return 1 if failures else 0
 

@@ -443,7 +443,8 @@ static int run_bench(const bench_args *a) {
     char hexbuf[2][24];
 
     /* ---- report ---- */
-    int32_t threads = a->threads ? a->threads : (have_hw ? hw.n_cpus : 0);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int32_t threads = a->threads ? a->threads : (int32_t)(online > 0 ? online : 1); /* 0 means every core */
     root = json_object();
     json_object_set_new(root, "model", json_string(a->model));
     json_object_set_new(root, "model_size_bytes", json_integer((json_int_t)file_size));
@@ -454,7 +455,7 @@ static int run_bench(const bench_args *a) {
     json_object_set_new(root, "weight_bytes", json_integer((json_int_t)info.weight_bytes));
     json_object_set_new(root, "decode_bytes_per_token", json_integer((json_int_t)decode_bytes));
     json_object_set_new(root, "load_ms", json_real(t_load));
-    json_object_set_new(root, "threads", threads ? json_integer(threads) : json_null());
+    json_object_set_new(root, "threads", json_integer(threads));
     json_object_set_new(root, "kernels", json_string(have_hw ? hw.kernels : "unknown"));
     json_object_set_new(root, "reps", json_integer(a->reps));
 

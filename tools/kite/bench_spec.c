@@ -44,7 +44,7 @@ static const char SPEC_USAGE[] =
     "compared (Gumbel verification must give the plain tokens).\n"
     "\n"
     "  --model, -m PATH          target model (GGUF, llama2.c .bin, Hugging Face folder)\n"
-    "  --tokenizer PATH          tokenizer for checkpoints without one (also used by a draft without one)\n"
+    "  --tokenizer PATH          tokenizer for a model or draft without one of its own (a llama2.c .bin)\n"
     "  --draft PATH|ngram        drafter: a draft model sharing the vocabulary, or n-gram matches (default)\n"
     "  --oracle-acceptance A     drafter: the oracle, replaying the plain output with each token replaced\n"
     "                            by another with probability 1 - A (labelled \"oracle\" everywhere)\n"
@@ -504,18 +504,19 @@ static int write_plot(const char *path, const char *title, const category_list *
 
 /* ---- the command -------------------------------------------------------------------------------------- */
 
-static int open_draft(const spec_args *a, kite_model **draft) {
+/* A model with a tokenizer of its own keeps it; --tokenizer is for one without (a llama2.c .bin), so
+ * a target and a draft of different families can each have theirs. */
+static int open_with_tokenizer(const spec_args *a, const char *path, const char *what, kite_model **model) {
     char err[512], err2[512];
-    kite_model_params dp = kite_model_default_params();
-    dp.n_threads = a->threads;
-    /* A draft with a tokenizer of its own keeps it; --tokenizer is for one without (a llama2.c .bin). */
-    int st = kite_model_open(draft, a->draft, &dp, err, sizeof err);
+    kite_model_params mp = kite_model_default_params();
+    mp.n_threads = a->threads;
+    int st = kite_model_open(model, path, &mp, err, sizeof err);
     if (st == KITE_ERR_TOKENIZER && a->tokenizer) {
-        dp.tokenizer_path = a->tokenizer;
-        if (kite_model_open(draft, a->draft, &dp, err2, sizeof err2) == 0) return 0;
-        return spec_fail(1, "draft model: %s", err2);
+        mp.tokenizer_path = a->tokenizer;
+        if (kite_model_open(model, path, &mp, err2, sizeof err2) == 0) return 0;
+        return spec_fail(1, "%s%s", what, err2);
     }
-    if (st) return spec_fail(1, "draft model: %s", err);
+    if (st) return spec_fail(1, "%s%s", what, err);
     return 0;
 }
 
@@ -553,18 +554,15 @@ int kite_bench_spec(int argc, char **argv) {
     }
 
     char err[512];
-    kite_model_params mp = kite_model_default_params();
-    mp.tokenizer_path = a.tokenizer;
-    mp.n_threads = a.threads;
     bench_ctx b = {.a = &a};
-    if (kite_model_open(&b.model, a.model, &mp, err, sizeof err)) {
+    if ((rc = open_with_tokenizer(&a, a.model, "", &b.model))) {
         category_list_free(&cats);
-        return spec_fail(1, "%s", err);
+        return rc;
     }
     kite_model_info info;
     kite_model_get_info(b.model, &info);
     const char *drafter_name = a.oracle ? "oracle" : !a.draft || !strcmp(a.draft, "ngram") ? "ngram" : "model";
-    if (!strcmp(drafter_name, "model") && (rc = open_draft(&a, &b.draft))) goto done;
+    if (!strcmp(drafter_name, "model") && (rc = open_with_tokenizer(&a, a.draft, "draft model: ", &b.draft))) goto done;
     b.n_ctx = a.ctx ? a.ctx : info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
     int32_t max_prompt = b.n_ctx - a.gen_tokens - KITE_MAX_DRAFT - 1;
     if (max_prompt < 4) {
@@ -679,7 +677,7 @@ int kite_bench_spec(int argc, char **argv) {
         json_object_set_new(root, "budget", a.budget ? json_integer(a.budget) : json_string("auto"));
         json_object_set_new(root, "tree_width", json_integer(a.tree));
         json_object_set_new(root, "verify", json_string(a.verify == KITE_VERIFY_REJECTION ? "rejection" : "gumbel"));
-        json_object_set_new(root, "threads", json_integer(a.threads));
+        json_object_set_new(root, "threads", a.threads ? json_integer(a.threads) : json_string("all cores"));
         json_object_set_new(root, "n_ctx", json_integer(b.n_ctx));
         json_object_set_new(root, "gen_tokens", json_integer(a.gen_tokens));
         json_object_set_new(root, "prompts_per_category", json_integer(a.prompts));
