@@ -109,34 +109,49 @@ static uint64_t read_scalar(const unsigned char *p, size_t n) {
 /* ---- compute loops: run `iters` iterations, return a value depending on all of them ----------- */
 enum { INT8_CHAINS = 12, F32_CHAINS = 12 };
 
+/* The chains are spelled out, not looped over: a compiler that does not unroll a loop over an
+ * accumulator array keeps the array in memory, and the probe would measure loads and stores. */
+#define REPEAT12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+
 #ifdef KITE_PROBE_X86
 /* One iteration: 12 vpdpbusd of 16 lanes x 4 byte products = 768 multiply-adds. */
 __attribute__((target("avx512vnni,avx512f"))) static uint64_t int8_vnni_loop(int64_t iters, int32_t seed) {
     __m512i a = _mm512_set1_epi32(seed | 0x01010101), b = _mm512_set1_epi32(seed ^ 0x02030405);
-    __m512i acc[INT8_CHAINS];
-    for (int k = 0; k < INT8_CHAINS; k++) acc[k] = _mm512_set1_epi32(k);
+#define DECL(k) __m512i acc##k = _mm512_set1_epi32(k);
+#define STEP(k) acc##k = _mm512_dpbusd_epi32(acc##k, a, b);
+#define SUM(k) s = _mm512_add_epi32(s, acc##k);
+    REPEAT12(DECL)
     for (int64_t i = 0; i < iters; i++) {
         __asm__ volatile("" : "+v"(a), "+v"(b)); /* the inputs "change": nothing can be hoisted */
-        for (int k = 0; k < INT8_CHAINS; k++) acc[k] = _mm512_dpbusd_epi32(acc[k], a, b);
+        REPEAT12(STEP)
     }
-    __m512i s = acc[0];
-    for (int k = 1; k < INT8_CHAINS; k++) s = _mm512_add_epi32(s, acc[k]);
+    __m512i s = _mm512_setzero_si512();
+    REPEAT12(SUM)
+#undef DECL
+#undef STEP
+#undef SUM
     return (uint64_t)(uint32_t)_mm512_reduce_add_epi32(s);
 }
 
 /* One iteration: 12 x (vpmaddubsw, vpmaddwd, vpaddd) over 32 byte products = 384 multiply-adds. */
 __attribute__((target("avx2"))) static uint64_t int8_avx2_loop(int64_t iters, int32_t seed) {
-    __m256i a = _mm256_set1_epi32(seed | 0x01010101), b = _mm256_set1_epi32(seed ^ 0x02030405);
+    __m256i b = _mm256_set1_epi32(seed ^ 0x02030405);
     __m256i ones = _mm256_set1_epi16(1);
-    __m256i acc[INT8_CHAINS];
-    for (int k = 0; k < INT8_CHAINS; k++) acc[k] = _mm256_set1_epi32(k);
+#define DECL(k) __m256i acc##k = _mm256_set1_epi32(k);
+/* The accumulator is also the unsigned operand: with the same (a, b) in every chain the compiler
+ * would compute the product once and only add it 12 times. */
+#define STEP(k) acc##k = _mm256_add_epi32(acc##k, _mm256_madd_epi16(_mm256_maddubs_epi16(acc##k, b), ones));
+#define SUM(k) s = _mm256_add_epi32(s, acc##k);
+    REPEAT12(DECL)
     for (int64_t i = 0; i < iters; i++) {
-        __asm__ volatile("" : "+x"(a), "+x"(b));
-        for (int k = 0; k < INT8_CHAINS; k++)
-            acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+        __asm__ volatile("" : "+x"(b));
+        REPEAT12(STEP)
     }
-    __m256i s = acc[0];
-    for (int k = 1; k < INT8_CHAINS; k++) s = _mm256_add_epi32(s, acc[k]);
+    __m256i s = _mm256_setzero_si256();
+    REPEAT12(SUM)
+#undef DECL
+#undef STEP
+#undef SUM
     uint32_t lanes[8];
     _mm256_storeu_si256((__m256i *)lanes, s);
     uint64_t r = 0;
@@ -147,14 +162,19 @@ __attribute__((target("avx2"))) static uint64_t int8_avx2_loop(int64_t iters, in
 /* One iteration: 12 FMAs of 16 lanes = 192 FMAs. */
 __attribute__((target("avx512f"))) static uint64_t f32_avx512_loop(int64_t iters, int32_t seed) {
     __m512 a = _mm512_set1_ps(0.999f + (float)(seed & 1) * 1e-6f), b = _mm512_set1_ps(1e-7f);
-    __m512 acc[F32_CHAINS];
-    for (int k = 0; k < F32_CHAINS; k++) acc[k] = _mm512_set1_ps((float)k);
+#define DECL(k) __m512 acc##k = _mm512_set1_ps((float)k);
+#define STEP(k) acc##k = _mm512_fmadd_ps(acc##k, a, b);
+#define SUM(k) s = _mm512_add_ps(s, acc##k);
+    REPEAT12(DECL)
     for (int64_t i = 0; i < iters; i++) {
         __asm__ volatile("" : "+v"(a), "+v"(b));
-        for (int k = 0; k < F32_CHAINS; k++) acc[k] = _mm512_fmadd_ps(acc[k], a, b);
+        REPEAT12(STEP)
     }
-    __m512 s = acc[0];
-    for (int k = 1; k < F32_CHAINS; k++) s = _mm512_add_ps(s, acc[k]);
+    __m512 s = _mm512_setzero_ps();
+    REPEAT12(SUM)
+#undef DECL
+#undef STEP
+#undef SUM
     float v = _mm512_reduce_add_ps(s);
     uint32_t bits;
     memcpy(&bits, &v, 4);
@@ -164,14 +184,19 @@ __attribute__((target("avx512f"))) static uint64_t f32_avx512_loop(int64_t iters
 /* One iteration: 12 FMAs of 8 lanes = 96 FMAs. */
 __attribute__((target("avx2,fma"))) static uint64_t f32_avx2_loop(int64_t iters, int32_t seed) {
     __m256 a = _mm256_set1_ps(0.999f + (float)(seed & 1) * 1e-6f), b = _mm256_set1_ps(1e-7f);
-    __m256 acc[F32_CHAINS];
-    for (int k = 0; k < F32_CHAINS; k++) acc[k] = _mm256_set1_ps((float)k);
+#define DECL(k) __m256 acc##k = _mm256_set1_ps((float)k);
+#define STEP(k) acc##k = _mm256_fmadd_ps(acc##k, a, b);
+#define SUM(k) s = _mm256_add_ps(s, acc##k);
+    REPEAT12(DECL)
     for (int64_t i = 0; i < iters; i++) {
-        __asm__ volatile("" : "+x"(a), "+x"(b));
-        for (int k = 0; k < F32_CHAINS; k++) acc[k] = _mm256_fmadd_ps(acc[k], a, b);
+        __asm__ volatile("" : "+x"(b));
+        REPEAT12(STEP)
     }
-    __m256 s = acc[0];
-    for (int k = 1; k < F32_CHAINS; k++) s = _mm256_add_ps(s, acc[k]);
+    __m256 s = _mm256_setzero_ps();
+    REPEAT12(SUM)
+#undef DECL
+#undef STEP
+#undef SUM
     float lanes[8];
     _mm256_storeu_ps(lanes, s);
     float v = 0;

@@ -306,8 +306,8 @@ static int vocab_from_hf_json(vocab *v, const char *path, const char *text, size
     const char *key;
     json_t *val;
     json_object_foreach(jv, key, val) {
-        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= (1 << 24)) {
-            st = kite_fail(e, KITE_ERR_FORMAT, "%s: model.vocab[\"%.40s\"] is not an id in 0..16M", path, key);
+        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= (1 << 20)) {
+            st = kite_fail(e, KITE_ERR_FORMAT, "%s: model.vocab[\"%.40s\"] is not an id in 0..1M", path, key);
             goto done;
         }
         if (json_integer_value(val) > max_id) max_id = json_integer_value(val);
@@ -315,8 +315,8 @@ static int vocab_from_hf_json(vocab *v, const char *path, const char *text, size
     size_t i;
     json_array_foreach(added, i, val) {
         json_t *id = json_object_get(val, "id"), *content = json_object_get(val, "content");
-        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 24) || !json_is_string(content)) {
-            st = kite_fail(e, KITE_ERR_FORMAT, "%s: added_tokens[%zu] needs an id in 0..16M and a content string", path, i);
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 20) || !json_is_string(content)) {
+            st = kite_fail(e, KITE_ERR_FORMAT, "%s: added_tokens[%zu] needs an id in 0..1M and a content string", path, i);
             goto done;
         }
         if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
