@@ -142,9 +142,17 @@ int kite_detokenize(const kite_model *model, const int32_t *ids, size_t n_ids, c
                     size_t *n_bytes, char *err, size_t err_size);
 
 /* ---- sessions --------------------------------------------------------------------------------- */
+/* Precision of the KV cache. f16 (the default, as llama.cpp's) halves its memory and the bytes attention
+ * reads; f32 keeps the projections exactly (for comparisons with float references). */
+typedef enum kite_kv_type {
+    KITE_KV_F16 = 0,
+    KITE_KV_F32 = 1,
+} kite_kv_type;
+
 typedef struct kite_session_params {
-    int32_t n_ctx;      /* tokens of context; 0 = the model's training context (capped at 4096) */
-    int32_t n_threads;  /* 0 = the model's setting */
+    int32_t n_ctx;        /* tokens of context; 0 = the model's training context (capped at 4096) */
+    int32_t n_threads;    /* 0 = the model's setting */
+    kite_kv_type kv_type; /* KV cache precision (default KITE_KV_F16) */
 } kite_session_params;
 
 kite_session_params kite_session_default_params(void);

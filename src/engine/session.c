@@ -34,6 +34,10 @@ int kite_session_open(kite_session **out, kite_model *model, const kite_session_
     }
     const kite_hparams *hp = &model->weights.hp;
     int32_t n_ctx = params->n_ctx > 0 ? params->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (params->kv_type != KITE_KV_F16 && params->kv_type != KITE_KV_F32) {
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "KV cache type %d is not KITE_KV_F16 or KITE_KV_F32", (int)params->kv_type);
+        return kite_error_export(&e, err, err_size);
+    }
     if (params->n_ctx < 0 || n_ctx > (1 << 22)) {
         kite_fail(&e, KITE_ERR_INVALID_ARG, "context size %d is out of range (1..%d)", params->n_ctx, 1 << 22);
         return kite_error_export(&e, err, err_size);
@@ -51,7 +55,7 @@ int kite_session_open(kite_session **out, kite_model *model, const kite_session_
     s->model = model;
     s->n_ctx = n_ctx;
     s->unfed_token = -1;
-    int st = kite_kv_cache_init(&s->kv, hp, n_ctx, &e);
+    int st = kite_kv_cache_init(&s->kv, hp, n_ctx, params->kv_type == KITE_KV_F32, &e);
     if (!st) st = kite_forward_scratch_init(&s->scratch, hp, KITE_PREFILL_CHUNK, n_threads, n_ctx, &e);
     if (!st) {
         s->pool = kite_pool_new(n_threads);

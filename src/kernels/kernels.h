@@ -17,6 +17,7 @@
 #ifndef KITE_KERNELS_KERNELS_H
 #define KITE_KERNELS_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,30 @@ typedef struct kite_packed_matrix {
     void *owned;          /* allocation behind data, or NULL when data views the mapped file */
 } kite_packed_matrix;
 
+/* Attention of the query heads that share one KV head, for one query row, over an f16 KV cache.
+ * Keys are taken in tiles of KITE_ATTN_TILE visible rows with an online softmax (running max and sum,
+ * rescaled per tile), so scratch stays O(tile) at any context length and each K/V row, read once per
+ * tile, serves all n_q query heads of the group.
+ * Exactness contract: out depends only on q, the visible rows' K/V values and their order, never on
+ * where the rows sit in the cache or on other queries (a tree node attending to its ancestors gives the
+ * same bits as plain decoding of the same prefix). SIMD levels agree with the reference within the
+ * bound tests/kernels states, not bit for bit (their dot products and sums associate differently). */
+#define KITE_ATTN_TILE 64
+typedef struct kite_attn_query {
+    const float *q;          /* [n_q][head_dim] query heads, rotated and contiguous */
+    int32_t n_q;             /* query heads sharing this KV head (1..KITE_ATTN_MAX_Q) */
+    int32_t head_dim;        /* elements per head */
+    const void *k, *v;       /* cache rows of this KV head: row t starts at element t * row_stride */
+    bool kv_f32;             /* the cache holds f32 elements (else IEEE f16) */
+    int64_t row_stride;      /* elements between consecutive cache rows */
+    const int32_t *rows;     /* visible cache rows in position order, or NULL for rows 0..n_visible-1 */
+    int32_t n_visible;       /* >= 1 */
+    float scale;             /* applied to q.k (1/sqrt(head_dim)) */
+    float *out;              /* [n_q][head_dim] */
+} kite_attn_query;
+#define KITE_ATTN_MAX_Q 16
+#define KITE_ATTN_MAX_HEAD_DIM 512 /* model validation refuses larger heads */
+
 typedef struct kite_kernel_set {
     kite_cpu_level level;
     const char *name;     /* "ref", "avx2", "avx512", "avx512-vnni", "neon", "neon-dotprod" */
@@ -61,6 +86,9 @@ typedef struct kite_kernel_set {
      * kernels that read floats). Any r0 <= r1 works; multiples of row_block are fastest. */
     void (*matmul)(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
                    int64_t y_stride, int64_t r0, int64_t r1);
+
+    /* Attention for one query row and KV head (see kite_attn_query). */
+    void (*attend)(const kite_attn_query *a);
 
     /* Preferred granularity of row ranges handed to matmul (a multiple of 16 and of the set's row
      * interleave). */

@@ -25,6 +25,7 @@
 #define KITE_KERNELS_INTERNAL_H
 
 #include <stdbool.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -169,6 +170,31 @@ int kite_pack_interleaved(const kite_tensor *t, int32_t G, uint32_t flags, kite_
 int kite_ref_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e);
 void kite_ref_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
                      int64_t y_stride, int64_t r0, int64_t r1);
+
+/* ---- Attention (kite_attn_query) ---------------------------------------------------------------------- */
+
+/* exp(x) for the softmax, x <= 0 (scores minus their running max): Cephes' expf reduction and degree-6
+ * polynomial, 0 below -87 (where expf would be subnormal), about 2 ulp. Every level evaluates this same
+ * sequence of FMAs, so a SIMD exp gives the bits of this scalar one. */
+static inline float kite_attn_exp(float x) {
+    if (!(x >= -87.0f)) return 0.0f;
+    float n = nearbyintf(x * 1.44269504088896341f);
+    float r = fmaf(n, -0.693359375f, x);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    float y = fmaf(p, r * r, r) + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return y * scale;
+}
+
+void kite_ref_attend(const kite_attn_query *a);
 
 /* The sets. NULL where the build has no such set (other architecture). */
 const kite_kernel_set *kite_kernels_ref(void);

@@ -7,21 +7,9 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "base/fp16.h"
+#include "kernels/kernels_internal.h"
 #include "quant/types.h"
-
-/* Dot product with 16 independent lanes and a fixed pairwise reduction: deterministic, and the
- * compiler can keep the lanes in vector registers. */
-static float dot_f32(const float *a, const float *b, int64_t n) {
-    float acc[16] = {0};
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++) acc[j] += a[i + j] * b[i + j];
-    float tail = 0.0f;
-    for (; i < n; i++) tail += a[i] * b[i];
-    for (int width = 8; width > 0; width >>= 1)
-        for (int j = 0; j < width; j++) acc[j] += acc[j + width];
-    return acc[0] + tail;
-}
 
 typedef struct matmul_job {
     const kite_kernel_set *ks;
@@ -100,6 +88,7 @@ static void rope(float *v, int32_t head_dim, int32_t pos, const float *inv_freq,
 }
 
 typedef struct attention_job {
+    const kite_kernel_set *ks;
     const kite_hparams *hp;
     const kite_kv_cache *kv;
     int32_t layer;
@@ -108,21 +97,16 @@ typedef struct attention_job {
     int32_t first;          /* tree index of the batch's first node */
     const float *q;         /* [n][n_heads*head_dim], rotated */
     float *out;             /* [n][n_heads*head_dim] */
-    float *scores;          /* [n_threads][n_ctx] */
-    int32_t *slots;         /* [n_threads][n_ctx] cache rows the node attends to, in position order */
+    int32_t *slots;         /* [n_threads][n_ctx] cache rows a tree node attends to, in position order */
     int32_t n_ctx;
 } attention_job;
 
-/* The cache rows node b sees, in position order: the committed prefix, then its ancestors in the
+/* The cache rows tree node b sees, in position order: the committed prefix, then its ancestors in the
  * batch (node j lives in row pos0 + j), then itself. Plain decoding sees the same keys in the same
  * order, so a drafted node's result is bit-identical to decoding its prefix token by token. */
-static int32_t visible_rows(const attention_job *job, int32_t b, int32_t *slots) {
+static int32_t tree_visible_rows(const attention_job *job, int32_t b, int32_t *slots) {
     int32_t n = 0, node = job->first + b;
     for (int32_t t = 0; t < job->pos0; t++) slots[n++] = t;
-    if (!job->parent) {
-        for (int32_t j = 0; j <= node; j++) slots[n++] = job->pos0 + j;
-        return n;
-    }
     int32_t depth = 0;
     for (int32_t j = node; j >= 0; j = job->parent[j]) depth++;
     n += depth;
@@ -131,36 +115,33 @@ static int32_t visible_rows(const attention_job *job, int32_t b, int32_t *slots)
     return n;
 }
 
+/* One task = one batch row and one KV head: the query heads sharing that KV head go through the
+ * kernel together (in chunks of KITE_ATTN_MAX_Q), so each K/V row is read once for all of them. */
 static void attention_task(void *ctx, int64_t task, int thread) {
     const attention_job *job = ctx;
     const kite_hparams *hp = job->hp;
-    int32_t hd = hp->head_dim, q_width = hp->n_heads * hd, kv_dim = job->kv->kv_dim;
-    int32_t b = (int32_t)(task / hp->n_heads), h = (int32_t)(task % hp->n_heads);
-    int32_t kvh = h / (hp->n_heads / hp->n_kv_heads);
-    const float *q = job->q + (int64_t)b * q_width + (int64_t)h * hd;
-    const float *kbase = job->kv->k + (int64_t)job->layer * job->kv->n_ctx * kv_dim + (int64_t)kvh * hd;
-    const float *vbase = job->kv->v + (int64_t)job->layer * job->kv->n_ctx * kv_dim + (int64_t)kvh * hd;
-    float *sc = job->scores + (int64_t)thread * job->n_ctx;
-    int32_t *slots = job->slots + (int64_t)thread * job->n_ctx;
-    int32_t n_visible = visible_rows(job, b, slots);
-    float scale = 1.0f / sqrtf((float)hd);
-    float maxv = -INFINITY;
-    for (int32_t t = 0; t < n_visible; t++) {
-        sc[t] = dot_f32(q, kbase + (int64_t)slots[t] * kv_dim, hd) * scale;
-        if (sc[t] > maxv) maxv = sc[t];
+    const int32_t hd = hp->head_dim, q_width = hp->n_heads * hd, kv_dim = job->kv->kv_dim;
+    const int32_t group = hp->n_heads / hp->n_kv_heads;
+    const int32_t b = (int32_t)(task / hp->n_kv_heads), kvh = (int32_t)(task % hp->n_kv_heads);
+    const size_t layer_base = ((size_t)job->layer * (size_t)job->kv->n_ctx * (size_t)kv_dim + (size_t)kvh * (size_t)hd) *
+                              job->kv->elem_bytes;
+    kite_attn_query a = {
+        .head_dim = hd, .k = (const char *)job->kv->k + layer_base, .v = (const char *)job->kv->v + layer_base,
+        .kv_f32 = job->kv->f32, .row_stride = kv_dim, .scale = 1.0f / sqrtf((float)hd),
+    };
+    if (job->parent) {
+        int32_t *slots = job->slots + (int64_t)thread * job->n_ctx;
+        a.n_visible = tree_visible_rows(job, b, slots);
+        a.rows = slots;
+    } else {
+        a.n_visible = job->pos0 + job->first + b + 1; /* a chain: rows 0 .. its own, contiguous */
     }
-    float sum = 0.0f;
-    for (int32_t t = 0; t < n_visible; t++) {
-        sc[t] = expf(sc[t] - maxv);
-        sum += sc[t];
-    }
-    float inv = 1.0f / sum;
-    float *out = job->out + (int64_t)b * q_width + (int64_t)h * hd;
-    for (int32_t i = 0; i < hd; i++) out[i] = 0.0f;
-    for (int32_t t = 0; t < n_visible; t++) {
-        float p = sc[t] * inv;
-        const float *vt = vbase + (int64_t)slots[t] * kv_dim;
-        for (int32_t i = 0; i < hd; i++) out[i] += p * vt[i];
+    for (int32_t h0 = 0; h0 < group; h0 += KITE_ATTN_MAX_Q) {
+        int64_t at = (int64_t)b * q_width + (int64_t)(kvh * group + h0) * hd;
+        a.q = job->q + at;
+        a.out = job->out + at;
+        a.n_q = group - h0 < KITE_ATTN_MAX_Q ? group - h0 : KITE_ATTN_MAX_Q;
+        job->ks->attend(&a);
     }
 }
 
@@ -208,14 +189,22 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
                 rope(k + h * hd, hd, pos[b], w->rope_inv_freq, hp->rope_layout);
             }
             int64_t at = ((int64_t)l * kv->n_ctx + pos0 + first + b) * kv_dim;
-            memcpy(kv->k + at, k, sizeof(float) * (size_t)kv_dim);
-            memcpy(kv->v + at, v, sizeof(float) * (size_t)kv_dim);
+            if (kv->f32) {
+                memcpy((float *)kv->k + at, k, sizeof(float) * (size_t)kv_dim);
+                memcpy((float *)kv->v + at, v, sizeof(float) * (size_t)kv_dim);
+            } else {
+                uint16_t *kh = (uint16_t *)kv->k + at, *vh = (uint16_t *)kv->v + at;
+                for (int32_t i = 0; i < kv_dim; i++) {
+                    kh[i] = kite_f32_to_fp16(k[i]);
+                    vh[i] = kite_f32_to_fp16(v[i]);
+                }
+            }
         }
         attention_job aj = {
-            .hp = hp, .kv = kv, .layer = l, .pos0 = pos0, .parent = parent, .first = first, .q = s->q, .out = s->att_out,
-            .scores = s->scores, .slots = s->slots, .n_ctx = s->n_ctx,
+            .ks = w->kernels, .hp = hp, .kv = kv, .layer = l, .pos0 = pos0, .parent = parent, .first = first,
+            .q = s->q, .out = s->att_out, .slots = s->slots, .n_ctx = s->n_ctx,
         };
-        kite_pool_run(pool, attention_task, &aj, (int64_t)n * hp->n_heads);
+        kite_pool_run(pool, attention_task, &aj, (int64_t)n * hp->n_kv_heads);
         /* Output projection into xn, then the residual add. */
         matmul(pool, s, w->kernels, &L->wo, s->att_out, s->xn, dim, n);
         for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] += s->xn[i];
@@ -260,11 +249,10 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
     s->att_out = calloc((size_t)(max_batch * q_width), sizeof(float));
     s->gate = calloc((size_t)max_batch * (size_t)hp->ffn_dim, sizeof(float));
     s->up = calloc((size_t)max_batch * (size_t)hp->ffn_dim, sizeof(float));
-    s->scores = calloc((size_t)n_threads * (size_t)n_ctx, sizeof(float));
     s->slots = calloc((size_t)n_threads * (size_t)n_ctx, sizeof(int32_t));
     s->positions = calloc((size_t)max_batch, sizeof(int32_t));
     s->act = s->act_bytes ? aligned_alloc(64, s->act_bytes) : NULL;
-    if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att_out || !s->gate || !s->up || !s->scores || !s->slots ||
+    if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att_out || !s->gate || !s->up || !s->slots ||
         !s->positions || (s->act_bytes && !s->act)) {
         kite_forward_scratch_free(s);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for activations (batch %d, context %d)", max_batch, n_ctx);
@@ -274,34 +262,37 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
 
 void kite_forward_scratch_free(kite_forward_scratch *s) {
     free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att_out);
-    free(s->gate); free(s->up); free(s->scores); free(s->slots); free(s->positions); free(s->act);
+    free(s->gate); free(s->up); free(s->slots); free(s->positions); free(s->act);
     memset(s, 0, sizeof *s);
 }
 
-int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx, kite_error *e) {
+int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx, bool f32, kite_error *e) {
     memset(kv, 0, sizeof *kv);
     kv->n_ctx = n_ctx;
     kv->kv_dim = hp->n_kv_heads * hp->head_dim;
+    kv->f32 = f32;
+    kv->elem_bytes = f32 ? sizeof(float) : sizeof(uint16_t);
     size_t count = (size_t)hp->n_layers * (size_t)n_ctx * (size_t)kv->kv_dim;
-    kv->k = calloc(count, sizeof(float));
-    kv->v = calloc(count, sizeof(float));
+    kv->k = calloc(count, kv->elem_bytes);
+    kv->v = calloc(count, kv->elem_bytes);
     if (!kv->k || !kv->v) {
         kite_kv_cache_free(kv);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for a KV cache of %d tokens (%.1f MiB)", n_ctx,
-                         2.0 * (double)count * 4 / 1048576.0);
+                         2.0 * (double)count * (double)kv->elem_bytes / 1048576.0);
     }
     return KITE_OK;
 }
 
 void kite_kv_commit(kite_kv_cache *kv, int32_t n_layers, int32_t pos0, const int32_t *nodes, int32_t n_nodes) {
-    size_t row_bytes = sizeof(float) * (size_t)kv->kv_dim;
+    size_t row_bytes = kv->elem_bytes * (size_t)kv->kv_dim;
+    char *k = kv->k, *v = kv->v;
     for (int32_t i = 0; i < n_nodes; i++) {
         int32_t from = pos0 + nodes[i], to = pos0 + i;
         if (from == to) continue;
         for (int32_t l = 0; l < n_layers; l++) {
-            int64_t base = (int64_t)l * kv->n_ctx;
-            memmove(kv->k + (base + to) * kv->kv_dim, kv->k + (base + from) * kv->kv_dim, row_bytes);
-            memmove(kv->v + (base + to) * kv->kv_dim, kv->v + (base + from) * kv->kv_dim, row_bytes);
+            size_t base = (size_t)l * (size_t)kv->n_ctx;
+            memmove(k + (base + (size_t)to) * row_bytes, k + (base + (size_t)from) * row_bytes, row_bytes);
+            memmove(v + (base + (size_t)to) * row_bytes, v + (base + (size_t)from) * row_bytes, row_bytes);
         }
     }
 }

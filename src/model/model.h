@@ -44,15 +44,18 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
                       kite_error *e);
 void kite_weights_free(kite_weights *w);
 
-/* Key/value cache of one session: f32, [n_layers][n_ctx][n_kv_heads * head_dim]. */
+/* Key/value cache of one session, [n_layers][n_ctx][n_kv_heads * head_dim] elements: IEEE f16 (as
+ * llama.cpp keeps it by default; rounded to nearest even from the f32 projections) or f32. */
 typedef struct kite_kv_cache {
     int32_t n_ctx;
     int32_t kv_dim;
-    float *k;
-    float *v;
+    bool f32;            /* elements are float (else uint16_t f16) */
+    size_t elem_bytes;   /* 4 or 2 */
+    void *k;
+    void *v;
 } kite_kv_cache;
 
-int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx, kite_error *e);
+int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx, bool f32, kite_error *e);
 void kite_kv_cache_free(kite_kv_cache *kv);
 
 /* Scratch activations for batches of up to max_batch tokens. */
@@ -68,7 +71,6 @@ typedef struct kite_forward_scratch {
     float *att_out; /* [max_batch][n_heads*head_dim] */
     float *gate;    /* [max_batch][ffn_dim] */
     float *up;      /* [max_batch][ffn_dim] */
-    float *scores;  /* [n_threads][n_ctx] attention scores */
     int32_t *slots; /* [n_threads][n_ctx] cache rows one node attends to */
     int32_t *positions; /* [max_batch] absolute position of each batch row */
     void *act;      /* [act_bytes] activations quantized for the matrix kernels (one product at a time) */

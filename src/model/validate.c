@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
+
 static void format_shape(char *buf, size_t size, uint32_t n_dims, const int64_t *ne) {
     int pos = snprintf(buf, size, "[");
     for (uint32_t i = 0; i < n_dims && pos > 0 && (size_t)pos < size; i++)
@@ -54,6 +56,9 @@ static int check_hparams(const kite_source *src, kite_error *e) {
                          hp->n_kv_heads);
     if (hp->head_dim % 2 != 0)
         return kite_fail(e, KITE_ERR_FORMAT, "%s: head_dim %d is odd (RoPE rotates pairs)", src->format, hp->head_dim);
+    if (hp->head_dim > KITE_ATTN_MAX_HEAD_DIM)
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: head_dim %d is larger than the %d kite's attention supports",
+                         src->format, hp->head_dim, KITE_ATTN_MAX_HEAD_DIM);
     if ((int64_t)hp->n_heads * hp->head_dim > (1 << 20))
         return kite_fail(e, KITE_ERR_FORMAT, "%s: %d heads x head_dim %d is implausibly large", src->format, hp->n_heads,
                          hp->head_dim);

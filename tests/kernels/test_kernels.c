@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "base/fp16.h"
 #include "kernels/kernels_internal.h"
 #include "quant/types.h"
 
@@ -405,6 +406,26 @@ static int child_level(const char *value, char *name, size_t name_size) {
         if (value) setenv("KITE_CPU", value, 1);
         else unsetenv("KITE_CPU");
         if (dup2(fds[1], STDOUT_FILENO) < 0) _exit(1);
+        /* Under a user-mode emulator (scripts/test-cross.sh runs this program under qemu with a chosen CPU
+         * model), the child must run under the same emulator and CPU model, or it would run on the host's
+         * CPU (or not at all, for another architecture): KITE_TEST_EMULATOR holds that command line, words
+         * separated by spaces, e.g. "qemu-x86_64 -cpu Nehalem". qemu answers /proc/self/exe with the
+         * emulated program's path. */
+        const char *emulator = getenv("KITE_TEST_EMULATOR");
+        if (emulator && *emulator) {
+            char self[4096], words[1024], *args[32];
+            ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+            if (len <= 0 || strlen(emulator) >= sizeof words) _exit(1);
+            self[len] = 0;
+            strcpy(words, emulator);
+            int k = 0;
+            for (char *w = strtok(words, " "); w && k < 29; w = strtok(NULL, " ")) args[k++] = w;
+            args[k++] = self;
+            args[k++] = (char *)"--print-level";
+            args[k] = NULL;
+            execvp(args[0], args);
+            _exit(1);
+        }
         /* A fresh image: this process may already have resolved its choice. */
         execl("/proc/self/exe", "test_kernels", "--print-level", (char *)NULL);
         _exit(1);
@@ -416,6 +437,130 @@ static int child_level(const char *value, char *name, size_t name_size) {
     waitpid(pid, &status, 0);
     name[got > 0 ? got : 0] = 0;
     return got > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+/* ---- attention ----------------------------------------------------------------------------------------------
+ * Against an exact softmax attention in double over the same cache values (f16-rounded or f32):
+ *   |out - exact| <= ATTN_BOUND * max_t |v_t|   per element,
+ * ATTN_BOUND = 2e-5: scores carry about head_dim * 2^-24 * |q||k| of rounding (q, k in (-3, 3) here,
+ * scaled by 1/sqrt(head_dim): under 1e-5 absolute), which moves the weights by as much relative; exp
+ * is within 2 ulp; the weighted sum adds n_visible * 2^-24 relative. Measured worst over the cases
+ * below: about 2e-6 on every level.
+ * And the invariants the forward pass relies on, bit for bit on every level: a query head's output is
+ * the same computed alone or with its group, and the same whether the visible rows are contiguous or
+ * gathered through a row list from scattered cache rows (a tree node and plain decoding). */
+#define ATTN_BOUND 2e-5
+
+static float attn_value(void) { return rng_uniform() * 3.0f; }
+
+static void attention_case(const kite_kernel_set *ks, int32_t hd, int32_t nq, int32_t n_visible, bool f32, double *worst) {
+    const int32_t n_rows = n_visible * 2 + 3; /* the cache holds more rows than are visible */
+    float *q = malloc(sizeof(float) * (size_t)(nq * hd)), *kf = malloc(sizeof(float) * (size_t)(n_rows * hd));
+    float *vf = malloc(sizeof(float) * (size_t)(n_rows * hd));
+    for (int32_t i = 0; i < nq * hd; i++) q[i] = attn_value();
+    for (int32_t i = 0; i < n_rows * hd; i++) {
+        kf[i] = attn_value();
+        vf[i] = attn_value();
+        if (!f32) { /* the values an f16 cache holds */
+            kf[i] = kite_fp16_to_f32(kite_f32_to_fp16(kf[i]));
+            vf[i] = kite_fp16_to_f32(kite_f32_to_fp16(vf[i]));
+        }
+    }
+    /* Two physical caches: A holds the visible rows contiguously at 0..n_visible-1; B holds the same rows
+     * scattered (row t of the sequence at rows[t]), with other rows around them. */
+    int32_t *rows = malloc(sizeof(int32_t) * (size_t)n_visible);
+    for (int32_t t = 0; t < n_visible; t++) rows[t] = 2 * t + (int32_t)(rng_u32() % 2) + 1;
+    size_t eb = f32 ? sizeof(float) : sizeof(uint16_t);
+    char *ka = calloc((size_t)(n_rows * hd), eb), *va = calloc((size_t)(n_rows * hd), eb);
+    char *kb = calloc((size_t)(n_rows * hd), eb), *vb = calloc((size_t)(n_rows * hd), eb);
+    for (int32_t r = 0; r < n_rows; r++)
+        for (int32_t d = 0; d < hd; d++) {
+            float kx = kf[r * hd + d], vx = vf[r * hd + d];
+            size_t at = (size_t)(r * hd + d);
+            if (f32) { ((float *)kb)[at] = kx; ((float *)vb)[at] = vx; }
+            else { ((uint16_t *)kb)[at] = kite_f32_to_fp16(kx); ((uint16_t *)vb)[at] = kite_f32_to_fp16(vx); }
+        }
+    for (int32_t t = 0; t < n_visible; t++) {
+        memcpy(ka + (size_t)(t * hd) * eb, kb + (size_t)(rows[t] * hd) * eb, (size_t)hd * eb);
+        memcpy(va + (size_t)(t * hd) * eb, vb + (size_t)(rows[t] * hd) * eb, (size_t)hd * eb);
+    }
+    float *out_a = malloc(sizeof(float) * (size_t)(nq * hd)), *out_b = malloc(sizeof(float) * (size_t)(nq * hd));
+    float *out_1 = malloc(sizeof(float) * (size_t)hd);
+    const float scale = 1.0f / sqrtf((float)hd);
+    kite_attn_query a = {.q = q, .n_q = nq, .head_dim = hd, .k = ka, .v = va, .kv_f32 = f32, .row_stride = hd,
+                         .rows = NULL, .n_visible = n_visible, .scale = scale, .out = out_a};
+    ks->attend(&a);
+    kite_attn_query b = a;
+    b.k = kb;
+    b.v = vb;
+    b.rows = rows;
+    b.out = out_b;
+    ks->attend(&b);
+    if (memcmp(out_a, out_b, sizeof(float) * (size_t)(nq * hd)) != 0)
+        fail_msg("%s attention (hd %d, %d heads, %d rows, %s): gathered rows give other bits than contiguous ones", ks->name,
+                 hd, nq, n_visible, f32 ? "f32" : "f16");
+    for (int32_t i = 0; i < nq; i++) {
+        kite_attn_query one = a;
+        one.q = q + (size_t)i * (size_t)hd;
+        one.n_q = 1;
+        one.out = out_1;
+        ks->attend(&one);
+        if (memcmp(out_1, out_a + (size_t)i * (size_t)hd, sizeof(float) * (size_t)hd) != 0)
+            fail_msg("%s attention (hd %d, %d heads, %d rows): head %d alone differs from head %d in its group", ks->name, hd,
+                     nq, n_visible, i, i);
+    }
+    /* The exact result, in double. */
+    double *w = malloc(sizeof(double) * (size_t)n_visible);
+    for (int32_t i = 0; i < nq; i++) {
+        double mx = -INFINITY, sum = 0.0, vmax = 0.0;
+        for (int32_t t = 0; t < n_visible; t++) {
+            double dot = 0.0;
+            for (int32_t d = 0; d < hd; d++) dot += (double)q[i * hd + d] * kf[rows[t] * hd + d];
+            w[t] = dot * scale;
+            if (w[t] > mx) mx = w[t];
+        }
+        for (int32_t t = 0; t < n_visible; t++) {
+            w[t] = exp(w[t] - mx);
+            sum += w[t];
+            for (int32_t d = 0; d < hd; d++) vmax = fmax(vmax, fabs(vf[rows[t] * hd + d]));
+        }
+        for (int32_t d = 0; d < hd; d++) {
+            double exact = 0.0;
+            for (int32_t t = 0; t < n_visible; t++) exact += w[t] / sum * vf[rows[t] * hd + d];
+            double err = fabs(out_a[i * hd + d] - exact) / vmax;
+            if (err > *worst) *worst = err;
+            if (!(err <= ATTN_BOUND))
+                fail_msg("%s attention (hd %d, %d heads, %d rows, %s cache): head %d element %d is %.9g, exact %.9g "
+                         "(error %.3g x max|v| > %g)", ks->name, hd, nq, n_visible, f32 ? "f32" : "f16", i, d,
+                         (double)out_a[i * hd + d], exact, err, ATTN_BOUND);
+        }
+    }
+    free(w); free(q); free(kf); free(vf); free(rows); free(ka); free(va); free(kb); free(vb);
+    free(out_a); free(out_b); free(out_1);
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    static const int32_t head_dims[] = {64, 128, 40, 8, 256};
+    static const int32_t group_sizes[] = {1, 2, 4, 5, 16};
+    static const int32_t visible[] = {1, 2, 15, 63, 64, 65, 130, 700};
+    rng_state = 7;
+    for (size_t li = 0; li < sizeof all_levels / sizeof all_levels[0]; li++) {
+        const kite_kernel_set *ks = kite_kernels_for(all_levels[li]);
+        if (!ks) continue;
+        assert_non_null(ks->attend);
+        double worst = 0.0;
+        int cases = 0;
+        for (size_t h = 0; h < sizeof head_dims / sizeof head_dims[0]; h++)
+            for (size_t g = 0; g < sizeof group_sizes / sizeof group_sizes[0]; g++)
+                for (size_t v = 0; v < sizeof visible / sizeof visible[0]; v++) {
+                    /* Keep the long cases to the common shapes, so the test stays quick under sanitizers. */
+                    if (visible[v] > 130 && (head_dims[h] != 64 || group_sizes[g] > 4)) continue;
+                    for (int f32 = 0; f32 < 2; f32++, cases++)
+                        attention_case(ks, head_dims[h], group_sizes[g], visible[v], f32, &worst);
+                }
+        print_message("attention %-12s %d cases, worst error %.3g x max|v| (bound %g)\n", ks->name, cases, worst, ATTN_BOUND);
+    }
 }
 
 static void test_dispatch(void **state) {
@@ -485,6 +630,7 @@ int main(int argc, char **argv) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dispatch),
+        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_pack_rejects),
         cmocka_unit_test(test_simd_levels_pack_their_own_layout),
         cmocka_unit_test(test_activation_edges),

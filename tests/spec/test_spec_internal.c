@@ -594,11 +594,11 @@ static void test_draft_model_tree_and_cache(void **state) {
             assert_int_equal(kite_prompt(fresh, d->history, (size_t)d->n_past, err, sizeof err), KITE_OK);
             const kite_hparams *hp = &g_model->weights.hp;
             for (int32_t l = 0; l < hp->n_layers; l++) {
-                size_t off_d = (size_t)l * (size_t)d->kv.n_ctx * (size_t)d->kv.kv_dim;
-                size_t off_f = (size_t)l * (size_t)fresh->kv.n_ctx * (size_t)fresh->kv.kv_dim;
-                size_t bytes = sizeof(float) * (size_t)d->n_past * (size_t)d->kv.kv_dim;
-                assert_memory_equal(d->kv.k + off_d, fresh->kv.k + off_f, bytes);
-                assert_memory_equal(d->kv.v + off_d, fresh->kv.v + off_f, bytes);
+                size_t row = d->kv.elem_bytes * (size_t)d->kv.kv_dim;
+                size_t off_d = (size_t)l * (size_t)d->kv.n_ctx * row, off_f = (size_t)l * (size_t)fresh->kv.n_ctx * row;
+                size_t bytes = row * (size_t)d->n_past;
+                assert_memory_equal((const char *)d->kv.k + off_d, (const char *)fresh->kv.k + off_f, bytes);
+                assert_memory_equal((const char *)d->kv.v + off_d, (const char *)fresh->kv.v + off_f, bytes);
             }
             kite_session_free(fresh);
             /* Tree invariants on a fresh draft. */

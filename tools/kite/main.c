@@ -40,6 +40,7 @@ typedef struct cli_args {
     int32_t spec_budget;      /* 0 = auto */
     int32_t spec_tree;
     const char *spec_verify;
+    const char *cache_type;   /* f16 | f32 */
 } cli_args;
 
 static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
@@ -110,6 +111,7 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         if (!strcmp(opt, "--prompt-ids")) { a->prompt_ids = val; continue; }
         if (!strcmp(opt, "--draft")) { a->draft = val; continue; }
         if (!strcmp(opt, "--spec-verify")) { a->spec_verify = val; continue; }
+        if (!strcmp(opt, "--cache-type")) { a->cache_type = val; continue; }
         if (!strcmp(opt, "--spec-budget") && !strcmp(val, "auto")) { a->spec_budget = 0; continue; }
         INT_OPT("--max-tokens", max_tokens, 0, INT32_MAX, a->have_max_tokens = true)
         INT_OPT("--top-k", top_k, 0, INT32_MAX, a->have_top_k = true)
@@ -182,6 +184,7 @@ static const char RUN_USAGE[] =
     "  --seed S                sampling seed; the same seed gives the same tokens\n"
     "  --threads N             worker threads (default: all cores)\n"
     "  --ctx N                 context size in tokens (default: the model's, at most 4096)\n"
+    "  --cache-type f16|f32    KV cache precision (default f16, as llama.cpp; f32 keeps keys and values exact)\n"
     "  --no-bos                do not add BOS to the prompt\n"
     "  --ignore-eos            keep generating past end-of-sequence tokens\n"
     "  --draft PATH|ngram|none speculative decoding with a draft model sharing the vocabulary, or with\n"
@@ -253,6 +256,8 @@ static int cmd_run(int argc, char **argv) {
     if (rc) return rc;
     if (a.help) { fputs(RUN_USAGE, stdout); return 0; }
     if (!a.model) return fail(2, "%s", "kite run needs --model PATH (see kite run --help)");
+    if (a.cache_type && strcmp(a.cache_type, "f16") && strcmp(a.cache_type, "f32"))
+        return fail(2, "--cache-type expects f16 or f32, got '%s'", a.cache_type);
     if (!a.prompt && !a.prompt_ids) return fail(2, "%s", "kite run needs --prompt TEXT or --prompt-ids IDS (see kite run --help)");
     if (a.prompt && a.prompt_ids) return fail(2, "%s", "give either --prompt or --prompt-ids, not both");
     if (a.positional) return fail(2, "unexpected argument '%s'", a.positional);
@@ -292,6 +297,7 @@ static int cmd_run(int argc, char **argv) {
     kite_session_params sp = kite_session_default_params();
     sp.n_ctx = a.ctx;
     sp.n_threads = a.threads;
+    if (a.cache_type) sp.kv_type = !strcmp(a.cache_type, "f32") ? KITE_KV_F32 : KITE_KV_F16;
     kite_session *session = NULL;
     if (kite_session_open(&session, model, &sp, err, sizeof err)) { rc = fail(1, "%s", err); goto done; }
 

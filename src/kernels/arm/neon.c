@@ -276,6 +276,7 @@ static const kite_kernel_set neon_set = {
     .act_bytes = kite_act_bytes_common,
     .quantize_act = neon_quantize_act,
     .matmul = neon_matmul,
+    .attend = kite_ref_attend, /* NEON attention not written yet: the portable reference */
     .row_block = 32,
 };
 

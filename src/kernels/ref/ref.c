@@ -219,6 +219,77 @@ void kite_ref_matmul(const kite_packed_matrix *w, const void *act, const float *
     }
 }
 
+/* ---- attention ------------------------------------------------------------------------------------------- */
+
+/* q.k with 16 lanes accumulated in column order and a fixed pairwise reduction (the shape the SIMD
+ * levels follow, so they stay close to these bits). */
+static float attn_dot(const float *q, const float *k, int32_t n) {
+    float acc[16] = {0};
+    int32_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) acc[j] = fmaf(q[i + j], k[i + j], acc[j]);
+    float tail = 0.0f;
+    for (; i < n; i++) tail = fmaf(q[i], k[i], tail);
+    for (int width = 8; width > 0; width >>= 1)
+        for (int j = 0; j < width; j++) acc[j] += acc[j + width];
+    return acc[0] + tail;
+}
+
+/* Cache row r of k or v as floats. */
+static void attn_row(const kite_attn_query *a, const void *base, int64_t r, float *row) {
+    if (a->kv_f32) {
+        memcpy(row, (const float *)base + r * a->row_stride, sizeof(float) * (size_t)a->head_dim);
+        return;
+    }
+    const uint16_t *h = (const uint16_t *)base + r * a->row_stride;
+    for (int32_t d = 0; d < a->head_dim; d++) row[d] = kite_fp16_to_f32(h[d]);
+}
+
+void kite_ref_attend(const kite_attn_query *a) {
+    const int32_t hd = a->head_dim, nq = a->n_q;
+    float m[KITE_ATTN_MAX_Q], l[KITE_ATTN_MAX_Q], s[KITE_ATTN_MAX_Q][KITE_ATTN_TILE], row[KITE_ATTN_MAX_HEAD_DIM];
+    for (int32_t i = 0; i < nq; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        memset(a->out + (int64_t)i * hd, 0, sizeof(float) * (size_t)hd);
+    }
+    for (int32_t t0 = 0; t0 < a->n_visible; t0 += KITE_ATTN_TILE) {
+        int32_t nt = a->n_visible - t0 < KITE_ATTN_TILE ? a->n_visible - t0 : KITE_ATTN_TILE;
+        for (int32_t t = 0; t < nt; t++) {
+            int64_t r = a->rows ? a->rows[t0 + t] : t0 + t;
+            attn_row(a, a->k, r, row);
+            for (int32_t i = 0; i < nq; i++) s[i][t] = attn_dot(a->q + (int64_t)i * hd, row, hd) * a->scale;
+        }
+        /* Online softmax: rescale what the earlier tiles summed to the new running max. */
+        for (int32_t i = 0; i < nq; i++) {
+            float mt = s[i][0];
+            for (int32_t t = 1; t < nt; t++) mt = s[i][t] > mt ? s[i][t] : mt;
+            float mn = mt > m[i] ? mt : m[i];
+            float f = kite_attn_exp(m[i] - mn), sum = 0.0f;
+            for (int32_t t = 0; t < nt; t++) {
+                s[i][t] = kite_attn_exp(s[i][t] - mn);
+                sum += s[i][t];
+            }
+            l[i] = l[i] * f + sum;
+            m[i] = mn;
+            float *o = a->out + (int64_t)i * hd;
+            for (int32_t d = 0; d < hd; d++) o[d] *= f;
+        }
+        for (int32_t t = 0; t < nt; t++) {
+            int64_t r = a->rows ? a->rows[t0 + t] : t0 + t;
+            attn_row(a, a->v, r, row);
+            for (int32_t i = 0; i < nq; i++) {
+                float *o = a->out + (int64_t)i * hd;
+                for (int32_t d = 0; d < hd; d++) o[d] = fmaf(s[i][t], row[d], o[d]);
+            }
+        }
+    }
+    for (int32_t i = 0; i < nq; i++) {
+        float inv = 1.0f / l[i], *o = a->out + (int64_t)i * hd;
+        for (int32_t d = 0; d < hd; d++) o[d] *= inv;
+    }
+}
+
 static const kite_kernel_set ref_set = {
     .level = KITE_CPU_REF,
     .name = "ref",
@@ -226,6 +297,7 @@ static const kite_kernel_set ref_set = {
     .act_bytes = ref_act_bytes,
     .quantize_act = kite_ref_quantize_act,
     .matmul = kite_ref_matmul,
+    .attend = kite_ref_attend,
     .row_block = 16,
 };
 
