@@ -310,10 +310,16 @@ static int cmd_run(int argc, char **argv) {
         } else if (!strcmp(d, "ngram")) {
             spec.drafter = KITE_DRAFT_NGRAM;
         } else {
+            /* The draft keeps a tokenizer of its own; --tokenizer serves one without (a llama2.c .bin), so a
+             * GGUF draft for a .bin target (or the reverse) each read their own. */
             kite_model_params dp = kite_model_default_params();
-            dp.tokenizer_path = a.tokenizer;
             dp.n_threads = a.threads;
-            if (kite_model_open(&draft_model, d, &dp, err, sizeof err)) {
+            int dst = kite_model_open(&draft_model, d, &dp, err, sizeof err);
+            if (dst == KITE_ERR_TOKENIZER && a.tokenizer) {
+                dp.tokenizer_path = a.tokenizer;
+                dst = kite_model_open(&draft_model, d, &dp, err, sizeof err);
+            }
+            if (dst) {
                 rc = fail(1, "draft model: %s", err);
                 kite_session_free(session);
                 goto done;
