@@ -7,6 +7,10 @@ PACKAGES=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libjansson-dev libpcre2-dev libutf8proc-dev libcmocka-dev
   python3 nodejs npm
+  # Cross-level kernel tests (scripts/test-cross.sh): QEMU user-mode emulation, the AArch64 cross
+  # compiler, and the arm64 (multiarch) builds of the libraries kite and its tests link.
+  qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+  libjansson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcmocka-dev:arm64
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -20,6 +24,10 @@ if command -v python3 >/dev/null; then missing=("${missing[@]/python3}"); fi
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | grep -v '^$' || true)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "installing: ${missing[*]}"
+  # The :arm64 packages need arm64 enabled as a foreign architecture (before apt-get update).
+  if printf '%s\n' "${missing[@]}" | grep -q ':arm64$' && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $SUDO dpkg --add-architecture arm64
+  fi
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
 fi

@@ -3,7 +3,9 @@
 #   1. Debian packages (scripts/install-deps.sh) and the npm oracle (node-llama-cpp, pinned);
 #   2. a Release build with -Werror (gcc) and ctest;
 #   3. a clang ASan+UBSan build and the same ctest;
-#   4. each libFuzzer target for a fixed time on its committed corpus.
+#   4. the kernel and golden tests on the CPU levels this machine would not pick, under qemu
+#      (scripts/test-cross.sh: x86-64 AVX2 without AVX-512, SSE only, AArch64 NEON cross-built);
+#   5. each libFuzzer target for a fixed time on its committed corpus.
 # Test data comes from KITE_TEST_DATA (default: ../shared beside the repository).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +30,9 @@ CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKITE_WERRO
   -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
 cmake --build build-asan -j"$JOBS"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$JOBS")
+
+echo "== cross-level kernel tests (qemu)"
+bash scripts/test-cross.sh
 
 echo "== fuzzing (${FUZZ_SECONDS}s per target)"
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKITE_FUZZ=ON -DKITE_BUILD_TESTS=ON \

@@ -43,31 +43,21 @@ static double now_seconds(void) {
 /* Keeps a result alive so the compiler cannot drop the loop that made it. */
 static volatile uint64_t probe_sink;
 
-/* ---- CPU features ------------------------------------------------------------------------------ */
-static bool cpu_has_avx512_vnni(void) {
+/* ---- CPU features (x86 only: other architectures run the portable loops) ------------------------ */
 #ifdef KITE_PROBE_X86
+static bool cpu_has_avx512_vnni(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
-#else
-    return false;
-#endif
 }
 static bool cpu_has_avx512f(void) {
-#ifdef KITE_PROBE_X86
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f");
-#else
-    return false;
-#endif
 }
 static bool cpu_has_avx2_fma(void) {
-#ifdef KITE_PROBE_X86
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return false;
-#endif
 }
+#endif
 
 /* ---- read loops: return a checksum of the bytes read ------------------------------------------ */
 #ifdef KITE_PROBE_X86

@@ -522,7 +522,10 @@ static void attention_case(const kite_kernel_set *ks, int32_t hd, int32_t nq, in
         for (int32_t t = 0; t < n_visible; t++) {
             w[t] = exp(w[t] - mx);
             sum += w[t];
-            for (int32_t d = 0; d < hd; d++) vmax = fmax(vmax, fabs(vf[rows[t] * hd + d]));
+            for (int32_t d = 0; d < hd; d++) {
+                double mag = fabs(vf[rows[t] * hd + d]); /* (not fmax: GCC 12's AArch64 vectorizer crashes on it) */
+                if (mag > vmax) vmax = mag;
+            }
         }
         for (int32_t d = 0; d < hd; d++) {
             double exact = 0.0;
