@@ -21,6 +21,19 @@ static const uint32_t LAYOUT16 = (uint32_t)KITE_LAYOUT_INTERLEAVED | G16;
 
 INLINE int32_t load_i32(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
 INLINE float load_f32(const void *p) { float v; memcpy(&v, p, 4); return v; }
+
+/* Software prefetch of every cache line of [p, p + bytes): the packed groups are long contiguous runs,
+ * and the hardware prefetchers do not keep enough lines in flight once a block takes many cycles (a
+ * batch of activation rows), nor across 4 KiB pages. Measured on the 1.1B Q4_0 shapes, 2 threads:
+ * products over 8 rows went from 14 to 24 GB/s of weights. */
+INLINE void prefetch_lines(const void *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+/* How far ahead: 16 blocks of a 32-block type (4-8 KiB), 2 blocks of a K-quant (4-6 KiB), 64 columns
+ * of a float type. */
+#define PREFETCH_B32 16
+#define PREFETCH_K 2
+#define PREFETCH_FLOAT 64
 /* An unaligned, aliasing int32 view, so the broadcast folds into vpdpbusd's {1to16} memory operand. */
 typedef int32_t unaligned_i32 __attribute__((aligned(1), may_alias));
 INLINE __m512i bcast32(const void *p) { return _mm512_set1_epi32(*(const unaligned_i32 *)p); }
@@ -126,7 +139,7 @@ INLINE void tile_b32(uint32_t type, const uint8_t *grp, const kite_pack_geom *g,
     }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
         const uint8_t *q = qreg + (size_t)blk * g->q_bytes;
-        _mm_prefetch((const char *)q + 8 * g->q_bytes, _MM_HINT_T0);
+        prefetch_lines(q + PREFETCH_B32 * g->q_bytes, g->q_bytes);
         __m512i w[8];
         if (q4) {
 #pragma GCC unroll 4
@@ -185,12 +198,15 @@ INLINE void tile_q45k(bool q5, const uint8_t *grp, const kite_pack_geom *g, cons
     }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
         const uint8_t *qb = qreg + (size_t)blk * g->q_bytes, *sb = sreg + (size_t)blk * g->s_bytes;
-        _mm_prefetch((const char *)qb + g->q_bytes, _MM_HINT_T0);
+        /* One row of activations streams well on the hardware prefetcher alone; with more, the block's
+         * lines PREFETCH_K blocks ahead are requested an eighth per sub-block (below). */
+        if (NB == 1) _mm_prefetch((const char *)qb + g->q_bytes, _MM_HINT_T0);
         __m512i A[TILE_B];
 #pragma GCC unroll 8
         for (int b = 0; b < NB; b++) A[b] = _mm512_setzero_si512();
         for (int s = 0; s < 8; s++) {
             __m512i w[8];
+            if (NB > 1) prefetch_lines(qb + PREFETCH_K * g->q_bytes + (size_t)s * (g->q_bytes / 8), g->q_bytes / 8);
             const uint8_t *q = qb + (size_t)s * 256;
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) {
@@ -263,13 +279,15 @@ INLINE void tile_q6k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx
     }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
         const uint8_t *qb = qreg + (size_t)blk * g->q_bytes, *sb = sreg + (size_t)blk * g->s_bytes;
-        _mm_prefetch((const char *)qb + g->q_bytes, _MM_HINT_T0);
-        _mm_prefetch((const char *)qb + g->q_bytes + 1536, _MM_HINT_T0);
+        /* One row of activations streams well on the hardware prefetcher alone; with more, the block's
+         * lines PREFETCH_K blocks ahead are requested an eighth per sub-block (below). */
+        if (NB == 1) _mm_prefetch((const char *)qb + g->q_bytes, _MM_HINT_T0);
         __m512i A[TILE_B];
 #pragma GCC unroll 8
         for (int b = 0; b < NB; b++) A[b] = _mm512_setzero_si512();
         for (int t = 0; t < 8; t++) {
             __m512i w[8];
+            if (NB > 1) prefetch_lines(qb + PREFETCH_K * g->q_bytes + (size_t)t * (g->q_bytes / 8), g->q_bytes / 8);
             const uint8_t *q = qb + (size_t)t * 384;
             __m512i h0 = _mm512_loadu_si512(q + 256), h1 = _mm512_loadu_si512(q + 320);
 #pragma GCC unroll 4
@@ -340,7 +358,8 @@ INLINE void tile_float(uint32_t type, const uint8_t *grp, const kite_pack_geom *
     const size_t qb = g->q_bytes;
     const uint8_t *grp1 = grp + g->group_bytes;
     for (int64_t k = 0; k < c->cols; k++) {
-        _mm_prefetch((const char *)grp + (size_t)(k + 16) * qb, _MM_HINT_T0);
+        _mm_prefetch((const char *)grp + (size_t)(k + PREFETCH_FLOAT) * qb, _MM_HINT_T0);
+        if (NG > 1) _mm_prefetch((const char *)grp1 + (size_t)(k + PREFETCH_FLOAT) * qb, _MM_HINT_T0);
         __m512 w0 = load_w16(type, grp + (size_t)k * qb);
         __m512 w1 = NG > 1 ? load_w16(type, grp1 + (size_t)k * qb) : w0;
 #pragma GCC unroll 8
