@@ -21,7 +21,7 @@ struct kite_model {
      * per thread count by the first session that needs it. */
     pthread_mutex_t cost_lock;
     int32_t cost_threads;   /* threads the curve was measured with; 0 = not measured */
-    double pass_cost_ms[6];
+    double pass_cost_ms[KITE_N_COST_POINTS]; /* one verification pass at each of the spec controller's points */
 };
 
 enum { KITE_PREFILL_CHUNK = 64 }; /* tokens per forward pass while processing a prompt */

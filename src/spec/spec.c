@@ -2,6 +2,7 @@
 #include "spec/spec.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,14 +140,17 @@ void kite_spec_remember(kite_spec_state *st, const int32_t *tokens, size_t n) {
 
 /* ---- cost model ----------------------------------------------------------------------------------- */
 
-static const int32_t COST_POINTS[] = {1, 2, 4, 8, 16, KITE_MAX_DRAFT + 1};
-enum { N_COST_POINTS = sizeof COST_POINTS / sizeof COST_POINTS[0] };
+/* Dense where budgets are usually chosen: the curve bends where batches stop being bandwidth-bound. */
+static const int32_t COST_POINTS[KITE_N_COST_POINTS] = {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, KITE_MAX_DRAFT + 1};
+enum { N_COST_POINTS = KITE_N_COST_POINTS };
 
 /* Measures one pass over B tokens at each point, in rows past the committed context (which no one
- * reads), taking the best of a few runs. Cached in the model per thread count. */
+ * reads), taking the best of a few runs. The pass computes every row's logits, as verification does
+ * (the output matrix is a large part of a small model). Cached in the model per thread count. */
 static void measure_costs(kite_session *s, double *ms) {
     kite_model *m = s->model;
     int32_t room = s->n_ctx - s->n_past;
+    float *logits = malloc(sizeof(float) * (size_t)(KITE_MAX_DRAFT + 1) * (size_t)m->n_vocab);
     int32_t ids[KITE_MAX_DRAFT + 1];
     for (int i = 0; i <= KITE_MAX_DRAFT; i++) ids[i] = (int32_t)((i * 7919) % m->n_vocab);
     for (int k = 0; k < N_COST_POINTS; k++) {
@@ -158,12 +162,13 @@ static void measure_costs(kite_session *s, double *ms) {
         double best = INFINITY;
         for (int rep = 0; rep < 3; rep++) {
             double t0 = kite_now_ms();
-            kite_forward(&m->weights, &s->kv, &s->scratch, s->pool, ids, NULL, 0, B, s->n_past, NULL, false);
+            kite_forward(&m->weights, &s->kv, &s->scratch, s->pool, ids, NULL, 0, B, s->n_past, logits, logits != NULL);
             double t = kite_now_ms() - t0;
             if (t < best) best = t;
         }
         ms[k] = best;
     }
+    free(logits);
 }
 
 double kite_spec_pass_cost(kite_session *s, int32_t B) {
@@ -173,8 +178,11 @@ double kite_spec_pass_cost(kite_session *s, int32_t B) {
     if (m->cost_threads != threads) {
         measure_costs(s, m->pass_cost_ms);
         m->cost_threads = threads;
-        kite_log(KITE_LOG_INFO, "pass cost (ms): B=1 %.3f, 2 %.3f, 4 %.3f, 8 %.3f, 16 %.3f, 33 %.3f", m->pass_cost_ms[0],
-                 m->pass_cost_ms[1], m->pass_cost_ms[2], m->pass_cost_ms[3], m->pass_cost_ms[4], m->pass_cost_ms[5]);
+        char curve[512];
+        int at = 0;
+        for (int k = 0; k < N_COST_POINTS && at < (int)sizeof curve; k++)
+            at += snprintf(curve + at, sizeof curve - (size_t)at, "%s%d: %.3f", k ? ", " : "", COST_POINTS[k], m->pass_cost_ms[k]);
+        kite_log(KITE_LOG_INFO, "verification pass cost (ms) by batch: %s", curve);
     }
     double ms = m->pass_cost_ms[N_COST_POINTS - 1];
     for (int k = 0; k < N_COST_POINTS; k++) {
@@ -198,9 +206,12 @@ int32_t kite_spec_choose_budget(kite_spec_state *st, kite_session *s, int32_t ma
      * cost = T(k + 1) + drafting. Trees are costed as chains of the same node count. */
     double best_rate = 1.0 / kite_spec_pass_cost(s, 1);
     int32_t best_k = 0;
-    double expected = 1.0, reach = 1.0;
+    /* A depth no pass has drafted yet takes the rate of the deepest one observed (not the prior): with
+     * the prior, a controller that settled on short chains would never find out that longer ones pay. */
+    double expected = 1.0, reach = 1.0, deepest_rate = st->accept_rate[0];
     for (int32_t k = 1; k <= max_budget; k++) {
-        reach *= st->accept_rate[k - 1];
+        if (st->observed[k - 1] > 0) deepest_rate = st->accept_rate[k - 1];
+        reach *= st->observed[k - 1] > 0 ? st->accept_rate[k - 1] : deepest_rate;
         expected += reach;
         double cost = kite_spec_pass_cost(s, k + 1) + st->draft_ms_per_token * k;
         double rate = expected / cost;

@@ -82,6 +82,9 @@ int32_t kite_spec_rejection_step(kite_spec_state *st, const kite_gen_params *gp,
                                  const int32_t *history, size_t n_history, int64_t pos, int32_t draft_token,
                                  const float *draft_logq, bool *accepted);
 
+/* Batch sizes at which the pass cost curve is measured (spec.c). */
+#define KITE_N_COST_POINTS 11
+
 /* Cost of one target pass over B tokens, in ms (measured once per model and thread count). */
 double kite_spec_pass_cost(struct kite_session *s, int32_t B);
 
