@@ -641,14 +641,15 @@ static void test_draft_model_tree_and_cache(void **state) {
 
 /* ---- the budget controller ------------------------------------------------------------------------- */
 
-/* The cost curve the model caches: ms per pass over B = 1, 2, 4, 8, 16, 33 tokens. */
-static const double COSTS[6] = {1.0, 1.1, 1.3, 1.7, 2.5, 4.1};
+/* The cost curve the model caches: ms per pass over B tokens at spec.c's points (which it must match). */
+static const int32_t COST_AT[KITE_N_COST_POINTS] = {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 33};
+static const double COSTS[KITE_N_COST_POINTS] = {1.0, 1.1, 1.15, 1.3, 1.4, 1.45, 1.7, 2.1, 2.5, 3.4, 4.1};
 
 static double cost_at(int32_t B) {
-    static const int32_t at[6] = {1, 2, 4, 8, 16, 33};
-    for (int k = 1; k < 6; k++)
-        if (B <= at[k]) return COSTS[k - 1] + (COSTS[k] - COSTS[k - 1]) * (B - at[k - 1]) / (double)(at[k] - at[k - 1]);
-    return COSTS[5];
+    for (int k = 1; k < KITE_N_COST_POINTS; k++)
+        if (B <= COST_AT[k])
+            return COSTS[k - 1] + (COSTS[k] - COSTS[k - 1]) * (B - COST_AT[k - 1]) / (double)(COST_AT[k] - COST_AT[k - 1]);
+    return COSTS[KITE_N_COST_POINTS - 1];
 }
 
 static void set_costs(kite_session *s) {
@@ -692,6 +693,12 @@ static void test_budget_controller(void **state) {
         }
     }
     assert_true(best_chain(0.95, 0, KITE_MAX_DRAFT) > 8 && best_chain(0.05, 0.5, KITE_MAX_DRAFT) == 0);
+    /* depths never drafted yet (still at the 0.6 prior) take the deepest observed rate: a controller
+     * that has only tried chains of 3 good drafts still goes as deep as 0.95 everywhere would */
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = d < 3 ? 0.95 : 0.6, st->observed[d] = d < 3 ? 5 : 0;
+    st->draft_ms_per_token = 0.0;
+    assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), best_chain(0.95, 0.0, KITE_MAX_DRAFT));
+    assert_true(best_chain(0.95, 0.0, KITE_MAX_DRAFT) > best_chain(0.6, 0.0, KITE_MAX_DRAFT));
     /* falling back to plain decoding, with a probe of one token every 16th pass */
     for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.02;
     st->draft_ms_per_token = 0.5, st->plain_streak = 0;
