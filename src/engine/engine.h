@@ -22,6 +22,13 @@ struct kite_model {
     pthread_mutex_t cost_lock;
     int32_t cost_threads;   /* threads the curve was measured with; 0 = not measured */
     double pass_cost_ms[KITE_N_COST_POINTS]; /* one verification pass at each of the spec controller's points */
+    /* Acceptance by depth that the model's latest speculative session learned, with the drafter it
+     * belongs to (under cost_lock): a new session with the same drafter starts from it, not from the
+     * prior, so short generations do not each pay for learning that a drafter is poor. */
+    bool have_learned;
+    kite_spec_params learned_for;           /* drafter, draft model and oracle error rate it was learned with */
+    double learned_accept[KITE_MAX_DRAFT];
+    int32_t learned_observed[KITE_MAX_DRAFT];
 };
 
 enum { KITE_PREFILL_CHUNK = 64 }; /* tokens per forward pass while processing a prompt */

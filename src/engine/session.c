@@ -288,6 +288,7 @@ static int pass(kite_session *s, emitter *em, int32_t *sample_buf, kite_error *e
     if (sp->params.drafter != KITE_DRAFT_NONE) {
         kite_spec_commit(sp, &tree, path, n_path, P);
         kite_spec_observe(sp, &tree, path, n_path);
+        if (tree.n > 1) kite_spec_learned_store(sp, s->model);
         double t3 = kite_now_ms();
         s->stats.target_passes++;
         s->stats.drafted += tree.n - 1;

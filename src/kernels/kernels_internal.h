@@ -174,20 +174,21 @@ void kite_ref_matmul(const kite_packed_matrix *w, const void *act, const float *
 /* ---- Attention (kite_attn_query) ---------------------------------------------------------------------- */
 
 /* exp(x) for the softmax, x <= 0 (scores minus their running max): Cephes' expf reduction and degree-6
- * polynomial, 0 below -87 (where expf would be subnormal), about 2 ulp. Every level evaluates this same
- * sequence of FMAs, so a SIMD exp gives the bits of this scalar one. */
+ * polynomial, 0 below -87 (where expf would be subnormal), about 2 ulp. The SIMD levels evaluate the
+ * same steps with fused multiply-adds (so their bits may differ from these in the last place; plain
+ * multiply-adds here, because fmaf is a slow library call on CPUs without FMA). */
 static inline float kite_attn_exp(float x) {
     if (!(x >= -87.0f)) return 0.0f;
     float n = nearbyintf(x * 1.44269504088896341f);
-    float r = fmaf(n, -0.693359375f, x);
-    r = fmaf(n, 2.12194440e-4f, r);
+    float r = n * -0.693359375f + x;
+    r = n * 2.12194440e-4f + r;
     float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    float y = fmaf(p, r * r, r) + 1.0f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * (r * r) + r + 1.0f;
     uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, 4);

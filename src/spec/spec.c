@@ -102,9 +102,27 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
         kite_spec_free(st);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for speculative decoding");
     }
-    /* Optimistic start: the controller drafts at first and learns quickly. */
+    /* Start from what the model's last session with this drafter learned; else optimistic: the
+     * controller drafts at first and learns quickly. */
     for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.6;
+    kite_model *m = s->model;
+    pthread_mutex_lock(&m->cost_lock);
+    if (m->have_learned && m->learned_for.drafter == p->drafter && m->learned_for.draft_model == p->draft_model &&
+        m->learned_for.oracle_error_rate == p->oracle_error_rate) {
+        memcpy(st->accept_rate, m->learned_accept, sizeof st->accept_rate);
+        memcpy(st->observed, m->learned_observed, sizeof st->observed);
+    }
+    pthread_mutex_unlock(&m->cost_lock);
     return KITE_OK;
+}
+
+void kite_spec_learned_store(const kite_spec_state *st, kite_model *m) {
+    pthread_mutex_lock(&m->cost_lock);
+    m->have_learned = true;
+    m->learned_for = st->params;
+    memcpy(m->learned_accept, st->accept_rate, sizeof m->learned_accept);
+    memcpy(m->learned_observed, st->observed, sizeof m->learned_observed);
+    pthread_mutex_unlock(&m->cost_lock);
 }
 
 void kite_spec_free(kite_spec_state *st) {
@@ -171,7 +189,8 @@ static void measure_costs(kite_session *s, double *ms) {
     free(logits);
 }
 
-double kite_spec_pass_cost(kite_session *s, int32_t B) {
+/* The model's cost curve (measured on first use), copied out under one lock. */
+static void cost_curve(kite_session *s, double *ms) {
     kite_model *m = s->model;
     int32_t threads = kite_pool_threads(s->pool);
     pthread_mutex_lock(&m->cost_lock);
@@ -184,17 +203,26 @@ double kite_spec_pass_cost(kite_session *s, int32_t B) {
             at += snprintf(curve + at, sizeof curve - (size_t)at, "%s%d: %.3f", k ? ", " : "", COST_POINTS[k], m->pass_cost_ms[k]);
         kite_log(KITE_LOG_INFO, "verification pass cost (ms) by batch: %s", curve);
     }
-    double ms = m->pass_cost_ms[N_COST_POINTS - 1];
+    memcpy(ms, m->pass_cost_ms, sizeof m->pass_cost_ms);
+    pthread_mutex_unlock(&m->cost_lock);
+}
+
+/* T(B) by linear interpolation between the measured points. */
+static double curve_at(const double *ms, int32_t B) {
     for (int k = 0; k < N_COST_POINTS; k++) {
         if (B <= COST_POINTS[k]) {
-            if (k == 0 || B == COST_POINTS[k]) { ms = m->pass_cost_ms[k]; break; }
+            if (k == 0 || B == COST_POINTS[k]) return ms[k];
             double f = (double)(B - COST_POINTS[k - 1]) / (COST_POINTS[k] - COST_POINTS[k - 1]);
-            ms = m->pass_cost_ms[k - 1] + f * (m->pass_cost_ms[k] - m->pass_cost_ms[k - 1]);
-            break;
+            return ms[k - 1] + f * (ms[k] - ms[k - 1]);
         }
     }
-    pthread_mutex_unlock(&m->cost_lock);
-    return ms;
+    return ms[N_COST_POINTS - 1];
+}
+
+double kite_spec_pass_cost(kite_session *s, int32_t B) {
+    double ms[N_COST_POINTS];
+    cost_curve(s, ms);
+    return curve_at(ms, B);
 }
 
 /* ---- budget controller ---------------------------------------------------------------------------- */
@@ -204,7 +232,9 @@ int32_t kite_spec_choose_budget(kite_spec_state *st, kite_session *s, int32_t ma
     if (st->params.budget > 0) return st->params.budget < max_budget ? st->params.budget : max_budget;
     /* Tokens per millisecond for a chain of k drafted tokens: E[tokens] = 1 + sum_j prod_{i<=j} a_i,
      * cost = T(k + 1) + drafting. Trees are costed as chains of the same node count. */
-    double best_rate = 1.0 / kite_spec_pass_cost(s, 1);
+    double curve[N_COST_POINTS];
+    cost_curve(s, curve);
+    double best_rate = 1.0 / curve_at(curve, 1);
     int32_t best_k = 0;
     /* A depth no pass has drafted yet takes the rate of the deepest one observed (not the prior): with
      * the prior, a controller that settled on short chains would never find out that longer ones pay. */
@@ -213,16 +243,20 @@ int32_t kite_spec_choose_budget(kite_spec_state *st, kite_session *s, int32_t ma
         if (st->observed[k - 1] > 0) deepest_rate = st->accept_rate[k - 1];
         reach *= st->observed[k - 1] > 0 ? st->accept_rate[k - 1] : deepest_rate;
         expected += reach;
-        double cost = kite_spec_pass_cost(s, k + 1) + st->draft_ms_per_token * k;
+        double cost = curve_at(curve, k + 1) + st->draft_ms_per_token * k;
         double rate = expected / cost;
         if (rate > best_rate * 1.0001) { best_rate = rate; best_k = k; }
     }
     /* Re-probe now and then so a drafter that was poor earlier can win back its place. */
-    if (best_k == 0 && ++st->plain_streak >= 16) {
+    /* The interval doubles after each probe that did not bring drafting back, so a drafter that stays
+     * useless costs almost nothing (a probe costs a two-token pass); drafting again resets it. */
+    if (st->probe_interval < KITE_PROBE_MIN) st->probe_interval = KITE_PROBE_MIN;
+    if (best_k == 0 && ++st->plain_streak >= st->probe_interval) {
         st->plain_streak = 0;
+        if (st->probe_interval < KITE_PROBE_MAX) st->probe_interval *= 2;
         return 1;
     }
-    if (best_k > 0) st->plain_streak = 0;
+    if (best_k > 0) st->plain_streak = 0, st->probe_interval = KITE_PROBE_MIN;
     return best_k;
 }
 

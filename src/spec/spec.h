@@ -37,6 +37,7 @@ typedef struct kite_spec_state {
     int32_t observed[KITE_MAX_DRAFT];   /* passes that informed accept_rate[d], while its step is 1/(n+2) */
     double draft_ms_per_token;          /* running estimate of drafting cost */
     int32_t plain_streak;               /* passes in a row the controller chose not to draft */
+    int32_t probe_interval;             /* plain passes before the next one-token probe (16, doubling to 1024) */
 } kite_spec_state;
 
 int kite_spec_init(kite_spec_state *st, struct kite_session *s, const kite_spec_params *p, kite_error *e);
@@ -84,6 +85,12 @@ int32_t kite_spec_rejection_step(kite_spec_state *st, const kite_gen_params *gp,
 
 /* Batch sizes at which the pass cost curve is measured (spec.c). */
 #define KITE_N_COST_POINTS 11
+/* Plain passes between one-token probes while the controller does not draft (doubling from MIN to MAX). */
+#define KITE_PROBE_MIN 16
+#define KITE_PROBE_MAX 1024
+
+/* Stores the session's learned acceptance in the model, for the next session with the same drafter. */
+void kite_spec_learned_store(const kite_spec_state *st, struct kite_model *m);
 
 /* Cost of one target pass over B tokens, in ms (measured once per model and thread count). */
 double kite_spec_pass_cost(struct kite_session *s, int32_t B);

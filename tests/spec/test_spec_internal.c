@@ -699,13 +699,22 @@ static void test_budget_controller(void **state) {
     st->draft_ms_per_token = 0.0;
     assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), best_chain(0.95, 0.0, KITE_MAX_DRAFT));
     assert_true(best_chain(0.95, 0.0, KITE_MAX_DRAFT) > best_chain(0.6, 0.0, KITE_MAX_DRAFT));
-    /* falling back to plain decoding, with a probe of one token every 16th pass */
+    /* falling back to plain decoding, with a probe of one token after 16 plain passes, then 32, 64, ...
+     * up to 1024 while probes keep failing; drafting again brings the interval back to 16 */
     for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.02;
-    st->draft_ms_per_token = 0.5, st->plain_streak = 0;
-    for (int round = 0; round < 3; round++) {
-        for (int i = 0; i < 15; i++) assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 0);
+    st->draft_ms_per_token = 0.5, st->plain_streak = 0, st->probe_interval = 0;
+    for (int round = 0; round < 8; round++) {
+        int interval = 16 << round < KITE_PROBE_MAX ? 16 << round : KITE_PROBE_MAX;
+        for (int i = 0; i < interval - 1; i++) assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 0);
         assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 1);
     }
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.95;
+    st->draft_ms_per_token = 0.0;
+    assert_true(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT) > 0);
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.02;
+    st->draft_ms_per_token = 0.5;
+    for (int i = 0; i < 15; i++) assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 0);
+    assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 1);
     assert_int_equal(kite_spec_choose_budget(st, s, 0), 0); /* no room: plain */
     /* a fixed budget is kept, within the room left */
     st->params.budget = 7;

@@ -222,14 +222,15 @@ void kite_ref_matmul(const kite_packed_matrix *w, const void *act, const float *
 /* ---- attention ------------------------------------------------------------------------------------------- */
 
 /* q.k with 16 lanes accumulated in column order and a fixed pairwise reduction (the shape the SIMD
- * levels follow, so they stay close to these bits). */
+ * levels follow, so they stay close to these bits). Plain multiply-adds: fmaf is a library call on
+ * CPUs without FMA, and this runs on them. */
 static float attn_dot(const float *q, const float *k, int32_t n) {
     float acc[16] = {0};
     int32_t i = 0;
     for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++) acc[j] = fmaf(q[i + j], k[i + j], acc[j]);
+        for (int j = 0; j < 16; j++) acc[j] += q[i + j] * k[i + j];
     float tail = 0.0f;
-    for (; i < n; i++) tail = fmaf(q[i], k[i], tail);
+    for (; i < n; i++) tail += q[i] * k[i];
     for (int width = 8; width > 0; width >>= 1)
         for (int j = 0; j < width; j++) acc[j] += acc[j + width];
     return acc[0] + tail;
@@ -280,7 +281,7 @@ void kite_ref_attend(const kite_attn_query *a) {
             attn_row(a, a->v, r, row);
             for (int32_t i = 0; i < nq; i++) {
                 float *o = a->out + (int64_t)i * hd;
-                for (int32_t d = 0; d < hd; d++) o[d] = fmaf(s[i][t], row[d], o[d]);
+                for (int32_t d = 0; d < hd; d++) o[d] += s[i][t] * row[d];
             }
         }
     }

@@ -647,7 +647,9 @@ INLINE void attend(const kite_attn_query *a, const bool F32) {
 }
 
 static void avx512_attend(const kite_attn_query *a) {
-    if (a->head_dim % 16 != 0 || a->head_dim > KITE_ATTN_MAX_HEAD_DIM) kite_ref_attend(a);
+    /* Heads of 8, 24, 40... elements take the AVX2 kernel (this CPU has AVX2), others the reference. */
+    if (a->head_dim % 16 != 0 && a->head_dim % 8 == 0 && a->head_dim <= KITE_ATTN_MAX_HEAD_DIM) kite_kernels_avx2()->attend(a);
+    else if (a->head_dim % 16 != 0 || a->head_dim > KITE_ATTN_MAX_HEAD_DIM) kite_ref_attend(a);
     else if (a->kv_f32) attend(a, true);
     else attend(a, false);
 }
