@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model.h"
 #include "base/fp16.h"
-#include "kernels/kernels_internal.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
 #include "quant/types.h"
 
 typedef struct matmul_job {
