@@ -3,6 +3,7 @@
  * Plain C, multi-threaded over output rows and attention heads. Every reduction runs in a fixed
  * order that does not depend on n or on a row's slot, so results are batch-invariant. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,22 +12,34 @@
 #include "model/model.h"
 #include "quant/types.h"
 
+/* Up to three products that share one input x: the activations are quantized once and one pool job
+ * covers every matrix's row ranges, so Q/K/V (and gate/up) cost one hand-off instead of three. */
+enum { MATMUL_MAX_PARTS = 3 };
+typedef struct matmul_part {
+    const kite_packed_matrix *w; /* [rows, cols] */
+    float *y;                    /* [n][y_stride], row r of the weight writes column r */
+    int64_t y_stride;
+    int64_t first_task;          /* tasks before this part's */
+} matmul_part;
+
 typedef struct matmul_job {
     const kite_kernel_set *ks;
-    const kite_packed_matrix *w; /* [rows, cols] */
+    matmul_part parts[MATMUL_MAX_PARTS];
+    int n_parts;
     const void *act;       /* x quantized by ks->quantize_act, or NULL for float kernels */
     const float *x;        /* [n][cols] */
-    float *y;              /* [n][y_stride], row r of the weight writes column r */
-    int64_t y_stride;
     int32_t n;
 } matmul_job;
 
 static void matmul_task(void *ctx, int64_t task, int thread) {
     (void)thread;
     const matmul_job *job = ctx;
-    int64_t r0 = task * job->ks->row_block, r1 = r0 + job->ks->row_block;
-    if (r1 > job->w->rows) r1 = job->w->rows;
-    job->ks->matmul(job->w, job->act, job->x, job->n, job->y, job->y_stride, r0, r1);
+    int p = job->n_parts - 1;
+    while (p > 0 && task < job->parts[p].first_task) p--;
+    const matmul_part *part = &job->parts[p];
+    int64_t r0 = (task - part->first_task) * job->ks->row_block, r1 = r0 + job->ks->row_block;
+    if (r1 > part->w->rows) r1 = part->w->rows;
+    job->ks->matmul(part->w, job->act, job->x, job->n, part->y, part->y_stride, r0, r1);
 }
 
 typedef struct quantize_job {
@@ -43,11 +56,14 @@ static void quantize_task(void *ctx, int64_t task, int thread) {
     job->ks->quantize_act(job->type, job->x, job->cols, (int32_t)task, (int32_t)task + 1, job->act);
 }
 
-/* y[b][0..rows) = W x[b] for b < n: the activations are quantized once (by rows in parallel when there
- * are several), then the threads take row ranges of row_block rows. Each (row, b) result depends only
- * on that row and x[b] (the kernels' batch invariance). */
-static void matmul(kite_pool *pool, kite_forward_scratch *s, const kite_kernel_set *ks, const kite_packed_matrix *w,
-                   const float *x, float *y, int64_t y_stride, int32_t n) {
+/* y_i[b][0..rows_i) = W_i x[b] for b < n and each of the n_parts matrices, which must share type and
+ * cols (one quantization of x serves them all; callers with mixed types call once per matrix). The
+ * activations are quantized once (by rows in parallel when there are several), then the threads take
+ * row ranges of row_block rows. Each (row, b) result depends only on that row and x[b] (the kernels'
+ * batch invariance), so grouping products changes no bits. */
+static void matmul_parts(kite_pool *pool, kite_forward_scratch *s, const kite_kernel_set *ks, const matmul_part *parts,
+                         int n_parts, const float *x, int32_t n) {
+    const kite_packed_matrix *w = parts[0].w;
     size_t need = ks->act_bytes(w->type, w->cols, n);
     void *act = NULL;
     if (need) {
@@ -62,8 +78,33 @@ static void matmul(kite_pool *pool, kite_forward_scratch *s, const kite_kernel_s
         if (n >= 4 && kite_pool_threads(pool) > 1) kite_pool_run(pool, quantize_task, &qj, n);
         else ks->quantize_act(w->type, x, w->cols, 0, n, act);
     }
-    matmul_job job = {.ks = ks, .w = w, .act = act, .x = x, .y = y, .y_stride = y_stride, .n = n};
-    kite_pool_run(pool, matmul_task, &job, (w->rows + ks->row_block - 1) / ks->row_block);
+    matmul_job job = {.ks = ks, .n_parts = n_parts, .act = act, .x = x, .n = n};
+    int64_t tasks = 0;
+    for (int p = 0; p < n_parts; p++) {
+        job.parts[p] = parts[p];
+        job.parts[p].first_task = tasks;
+        tasks += (parts[p].w->rows + ks->row_block - 1) / ks->row_block;
+    }
+    kite_pool_run(pool, matmul_task, &job, tasks);
+}
+
+static void matmul(kite_pool *pool, kite_forward_scratch *s, const kite_kernel_set *ks, const kite_packed_matrix *w,
+                   const float *x, float *y, int64_t y_stride, int32_t n) {
+    matmul_part part = {.w = w, .y = y, .y_stride = y_stride};
+    matmul_parts(pool, s, ks, &part, 1, x, n);
+}
+
+/* Products sharing x: grouped when the matrices agree on type and cols (Q4_K_M files mix types). */
+static void matmul_shared_input(kite_pool *pool, kite_forward_scratch *s, const kite_kernel_set *ks,
+                                const matmul_part *parts, int n_parts, const float *x, int32_t n) {
+    bool same = true;
+    for (int p = 1; p < n_parts; p++)
+        same = same && parts[p].w->type == parts[0].w->type && parts[p].w->cols == parts[0].w->cols;
+    if (same) {
+        matmul_parts(pool, s, ks, parts, n_parts, x, n);
+        return;
+    }
+    for (int p = 0; p < n_parts; p++) matmul_parts(pool, s, ks, &parts[p], 1, x, n);
 }
 
 static void rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
@@ -172,9 +213,10 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
     for (int32_t l = 0; l < hp->n_layers; l++) {
         const kite_layer_weights *L = &w->layers[l];
         for (int32_t b = 0; b < n; b++) rmsnorm(s->xn + (int64_t)b * dim, s->x + (int64_t)b * dim, L->attn_norm, dim, hp->rms_eps);
-        matmul(pool, s, w->kernels, &L->wq, s->xn, s->q, q_width, n);
-        matmul(pool, s, w->kernels, &L->wk, s->xn, s->k, kv_dim, n);
-        matmul(pool, s, w->kernels, &L->wv, s->xn, s->v, kv_dim, n);
+        const matmul_part qkv[3] = {{.w = &L->wq, .y = s->q, .y_stride = q_width},
+                                    {.w = &L->wk, .y = s->k, .y_stride = kv_dim},
+                                    {.w = &L->wv, .y = s->v, .y_stride = kv_dim}};
+        matmul_shared_input(pool, s, w->kernels, qkv, 3, s->xn, n);
         for (int32_t b = 0; b < n; b++) {
             float *q = s->q + (int64_t)b * q_width, *k = s->k + (int64_t)b * kv_dim, *v = s->v + (int64_t)b * kv_dim;
             if (L->q_bias) for (int32_t i = 0; i < q_width; i++) q[i] += L->q_bias[i];
@@ -210,8 +252,9 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
         for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] += s->xn[i];
 
         for (int32_t b = 0; b < n; b++) rmsnorm(s->xn + (int64_t)b * dim, s->x + (int64_t)b * dim, L->ffn_norm, dim, hp->rms_eps);
-        matmul(pool, s, w->kernels, &L->w_gate, s->xn, s->gate, ffn, n);
-        matmul(pool, s, w->kernels, &L->w_up, s->xn, s->up, ffn, n);
+        const matmul_part gate_up[2] = {{.w = &L->w_gate, .y = s->gate, .y_stride = ffn},
+                                        {.w = &L->w_up, .y = s->up, .y_stride = ffn}};
+        matmul_shared_input(pool, s, w->kernels, gate_up, 2, s->xn, n);
         for (int64_t i = 0; i < (int64_t)n * ffn; i++) s->gate[i] = silu(s->gate[i]) * s->up[i];
         matmul(pool, s, w->kernels, &L->w_down, s->gate, s->xn, dim, n);
         for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] += s->xn[i];
