@@ -121,6 +121,19 @@ def main():
         expect_error("unknown option", ["run", "--model", STORIES_GGUF, "--bogus", "1"])
         expect_error("bad number", ["run", "--model", STORIES_GGUF, "--prompt", "x", "--top-k", "many"])
         expect_error("top-p out of range", ["run", "--model", STORIES_GGUF, "--prompt", "x", "--top-p", "1.5", "--quiet"], "top_p")
+        expect_error("bad --cache-type", ["run", "--model", STORIES_GGUF, "--prompt", "x", "--cache-type", "f8"], "cache-type")
+        # The library's warnings reach stderr (KITE_LOG, default warn; off silences them) and the run goes on.
+        for log, want_warning in ((None, True), ("off", False)):
+            env = dict(os.environ, KITE_CPU="bogus")
+            env.pop("KITE_LOG", None)
+            if log:
+                env["KITE_LOG"] = log
+            p_warn = subprocess.run([KITE, "run", "--model", STORIES_GGUF, "--prompt", "Hi", "--max-tokens", "2", "--quiet"],
+                                    capture_output=True, timeout=60, env=env)
+            err = p_warn.stderr.decode(errors="replace")
+            ok = p_warn.returncode == 0 and ("kite: warning: KITE_CPU=bogus" in err) == want_warning
+            print(("ok  " if ok else "FAIL") + f" KITE_CPU=bogus with KITE_LOG={log}: exit {p_warn.returncode}, stderr {err.strip()!r}")
+            results["passed" if ok else "failed"] += 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{results['passed']} passed, {results['failed']} failed")

@@ -533,7 +533,32 @@ static const char MAIN_USAGE[] =
 int kite_cmd_bench(int argc, char **argv);     /* bench.c */
 int kite_cmd_gen_model(int argc, char **argv); /* bench.c */
 
+/* The library's log lines on stderr, at or above the level KITE_LOG names (debug, info, warn (the
+ * default), error, off); the library itself never prints. */
+static void log_to_stderr(kite_log_level level, const char *message, void *user_data) {
+    static const char *const names[] = {"debug", "info", "warning", "error"};
+    if ((int)level < *(const int *)user_data) return;
+    fprintf(stderr, "%s: %s: %s\n", g_prog, names[level], message);
+}
+
+static int g_log_threshold = KITE_LOG_WARN;
+
+static void setup_logging(void) {
+    const char *env = getenv("KITE_LOG");
+    if (!env || !*env) env = "warn";
+    static const char *const levels[] = {"debug", "info", "warn", "error", "off"};
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(env, levels[i])) {
+            g_log_threshold = i;
+            if (i < 4) kite_set_log_callback(log_to_stderr, &g_log_threshold);
+            return;
+        }
+    fprintf(stderr, "%s: warning: KITE_LOG=%s is not one of debug, info, warn, error, off; using warn\n", g_prog, env);
+    kite_set_log_callback(log_to_stderr, &g_log_threshold);
+}
+
 int main(int argc, char **argv) {
+    setup_logging();
     if (argc < 2) {
         fputs(MAIN_USAGE, stderr);
         return 2;
