@@ -272,7 +272,7 @@ static void neon_matmul(const kite_packed_matrix *w, const void *act, const floa
 
 /* ---- attention (kite_attn_query; the reference's math with 4-lane vectors) -------------------------------- */
 
-/* kite_attn_exp on 4 lanes: the same operations (vfmaq_f32 is fused, like fmaf), so the same bits. */
+/* kite_attn_exp on 4 lanes: the same steps, with fused multiply-adds. */
 INLINE float32x4_t exp4(float32x4_t x) {
     const uint32x4_t live = vcgeq_f32(x, vdupq_n_f32(-87.0f));
     const float32x4_t n = vrndnq_f32(vmulq_n_f32(x, 1.44269504088896341f));
@@ -290,101 +290,29 @@ INLINE float32x4_t exp4(float32x4_t x) {
     return vreinterpretq_f32_u32(vandq_u32(live, vreinterpretq_u32_f32(out)));
 }
 
-INLINE float32x4_t kv_load(const void *row, int32_t d, const bool F32) {
-    return F32 ? vld1q_f32((const float *)row + d) : vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)row + d)));
-}
-
-INLINE void attn_scores(const float *q, int32_t hd, const void *k, float scale, float *s, int32_t s_stride,
-                        const int NQ, const bool F32) {
-    float32x4_t acc[4];
-    for (int i = 0; i < NQ; i++) acc[i] = vdupq_n_f32(0.0f);
-    for (int32_t d = 0; d < hd; d += 4) {
-        const float32x4_t kv = kv_load(k, d, F32);
-        for (int i = 0; i < NQ; i++) acc[i] = vfmaq_f32(acc[i], vld1q_f32(q + (int64_t)i * hd + d), kv);
-    }
-    for (int i = 0; i < NQ; i++) s[(int64_t)i * s_stride] = vaddvq_f32(acc[i]) * scale;
-}
-
-INLINE void attn_values(const void *const *vrows, int32_t nt, const float *p, int32_t p_stride, float *out,
-                        int32_t hd, const int NQ, const bool F32) {
-    for (int32_t d = 0; d < hd; d += 4) {
-        float32x4_t acc[4];
-        for (int i = 0; i < NQ; i++) acc[i] = vld1q_f32(out + (int64_t)i * hd + d);
-        for (int32_t t = 0; t < nt; t++) {
-            const float32x4_t vv = kv_load(vrows[t], d, F32);
-            for (int i = 0; i < NQ; i++) acc[i] = vfmaq_n_f32(acc[i], vv, p[(int64_t)i * p_stride + t]);
-        }
-        for (int i = 0; i < NQ; i++) vst1q_f32(out + (int64_t)i * hd + d, acc[i]);
-    }
-}
-
-INLINE void attend(const kite_attn_query *a, const bool F32) {
-    const int32_t hd = a->head_dim, nq = a->n_q;
-    float m[KITE_ATTN_MAX_Q], l[KITE_ATTN_MAX_Q];
-    float s[KITE_ATTN_MAX_Q][KITE_ATTN_TILE];
-    const void *krows[KITE_ATTN_TILE], *vrows[KITE_ATTN_TILE];
-    for (int32_t i = 0; i < nq; i++) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-        memset(a->out + (int64_t)i * hd, 0, sizeof(float) * (size_t)hd);
-    }
-    for (int32_t t0 = 0; t0 < a->n_visible; t0 += KITE_ATTN_TILE) {
-        const int32_t nt = a->n_visible - t0 < KITE_ATTN_TILE ? a->n_visible - t0 : KITE_ATTN_TILE;
-        const int32_t nt4 = (nt + 3) / 4 * 4;
-        for (int32_t t = 0; t < nt; t++) {
-            int64_t r = a->rows ? a->rows[t0 + t] : t0 + t;
-            const size_t off = (size_t)(r * a->row_stride) * (F32 ? sizeof(float) : sizeof(uint16_t));
-            krows[t] = (const char *)a->k + off;
-            vrows[t] = (const char *)a->v + off;
-        }
-        for (int32_t t = 0; t < nt; t++) {
-            int32_t i = 0;
-            for (; i + 4 <= nq; i += 4) attn_scores(a->q + (int64_t)i * hd, hd, krows[t], a->scale, &s[i][t], KITE_ATTN_TILE, 4, F32);
-            switch (nq - i) {
-            case 3: attn_scores(a->q + (int64_t)i * hd, hd, krows[t], a->scale, &s[i][t], KITE_ATTN_TILE, 3, F32); break;
-            case 2: attn_scores(a->q + (int64_t)i * hd, hd, krows[t], a->scale, &s[i][t], KITE_ATTN_TILE, 2, F32); break;
-            case 1: attn_scores(a->q + (int64_t)i * hd, hd, krows[t], a->scale, &s[i][t], KITE_ATTN_TILE, 1, F32); break;
-            default: break;
-            }
-        }
-        for (int32_t i = 0; i < nq; i++) {
-            for (int32_t t = nt; t < nt4; t++) s[i][t] = -INFINITY; /* padding: max ignores it, exp gives 0 */
-            float32x4_t mx = vdupq_n_f32(-INFINITY);
-            for (int32_t t = 0; t < nt4; t += 4) mx = vmaxq_f32(mx, vld1q_f32(&s[i][t]));
-            const float mt = vmaxvq_f32(mx), mn = mt > m[i] ? mt : m[i];
-            const float f = kite_attn_exp(m[i] - mn);
-            const float32x4_t mnv = vdupq_n_f32(mn);
-            float32x4_t sum = vdupq_n_f32(0.0f);
-            for (int32_t t = 0; t < nt4; t += 4) {
-                float32x4_t p = exp4(vsubq_f32(vld1q_f32(&s[i][t]), mnv));
-                vst1q_f32(&s[i][t], p);
-                sum = vaddq_f32(sum, p);
-            }
-            l[i] = l[i] * f + vaddvq_f32(sum);
-            m[i] = mn;
-            float *o = a->out + (int64_t)i * hd;
-            for (int32_t d = 0; d < hd; d += 4) vst1q_f32(o + d, vmulq_n_f32(vld1q_f32(o + d), f));
-        }
-        int32_t i = 0;
-        for (; i + 4 <= nq; i += 4) attn_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, 4, F32);
-        switch (nq - i) {
-        case 3: attn_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, 3, F32); break;
-        case 2: attn_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, 2, F32); break;
-        case 1: attn_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, 1, F32); break;
-        default: break;
-        }
-    }
-    for (int32_t i = 0; i < nq; i++) {
-        const float inv = 1.0f / l[i];
-        float *o = a->out + (int64_t)i * hd;
-        for (int32_t d = 0; d < hd; d += 4) vst1q_f32(o + d, vmulq_n_f32(vld1q_f32(o + d), inv));
-    }
-}
+/* The shared driver (kernels/attend_simd.h) on this set's vectors. */
+#define AV_LANES 4
+typedef float32x4_t av_t;
+#define av_zero() vdupq_n_f32(0.0f)
+#define av_set1(x) vdupq_n_f32(x)
+#define av_load(p) vld1q_f32(p)
+#define av_store(p, v) vst1q_f32(p, v)
+#define av_fmadd(a, b, c) vfmaq_f32(c, a, b)
+#define av_mul(a, b) vmulq_f32(a, b)
+#define av_add(a, b) vaddq_f32(a, b)
+#define av_sub(a, b) vsubq_f32(a, b)
+#define av_max(a, b) vmaxq_f32(a, b)
+#define av_hsum(v) vaddvq_f32(v)
+#define av_hmax(v) vmaxvq_f32(v)
+#define av_exp(v) exp4(v)
+#define av_kv(row, d, F32) \
+    ((F32) ? vld1q_f32((const float *)(row) + (d)) : vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(row) + (d)))))
+#include "kernels/attend_simd.h"
 
 static void neon_attend(const kite_attn_query *a) {
     if (a->head_dim % 4 != 0 || a->head_dim > KITE_ATTN_MAX_HEAD_DIM) kite_ref_attend(a);
-    else if (a->kv_f32) attend(a, true);
-    else attend(a, false);
+    else if (a->kv_f32) av_attend(a, true);
+    else av_attend(a, false);
 }
 
 static const kite_kernel_set neon_set = {

@@ -515,7 +515,7 @@ INLINE float hmax8(__m256 v) {
 }
 INLINE __m256 fp16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
-/* kite_attn_exp on 8 lanes: the same operations, so the same bits per lane. */
+/* kite_attn_exp on 8 lanes: the same steps, with fused multiply-adds. */
 INLINE __m256 exp8(__m256 x) {
     const __m256 live = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
@@ -534,109 +534,28 @@ INLINE __m256 exp8(__m256 x) {
     return _mm256_and_ps(live, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 
-/* 16 (or 8) cache elements as floats: f32 rows are read as they are, f16 rows converted. */
-INLINE __m256 kv_load(const void *row, int32_t d, const bool F32) {
-    return F32 ? _mm256_loadu_ps((const float *)row + d) : fp16x8((const uint16_t *)row + d);
-}
-
-INLINE void attn_scores(const float *q, int32_t hd, const void *k, float scale, float *s, int32_t s_stride,
-                        const int NQ, const bool F32) {
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < NQ; i++) acc[i] = _mm256_setzero_ps();
-    for (int32_t d = 0; d < hd; d += 8) {
-        const __m256 kv = kv_load(k, d, F32);
-#pragma GCC unroll 4
-        for (int i = 0; i < NQ; i++) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (int64_t)i * hd + d), kv, acc[i]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < NQ; i++) s[(int64_t)i * s_stride] = hsum8(acc[i]) * scale;
-}
-
-INLINE void attn_values(const void *const *vrows, int32_t nt, const float *p, int32_t p_stride, float *out,
-                        int32_t hd, const int NQ, const bool F32) {
-    for (int32_t d = 0; d < hd; d += 8) {
-        __m256 acc[4];
-#pragma GCC unroll 4
-        for (int i = 0; i < NQ; i++) acc[i] = _mm256_loadu_ps(out + (int64_t)i * hd + d);
-        for (int32_t t = 0; t < nt; t++) {
-            const __m256 vv = kv_load(vrows[t], d, F32);
-#pragma GCC unroll 4
-            for (int i = 0; i < NQ; i++) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + (int64_t)i * p_stride + t), vv, acc[i]);
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < NQ; i++) _mm256_storeu_ps(out + (int64_t)i * hd + d, acc[i]);
-    }
-}
-
-INLINE void attend(const kite_attn_query *a, const bool F32) {
-    const int32_t hd = a->head_dim, nq = a->n_q;
-    float m[KITE_ATTN_MAX_Q], l[KITE_ATTN_MAX_Q];
-    _Alignas(32) float s[KITE_ATTN_MAX_Q][KITE_ATTN_TILE];
-    const void *krows[KITE_ATTN_TILE], *vrows[KITE_ATTN_TILE];
-    for (int32_t i = 0; i < nq; i++) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-        memset(a->out + (int64_t)i * hd, 0, sizeof(float) * (size_t)hd);
-    }
-    for (int32_t t0 = 0; t0 < a->n_visible; t0 += KITE_ATTN_TILE) {
-        const int32_t nt = a->n_visible - t0 < KITE_ATTN_TILE ? a->n_visible - t0 : KITE_ATTN_TILE;
-        const int32_t nt8 = (nt + 7) / 8 * 8;
-        for (int32_t t = 0; t < nt; t++) {
-            int64_t r = a->rows ? a->rows[t0 + t] : t0 + t;
-            const size_t off = (size_t)(r * a->row_stride) * (F32 ? sizeof(float) : sizeof(uint16_t));
-            krows[t] = (const char *)a->k + off;
-            vrows[t] = (const char *)a->v + off;
-        }
-        for (int32_t t = 0; t < nt; t++) {
-            int32_t i = 0;
-            for (; i + 4 <= nq; i += 4) attn_scores(a->q + (int64_t)i * hd, hd, krows[t], a->scale, &s[i][t], KITE_ATTN_TILE, 4, F32);
-            switch (nq - i) {
-            case 3: attn_scores(a->q + (int64_t)i * hd, hd, krows[t], a->scale, &s[i][t], KITE_ATTN_TILE, 3, F32); break;
-            case 2: attn_scores(a->q + (int64_t)i * hd, hd, krows[t], a->scale, &s[i][t], KITE_ATTN_TILE, 2, F32); break;
-            case 1: attn_scores(a->q + (int64_t)i * hd, hd, krows[t], a->scale, &s[i][t], KITE_ATTN_TILE, 1, F32); break;
-            default: break;
-            }
-        }
-        for (int32_t i = 0; i < nq; i++) {
-            for (int32_t t = nt; t < nt8; t++) s[i][t] = -INFINITY; /* padding: max ignores it, exp gives 0 */
-            __m256 mx = _mm256_set1_ps(-INFINITY);
-            for (int32_t t = 0; t < nt8; t += 8) mx = _mm256_max_ps(mx, _mm256_load_ps(&s[i][t]));
-            const float mt = hmax8(mx), mn = mt > m[i] ? mt : m[i];
-            const float f = kite_attn_exp(m[i] - mn);
-            const __m256 mnv = _mm256_set1_ps(mn);
-            __m256 sum = _mm256_setzero_ps();
-            for (int32_t t = 0; t < nt8; t += 8) {
-                __m256 p = exp8(_mm256_sub_ps(_mm256_load_ps(&s[i][t]), mnv));
-                _mm256_store_ps(&s[i][t], p);
-                sum = _mm256_add_ps(sum, p);
-            }
-            l[i] = l[i] * f + hsum8(sum);
-            m[i] = mn;
-            float *o = a->out + (int64_t)i * hd;
-            const __m256 fv = _mm256_set1_ps(f);
-            for (int32_t d = 0; d < hd; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), fv));
-        }
-        int32_t i = 0;
-        for (; i + 4 <= nq; i += 4) attn_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, 4, F32);
-        switch (nq - i) {
-        case 3: attn_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, 3, F32); break;
-        case 2: attn_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, 2, F32); break;
-        case 1: attn_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, 1, F32); break;
-        default: break;
-        }
-    }
-    for (int32_t i = 0; i < nq; i++) {
-        const __m256 inv = _mm256_set1_ps(1.0f / l[i]);
-        float *o = a->out + (int64_t)i * hd;
-        for (int32_t d = 0; d < hd; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), inv));
-    }
-}
+/* The shared driver (kernels/attend_simd.h) on this set's vectors. */
+#define AV_LANES 8
+typedef __m256 av_t;
+#define av_zero() _mm256_setzero_ps()
+#define av_set1(x) _mm256_set1_ps(x)
+#define av_load(p) _mm256_loadu_ps(p)
+#define av_store(p, v) _mm256_storeu_ps(p, v)
+#define av_fmadd(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define av_mul(a, b) _mm256_mul_ps(a, b)
+#define av_add(a, b) _mm256_add_ps(a, b)
+#define av_sub(a, b) _mm256_sub_ps(a, b)
+#define av_max(a, b) _mm256_max_ps(a, b)
+#define av_hsum(v) hsum8(v)
+#define av_hmax(v) hmax8(v)
+#define av_exp(v) exp8(v)
+#define av_kv(row, d, F32) ((F32) ? _mm256_loadu_ps((const float *)(row) + (d)) : fp16x8((const uint16_t *)(row) + (d)))
+#include "kernels/attend_simd.h"
 
 static void avx2_attend(const kite_attn_query *a) {
     if (a->head_dim % 8 != 0 || a->head_dim > KITE_ATTN_MAX_HEAD_DIM) kite_ref_attend(a);
-    else if (a->kv_f32) attend(a, true);
-    else attend(a, false);
+    else if (a->kv_f32) av_attend(a, true);
+    else av_attend(a, false);
 }
 
 static const kite_kernel_set avx2_set = {

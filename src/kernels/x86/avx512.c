@@ -524,7 +524,7 @@ static void avx512_matmul(const kite_packed_matrix *w, const void *act, const fl
 
 /* ---- attention (kite_attn_query; the reference's math with 16-lane vectors) ------------------------------- */
 
-/* kite_attn_exp on 16 lanes: the same operations, so the same bits per lane. */
+/* kite_attn_exp on 16 lanes: the same steps, with fused multiply-adds. */
 INLINE __m512 exp16(__m512 x) {
     const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
@@ -542,116 +542,30 @@ INLINE __m512 exp16(__m512 x) {
     return _mm512_maskz_mov_ps(live, _mm512_mul_ps(y, _mm512_castsi512_ps(e)));
 }
 
-/* Scores of NQ query heads (q at stride hd) against one key row: hd / 16 converted key vectors, each
- * used by all NQ heads. */
-/* 16 (or 8) cache elements as floats: f32 rows are read as they are, f16 rows converted. */
-INLINE __m512 kv_load(const void *row, int32_t d, const bool F32) {
-    return F32 ? _mm512_loadu_ps((const float *)row + d) : fp16x16((const uint16_t *)row + d);
-}
-
-INLINE void attn_scores(const float *q, int32_t hd, const void *k, float scale, float *s, int32_t s_stride,
-                        const int NQ, const bool F32) {
-    __m512 acc[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < NQ; i++) acc[i] = _mm512_setzero_ps();
-    for (int32_t d = 0; d < hd; d += 16) {
-        const __m512 kv = kv_load(k, d, F32);
-#pragma GCC unroll 4
-        for (int i = 0; i < NQ; i++) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (int64_t)i * hd + d), kv, acc[i]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < NQ; i++) s[(int64_t)i * s_stride] = _mm512_reduce_add_ps(acc[i]) * scale;
-}
-
-/* out[i] += sum_t p[i][t] v_t for NQ heads over one tile, 16 output columns at a time kept in registers. */
-INLINE void attn_values(const void *const *vrows, int32_t nt, const float *p, int32_t p_stride, float *out,
-                        int32_t hd, const int NQ, const bool F32) {
-    for (int32_t d = 0; d < hd; d += 16) {
-        __m512 acc[4];
-#pragma GCC unroll 4
-        for (int i = 0; i < NQ; i++) acc[i] = _mm512_loadu_ps(out + (int64_t)i * hd + d);
-        for (int32_t t = 0; t < nt; t++) {
-            const __m512 vv = kv_load(vrows[t], d, F32);
-#pragma GCC unroll 4
-            for (int i = 0; i < NQ; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[(int64_t)i * p_stride + t]), vv, acc[i]);
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < NQ; i++) _mm512_storeu_ps(out + (int64_t)i * hd + d, acc[i]);
-    }
-}
-
-INLINE void attend(const kite_attn_query *a, const bool F32) {
-    const int32_t hd = a->head_dim, nq = a->n_q;
-    float m[KITE_ATTN_MAX_Q], l[KITE_ATTN_MAX_Q];
-    _Alignas(64) float s[KITE_ATTN_MAX_Q][KITE_ATTN_TILE];
-    const void *krows[KITE_ATTN_TILE], *vrows[KITE_ATTN_TILE];
-    for (int32_t i = 0; i < nq; i++) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-        memset(a->out + (int64_t)i * hd, 0, sizeof(float) * (size_t)hd);
-    }
-    for (int32_t t0 = 0; t0 < a->n_visible; t0 += KITE_ATTN_TILE) {
-        const int32_t nt = a->n_visible - t0 < KITE_ATTN_TILE ? a->n_visible - t0 : KITE_ATTN_TILE;
-        for (int32_t t = 0; t < nt; t++) {
-            int64_t r = a->rows ? a->rows[t0 + t] : t0 + t;
-            const size_t off = (size_t)(r * a->row_stride) * (F32 ? sizeof(float) : sizeof(uint16_t));
-            krows[t] = (const char *)a->k + off;
-            vrows[t] = (const char *)a->v + off;
-        }
-        for (int32_t t = 0; t < nt; t++) {
-            int32_t i = 0;
-            for (; i + 4 <= nq; i += 4) attn_scores(a->q + (int64_t)i * hd, hd, krows[t], a->scale, &s[i][t], KITE_ATTN_TILE, 4, F32);
-            switch (nq - i) {
-            case 3: attn_scores(a->q + (int64_t)i * hd, hd, krows[t], a->scale, &s[i][t], KITE_ATTN_TILE, 3, F32); break;
-            case 2: attn_scores(a->q + (int64_t)i * hd, hd, krows[t], a->scale, &s[i][t], KITE_ATTN_TILE, 2, F32); break;
-            case 1: attn_scores(a->q + (int64_t)i * hd, hd, krows[t], a->scale, &s[i][t], KITE_ATTN_TILE, 1, F32); break;
-            default: break;
-            }
-        }
-        for (int32_t i = 0; i < nq; i++) {
-            __m512 mx = _mm512_set1_ps(-INFINITY);
-            for (int32_t t = 0; t < nt; t += 16) {
-                __mmask16 live = nt - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nt - t)) - 1u);
-                mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), live, &s[i][t]));
-            }
-            const float mt = _mm512_reduce_max_ps(mx), mn = mt > m[i] ? mt : m[i];
-            const float f = kite_attn_exp(m[i] - mn);
-            const __m512 mnv = _mm512_set1_ps(mn);
-            __m512 sum = _mm512_setzero_ps();
-            for (int32_t t = 0; t < nt; t += 16) {
-                __mmask16 live = nt - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nt - t)) - 1u);
-                __m512 p = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_loadu_ps(&s[i][t]), mnv)));
-                _mm512_storeu_ps(&s[i][t], p);
-                sum = _mm512_add_ps(sum, p);
-            }
-            l[i] = l[i] * f + _mm512_reduce_add_ps(sum);
-            m[i] = mn;
-            float *o = a->out + (int64_t)i * hd;
-            const __m512 fv = _mm512_set1_ps(f);
-            for (int32_t d = 0; d < hd; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), fv));
-        }
-        int32_t i = 0;
-        for (; i + 4 <= nq; i += 4) attn_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, 4, F32);
-        switch (nq - i) {
-        case 3: attn_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, 3, F32); break;
-        case 2: attn_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, 2, F32); break;
-        case 1: attn_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, 1, F32); break;
-        default: break;
-        }
-    }
-    for (int32_t i = 0; i < nq; i++) {
-        const __m512 inv = _mm512_set1_ps(1.0f / l[i]);
-        float *o = a->out + (int64_t)i * hd;
-        for (int32_t d = 0; d < hd; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), inv));
-    }
-}
+/* The shared driver (kernels/attend_simd.h) on this set's vectors. */
+#define AV_LANES 16
+typedef __m512 av_t;
+#define av_zero() _mm512_setzero_ps()
+#define av_set1(x) _mm512_set1_ps(x)
+#define av_load(p) _mm512_loadu_ps(p)
+#define av_store(p, v) _mm512_storeu_ps(p, v)
+#define av_fmadd(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define av_mul(a, b) _mm512_mul_ps(a, b)
+#define av_add(a, b) _mm512_add_ps(a, b)
+#define av_sub(a, b) _mm512_sub_ps(a, b)
+#define av_max(a, b) _mm512_max_ps(a, b)
+#define av_hsum(v) _mm512_reduce_add_ps(v)
+#define av_hmax(v) _mm512_reduce_max_ps(v)
+#define av_exp(v) exp16(v)
+#define av_kv(row, d, F32) ((F32) ? _mm512_loadu_ps((const float *)(row) + (d)) : fp16x16((const uint16_t *)(row) + (d)))
+#include "kernels/attend_simd.h"
 
 static void avx512_attend(const kite_attn_query *a) {
     /* Heads of 8, 24, 40... elements take the AVX2 kernel (this CPU has AVX2), others the reference. */
     if (a->head_dim % 16 != 0 && a->head_dim % 8 == 0 && a->head_dim <= KITE_ATTN_MAX_HEAD_DIM) kite_kernels_avx2()->attend(a);
     else if (a->head_dim % 16 != 0 || a->head_dim > KITE_ATTN_MAX_HEAD_DIM) kite_ref_attend(a);
-    else if (a->kv_f32) attend(a, true);
-    else attend(a, false);
+    else if (a->kv_f32) av_attend(a, true);
+    else av_attend(a, false);
 }
 
 static const kite_kernel_set avx512_set = {
