@@ -17,8 +17,8 @@ struct kite_model {
     kite_tokenizer *tokenizer;
     int32_t n_threads;      /* default for sessions */
     kite_gen_params gen_defaults;
-    /* Speculative decoding's cost curve: ms per target pass at B = 1, 2, 4, 8, 16, 33, measured once
-     * per thread count by the first session that needs it. */
+    /* Speculative decoding's cost curve: ms per target pass at the controller's batch sizes (spec.c),
+     * measured once per thread count by the first session that needs it. */
     pthread_mutex_t cost_lock;
     int32_t cost_threads;   /* threads the curve was measured with; 0 = not measured */
     double pass_cost_ms[KITE_N_COST_POINTS]; /* one verification pass at each of the spec controller's points */

@@ -163,7 +163,7 @@ static const int32_t COST_POINTS[KITE_N_COST_POINTS] = {1, 2, 3, 4, 5, 6, 8, 12,
 enum { N_COST_POINTS = KITE_N_COST_POINTS };
 
 /* Measures one pass over B tokens at each point, in rows past the committed context (which no one
- * reads), taking the best of a few runs. The pass computes every row's logits, as verification does
+ * reads), taking the best of five runs. The pass computes every row's logits, as verification does
  * (the output matrix is a large part of a small model). Cached in the model per thread count. */
 static void measure_costs(kite_session *s, double *ms) {
     kite_model *m = s->model;
@@ -178,7 +178,7 @@ static void measure_costs(kite_session *s, double *ms) {
             continue;
         }
         double best = INFINITY;
-        for (int rep = 0; rep < 3; rep++) {
+        for (int rep = 0; rep < 5; rep++) {
             double t0 = kite_now_ms();
             kite_forward(&m->weights, &s->kv, &s->scratch, s->pool, ids, NULL, 0, B, s->n_past, logits, logits != NULL);
             double t = kite_now_ms() - t0;
@@ -187,6 +187,11 @@ static void measure_costs(kite_session *s, double *ms) {
         ms[k] = best;
     }
     free(logits);
+    /* A pass over more tokens never costs less: a point above a later one was inflated by a busy
+     * moment (these machines are noisy), so it takes the later one's time. Spikes would otherwise
+     * steer the controller away from budgets that pay. */
+    for (int k = N_COST_POINTS - 2; k >= 0; k--)
+        if (ms[k + 1] < ms[k]) ms[k] = ms[k + 1];
 }
 
 /* The model's cost curve (measured on first use), copied out under one lock. */
@@ -247,9 +252,9 @@ int32_t kite_spec_choose_budget(kite_spec_state *st, kite_session *s, int32_t ma
         double rate = expected / cost;
         if (rate > best_rate * 1.0001) { best_rate = rate; best_k = k; }
     }
-    /* Re-probe now and then so a drafter that was poor earlier can win back its place. */
-    /* The interval doubles after each probe that did not bring drafting back, so a drafter that stays
-     * useless costs almost nothing (a probe costs a two-token pass); drafting again resets it. */
+    /* Re-probe now and then so a drafter that was poor earlier can win back its place. The interval
+     * doubles after each probe that did not bring drafting back, so a drafter that stays useless costs
+     * almost nothing (a probe costs a two-token pass); drafting again resets it. */
     if (st->probe_interval < KITE_PROBE_MIN) st->probe_interval = KITE_PROBE_MIN;
     if (best_k == 0 && ++st->plain_streak >= st->probe_interval) {
         st->plain_streak = 0;

@@ -672,6 +672,26 @@ static int32_t best_chain(double a, double c, int32_t max_k) {
     return best;
 }
 
+/* The measured curve: one pass over more tokens never costs less (noisy points are lowered to the
+ * later ones), and it is measured once per thread count. */
+static void test_measured_cost_curve(void **state) {
+    (void)state;
+    kite_spec_params sp = kite_spec_default_params();
+    sp.drafter = KITE_DRAFT_NGRAM;
+    kite_session *s = session_with(&sp);
+    pthread_mutex_lock(&g_model->cost_lock);
+    g_model->cost_threads = 0; /* forget any curve an earlier test set */
+    pthread_mutex_unlock(&g_model->cost_lock);
+    double prev = 0.0;
+    for (int32_t B = 1; B <= KITE_MAX_DRAFT + 1; B++) {
+        double ms = kite_spec_pass_cost(s, B);
+        assert_true(ms > 0.0 && ms >= prev);
+        prev = ms;
+    }
+    assert_int_equal(g_model->cost_threads, kite_pool_threads(s->pool));
+    kite_session_free(s);
+}
+
 static void test_budget_controller(void **state) {
     (void)state;
     kite_spec_params sp = kite_spec_default_params();
@@ -798,6 +818,7 @@ int main(void) {
         cmocka_unit_test(test_rejection_generation_distribution),
         cmocka_unit_test(test_ngram_branches),
         cmocka_unit_test(test_draft_model_tree_and_cache),
+        cmocka_unit_test(test_measured_cost_curve),
         cmocka_unit_test(test_budget_controller),
         cmocka_unit_test(test_controller_falls_back),
     };
