@@ -43,7 +43,7 @@ typedef struct kite_packed_matrix {
     void *owned;          /* allocation behind data, or NULL when data views the mapped file */
 } kite_packed_matrix;
 
-/* Attention of the query heads that share one KV head, for one query row, over an f16 KV cache.
+/* Attention of the query heads that share one KV head, for one query row, over the KV cache (f16 or f32).
  * Keys are taken in tiles of KITE_ATTN_TILE visible rows with an online softmax (running max and sum,
  * rescaled per tile), so scratch stays O(tile) at any context length and each K/V row, read once per
  * tile, serves all n_q query heads of the group.
