@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fp16.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "quant/types.h"
@@ -206,6 +205,7 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
 
     /* Embedding rows. */
     const kite_type_traits *et = kite_type_get(w->tok_embd->type);
+    const kite_type_traits *kv_type = kite_type_get(kv->f32 ? KITE_TYPE_F32 : KITE_TYPE_F16); /* rounds to nearest even */
     size_t erow = kite_type_row_bytes(w->tok_embd->type, dim);
     for (int32_t b = 0; b < n; b++)
         et->to_float((const unsigned char *)w->tok_embd->data + (size_t)tokens[b] * erow, s->x + (int64_t)b * dim, dim);
@@ -230,17 +230,9 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
                 if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
                 rope(k + h * hd, hd, pos[b], w->rope_inv_freq, hp->rope_layout);
             }
-            int64_t at = ((int64_t)l * kv->n_ctx + pos0 + first + b) * kv_dim;
-            if (kv->f32) {
-                memcpy((float *)kv->k + at, k, sizeof(float) * (size_t)kv_dim);
-                memcpy((float *)kv->v + at, v, sizeof(float) * (size_t)kv_dim);
-            } else {
-                uint16_t *kh = (uint16_t *)kv->k + at, *vh = (uint16_t *)kv->v + at;
-                for (int32_t i = 0; i < kv_dim; i++) {
-                    kh[i] = kite_f32_to_fp16(k[i]);
-                    vh[i] = kite_f32_to_fp16(v[i]);
-                }
-            }
+            size_t at = ((size_t)l * (size_t)kv->n_ctx + (size_t)(pos0 + first + b)) * (size_t)kv_dim * kv->elem_bytes;
+            kv_type->from_float(k, (char *)kv->k + at, kv_dim);
+            kv_type->from_float(v, (char *)kv->v + at, kv_dim);
         }
         attention_job aj = {
             .ks = w->kernels, .hp = hp, .kv = kv, .layer = l, .pos0 = pos0, .parent = parent, .first = first,

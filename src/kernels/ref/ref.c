@@ -238,12 +238,8 @@ static float attn_dot(const float *q, const float *k, int32_t n) {
 
 /* Cache row r of k or v as floats. */
 static void attn_row(const kite_attn_query *a, const void *base, int64_t r, float *row) {
-    if (a->kv_f32) {
-        memcpy(row, (const float *)base + r * a->row_stride, sizeof(float) * (size_t)a->head_dim);
-        return;
-    }
-    const uint16_t *h = (const uint16_t *)base + r * a->row_stride;
-    for (int32_t d = 0; d < a->head_dim; d++) row[d] = kite_fp16_to_f32(h[d]);
+    const kite_type_traits *t = kite_type_get(a->kv_f32 ? KITE_TYPE_F32 : KITE_TYPE_F16);
+    t->to_float((const char *)base + (size_t)(r * a->row_stride) * t->block_bytes, row, a->head_dim);
 }
 
 void kite_ref_attend(const kite_attn_query *a) {
