@@ -113,18 +113,84 @@ static void rmsnorm(float *out, const float *x, const float *weight, int64_t n, 
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
 }
 
-/* Rotates one head's vector for absolute position pos. */
-static void rope(float *v, int32_t head_dim, int32_t pos, const float *inv_freq, kite_rope_layout layout) {
-    int32_t half = head_dim / 2;
+/* The rotation of absolute position pos: cos and sin of pos * inv_freq[i] for i < half. Every head of
+ * a row shares it (computing it per head cost 40 sincos calls where one table serves). */
+static void rope_table(int32_t pos, const float *inv_freq, int32_t half, float *cos_out, float *sin_out) {
     for (int32_t i = 0; i < half; i++) {
         float angle = (float)pos * inv_freq[i];
-        float c = cosf(angle), sn = sinf(angle);
+        cos_out[i] = cosf(angle);
+        sin_out[i] = sinf(angle);
+    }
+}
+
+/* Rotates one head's vector by a rope_table. */
+static void rope(float *v, int32_t head_dim, const float *c, const float *sn, kite_rope_layout layout) {
+    int32_t half = head_dim / 2;
+    for (int32_t i = 0; i < half; i++) {
         int32_t a = layout == KITE_ROPE_INTERLEAVED ? 2 * i : i;
         int32_t b = layout == KITE_ROPE_INTERLEAVED ? 2 * i + 1 : i + half;
         float x0 = v[a], x1 = v[b];
-        v[a] = x0 * c - x1 * sn;
-        v[b] = x0 * sn + x1 * c;
+        v[a] = x0 * c[i] - x1 * sn[i];
+        v[b] = x0 * sn[i] + x1 * c[i];
     }
+}
+
+/* ---- element-wise steps between the products, spread over the pool ------------------------------------
+ * Each task's arithmetic is the same whichever thread runs it and however many rows there are, so
+ * these change no bits, only how long a prefill or a verification pass waits on one core. */
+
+/* Runs fn over [0, count) on the pool when there is more than one task, inline otherwise (a hand-off
+ * costs more than one row's work). */
+static void run_each(kite_pool *pool, kite_pool_fn fn, void *ctx, int64_t count) {
+    if (count > 1 && kite_pool_threads(pool) > 1) kite_pool_run(pool, fn, ctx, count);
+    else
+        for (int64_t t = 0; t < count; t++) fn(ctx, t, 0);
+}
+
+/* x[src_first + b] += xn[src_first + b] (when add), then xn[b] = rmsnorm(x[src_first + b]) * weight. */
+typedef struct residual_norm_job {
+    float *x, *xn;         /* [n][dim] */
+    const float *weight;   /* [dim] */
+    int64_t dim;
+    float eps;
+    bool add;
+    int32_t src_first;     /* first row of x taken; > 0 only with one row (the output norm of the last) */
+} residual_norm_job;
+
+static void residual_norm_task(void *ctx, int64_t b, int thread) {
+    (void)thread;
+    const residual_norm_job *j = ctx;
+    float *x = j->x + (b + j->src_first) * j->dim;
+    if (j->add) {
+        const float *r = j->xn + (b + j->src_first) * j->dim;
+        for (int64_t i = 0; i < j->dim; i++) x[i] += r[i];
+    }
+    rmsnorm(j->xn + b * j->dim, x, j->weight, j->dim, j->eps);
+}
+
+static void residual_norm(kite_pool *pool, float *x, float *xn, const float *weight, int64_t dim, float eps, bool add,
+                          int32_t src_first, int32_t rows) {
+    residual_norm_job j = {.x = x, .xn = xn, .weight = weight, .dim = dim, .eps = eps, .add = add, .src_first = src_first};
+    run_each(pool, residual_norm_task, &j, rows);
+}
+
+/* gate = silu(gate) * up over [n * ffn), in chunks of SILU_CHUNK elements (so one row of a decode
+ * step is shared too: 8192 expf calls are ~2% of a 1B decode step). */
+#define SILU_CHUNK 2048
+typedef struct silu_job {
+    float *gate;
+    const float *up;
+    int64_t count;
+} silu_job;
+
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+static void silu_task(void *ctx, int64_t t, int thread) {
+    (void)thread;
+    const silu_job *j = ctx;
+    int64_t i1 = (t + 1) * SILU_CHUNK < j->count ? (t + 1) * SILU_CHUNK : j->count;
+    for (int64_t i = t * SILU_CHUNK; i < i1; i++) j->gate[i] = silu(j->gate[i]) * j->up[i];
 }
 
 typedef struct attention_job {
@@ -185,7 +251,45 @@ static void attention_task(void *ctx, int64_t task, int thread) {
     }
 }
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
+/* Per batch row after the Q/K/V products: biases, QK-norm, rotation, and the row's K and V stored into
+ * the cache at its position. */
+typedef struct qkv_row_job {
+    const kite_hparams *hp;
+    const kite_layer_weights *L;
+    const float *rope_inv_freq;
+    const int32_t *pos;    /* [n] absolute positions */
+    float *q, *k, *v;      /* [n][q_width], [n][kv_dim], [n][kv_dim] */
+    kite_kv_cache *kv;
+    const kite_type_traits *kv_type;
+    int32_t layer;
+    int32_t row0;          /* cache row of batch row 0 (pos0 + first) */
+} qkv_row_job;
+
+static void qkv_row_task(void *ctx, int64_t b, int thread) {
+    (void)thread;
+    const qkv_row_job *j = ctx;
+    const kite_hparams *hp = j->hp;
+    const kite_layer_weights *L = j->L;
+    const int32_t hd = hp->head_dim, q_width = hp->n_heads * hd, kv_dim = hp->n_kv_heads * hd;
+    float *q = j->q + b * q_width, *k = j->k + b * kv_dim, *v = j->v + b * kv_dim;
+    if (L->q_bias) for (int32_t i = 0; i < q_width; i++) q[i] += L->q_bias[i];
+    if (L->k_bias) for (int32_t i = 0; i < kv_dim; i++) k[i] += L->k_bias[i];
+    if (L->v_bias) for (int32_t i = 0; i < kv_dim; i++) v[i] += L->v_bias[i];
+    float rc[KITE_ATTN_MAX_HEAD_DIM / 2], rs[KITE_ATTN_MAX_HEAD_DIM / 2]; /* validate.c caps head_dim */
+    rope_table(j->pos[b], j->rope_inv_freq, hd / 2, rc, rs);
+    for (int32_t h = 0; h < hp->n_heads; h++) {
+        if (L->q_norm) rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
+        rope(q + h * hd, hd, rc, rs, hp->rope_layout);
+    }
+    for (int32_t h = 0; h < hp->n_kv_heads; h++) {
+        if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
+        rope(k + h * hd, hd, rc, rs, hp->rope_layout);
+    }
+    const kite_kv_cache *kv = j->kv;
+    size_t at = ((size_t)j->layer * (size_t)kv->n_ctx + (size_t)(j->row0 + b)) * (size_t)kv_dim * kv->elem_bytes;
+    j->kv_type->from_float(k, (char *)kv->k + at, kv_dim);
+    j->kv_type->from_float(v, (char *)kv->v + at, kv_dim);
+}
 
 void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch *s, kite_pool *pool,
                   const int32_t *tokens, const int32_t *parent, int32_t first, int32_t n, int32_t pos0, float *logits,
@@ -212,50 +316,36 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
 
     for (int32_t l = 0; l < hp->n_layers; l++) {
         const kite_layer_weights *L = &w->layers[l];
-        for (int32_t b = 0; b < n; b++) rmsnorm(s->xn + (int64_t)b * dim, s->x + (int64_t)b * dim, L->attn_norm, dim, hp->rms_eps);
+        /* The previous layer's down projection (in xn) joins the residual stream here. */
+        residual_norm(pool, s->x, s->xn, L->attn_norm, dim, hp->rms_eps, l > 0, 0, n);
         const matmul_part qkv[3] = {{.w = &L->wq, .y = s->q, .y_stride = q_width},
                                     {.w = &L->wk, .y = s->k, .y_stride = kv_dim},
                                     {.w = &L->wv, .y = s->v, .y_stride = kv_dim}};
         matmul_shared_input(pool, s, w->kernels, qkv, 3, s->xn, n);
-        for (int32_t b = 0; b < n; b++) {
-            float *q = s->q + (int64_t)b * q_width, *k = s->k + (int64_t)b * kv_dim, *v = s->v + (int64_t)b * kv_dim;
-            if (L->q_bias) for (int32_t i = 0; i < q_width; i++) q[i] += L->q_bias[i];
-            if (L->k_bias) for (int32_t i = 0; i < kv_dim; i++) k[i] += L->k_bias[i];
-            if (L->v_bias) for (int32_t i = 0; i < kv_dim; i++) v[i] += L->v_bias[i];
-            for (int32_t h = 0; h < hp->n_heads; h++) {
-                if (L->q_norm) rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
-                rope(q + h * hd, hd, pos[b], w->rope_inv_freq, hp->rope_layout);
-            }
-            for (int32_t h = 0; h < hp->n_kv_heads; h++) {
-                if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
-                rope(k + h * hd, hd, pos[b], w->rope_inv_freq, hp->rope_layout);
-            }
-            size_t at = ((size_t)l * (size_t)kv->n_ctx + (size_t)(pos0 + first + b)) * (size_t)kv_dim * kv->elem_bytes;
-            kv_type->from_float(k, (char *)kv->k + at, kv_dim);
-            kv_type->from_float(v, (char *)kv->v + at, kv_dim);
-        }
+        qkv_row_job qj = {.hp = hp, .L = L, .rope_inv_freq = w->rope_inv_freq, .pos = pos, .q = s->q, .k = s->k,
+                          .v = s->v, .kv = kv, .kv_type = kv_type, .layer = l, .row0 = pos0 + first};
+        run_each(pool, qkv_row_task, &qj, n);
         attention_job aj = {
             .ks = w->kernels, .hp = hp, .kv = kv, .layer = l, .pos0 = pos0, .parent = parent, .first = first,
             .q = s->q, .out = s->att_out, .slots = s->slots, .n_ctx = s->n_ctx,
         };
         kite_pool_run(pool, attention_task, &aj, (int64_t)n * hp->n_kv_heads);
-        /* Output projection into xn, then the residual add. */
+        /* Output projection into xn, then the residual add and the FFN norm. */
         matmul(pool, s, w->kernels, &L->wo, s->att_out, s->xn, dim, n);
-        for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] += s->xn[i];
-
-        for (int32_t b = 0; b < n; b++) rmsnorm(s->xn + (int64_t)b * dim, s->x + (int64_t)b * dim, L->ffn_norm, dim, hp->rms_eps);
+        residual_norm(pool, s->x, s->xn, L->ffn_norm, dim, hp->rms_eps, true, 0, n);
         const matmul_part gate_up[2] = {{.w = &L->w_gate, .y = s->gate, .y_stride = ffn},
                                         {.w = &L->w_up, .y = s->up, .y_stride = ffn}};
         matmul_shared_input(pool, s, w->kernels, gate_up, 2, s->xn, n);
-        for (int64_t i = 0; i < (int64_t)n * ffn; i++) s->gate[i] = silu(s->gate[i]) * s->up[i];
+        silu_job sj = {.gate = s->gate, .up = s->up, .count = (int64_t)n * ffn};
+        run_each(pool, silu_task, &sj, (sj.count + SILU_CHUNK - 1) / SILU_CHUNK);
         matmul(pool, s, w->kernels, &L->w_down, s->gate, s->xn, dim, n);
-        for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] += s->xn[i];
     }
 
+    /* The last down projection joins the residual stream of the rows whose logits are wanted (the
+     * stream itself is not needed after this pass: the cache holds every row's K and V). */
     if (!logits) return;
     int32_t first_out = all_logits ? 0 : n - 1;
-    for (int32_t b = first_out; b < n; b++)
-        rmsnorm(s->xn + (int64_t)(b - first_out) * dim, s->x + (int64_t)b * dim, w->output_norm, dim, hp->rms_eps);
+    residual_norm(pool, s->x, s->xn, w->output_norm, dim, hp->rms_eps, hp->n_layers > 0, first_out, n - first_out);
     matmul(pool, s, w->kernels, &w->output, s->xn, logits, hp->n_vocab, n - first_out);
 }
 
