@@ -122,9 +122,12 @@ void kite_decode_k(uint32_t type, const void *block, kite_k_ints *out);
 /* ---- Packed layouts -------------------------------------------------------------------------------- *
  * KITE_LAYOUT_RAW: data views the tensor's rows as stored (the reference set; owned = NULL).
  * KITE_LAYOUT_INTERLEAVED: rows in groups of G (16 for AVX-512, 8 for AVX2, 4 for NEON); the last group
- * is padded with zero rows. Group g occupies group_bytes at data + g * group_bytes: first the quant
- * region (n_blocks * q_bytes), then the scale region (n_blocks * s_bytes); group_bytes is a multiple of
- * 64. A "vector" below is 4 * G bytes: byte 4r + i holds element 4j + i of row r for one 4-element
+ * is padded with zero rows. Group g occupies group_bytes at data + g * group_bytes (a multiple of 64):
+ * its n_blocks blocks one after another, block_bytes = q_bytes + s_bytes each, a block's quant bytes
+ * first and its scales right after them. One sequential stream per group is what the hardware
+ * prefetchers follow best: with the scales in a region of their own, a decode step (one activation
+ * row) streamed Q4_0 at 55-65% of the read bandwidth of a plain sequential pass over the same bytes;
+ * inline, without software prefetch, at 85-90% (kite_kernel_bench, 1.1B shapes). A "vector" below is 4 * G bytes: byte 4r + i holds element 4j + i of row r for one 4-element
  * column group j (the layout a dot-of-4 instruction with a broadcast activation word consumes).
  *   f32/f16/bf16: block = 1 column: G values (the G rows of that column) in the source format.
  *   q8_0: 8 vectors (column groups 0..7) of int8 values; with KITE_PACK_Q8_OFFSET stored as v + 128 (u8).
@@ -153,7 +156,8 @@ typedef struct kite_pack_geom {
     int64_t n_groups;
     int64_t n_blocks;   /* per row */
     size_t q_bytes;     /* quant bytes per block per group */
-    size_t s_bytes;     /* scale bytes per block per group */
+    size_t s_bytes;     /* scale bytes per block per group (after the block's quant bytes) */
+    size_t block_bytes; /* q_bytes + s_bytes: stride between a group's blocks */
     size_t group_bytes; /* multiple of 64 */
 } kite_pack_geom;
 

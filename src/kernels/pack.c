@@ -212,7 +212,8 @@ bool kite_pack_geometry(uint32_t type, int64_t rows, int64_t cols, int32_t G, ki
     case KITE_TYPE_Q6_K: g->n_blocks = cols / 256; g->q_bytes = 48 * V; g->s_bytes = 18 * (size_t)G; break;
     default: return false;
     }
-    g->group_bytes = kite_round_up((size_t)g->n_blocks * (g->q_bytes + g->s_bytes), 64);
+    g->block_bytes = g->q_bytes + g->s_bytes;
+    g->group_bytes = kite_round_up((size_t)g->n_blocks * g->block_bytes, 64);
     return true;
 }
 
@@ -230,7 +231,9 @@ static void pack_group(uint32_t type, const kite_pack_geom *g, const uint8_t *co
                        uint32_t flags, uint8_t *dst) {
     const int32_t G = g->G;
     const size_t V = 4 * (size_t)G;
-    uint8_t *qreg = dst, *sreg = dst + (size_t)g->n_blocks * g->q_bytes;
+    /* Block blk's quant bytes at dst + blk * block_bytes, its scales right after them. */
+    uint8_t *qreg = dst, *sreg = dst + g->q_bytes;
+    const size_t stride = g->block_bytes;
     (void)row_bytes;
     uint8_t nib[16][32];
     /* Fast paths: these layouts are byte shuffles of the stored rows (q4_0's stored nibble pairs are
@@ -243,7 +246,7 @@ static void pack_group(uint32_t type, const kite_pack_geom *g, const uint8_t *co
             for (int32_t r = 0; r < G; r++) {
                 if (!row_src[r]) continue;
                 for (int64_t k = k0; k < k1; k++)
-                    memcpy(qreg + (size_t)k * g->q_bytes + es * (size_t)r, row_src[r] + es * (size_t)k, es);
+                    memcpy(qreg + (size_t)k * stride + es * (size_t)r, row_src[r] + es * (size_t)k, es);
             }
         }
         return;
@@ -257,8 +260,8 @@ static void pack_group(uint32_t type, const kite_pack_geom *g, const uint8_t *co
             for (int32_t r = 0; r < G; r++) {
                 if (!row_src[r]) continue;
                 const uint8_t *src = row_src[r] + (size_t)blk * bb;
-                uint8_t *q = qreg + (size_t)blk * g->q_bytes;
-                memcpy(sreg + (size_t)blk * g->s_bytes + 2 * (size_t)r, src, 2);
+                uint8_t *q = qreg + (size_t)blk * stride;
+                memcpy(sreg + (size_t)blk * stride + 2 * (size_t)r, src, 2);
                 for (int j = 0; j < words; j++) {
                     uint32_t word;
                     memcpy(&word, src + 2 + 4 * j, 4);
@@ -271,7 +274,7 @@ static void pack_group(uint32_t type, const kite_pack_geom *g, const uint8_t *co
         return;
     }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
-        uint8_t *q = qreg + (size_t)blk * g->q_bytes, *s = sreg + (size_t)blk * g->s_bytes;
+        uint8_t *q = qreg + (size_t)blk * stride, *s = sreg + (size_t)blk * stride;
         switch (type) {
         case KITE_TYPE_F32:
         case KITE_TYPE_F16:

@@ -100,7 +100,6 @@ INLINE void store_rows(const tile_ctx *c, int32_t b, int64_t row0, int64_t r0, i
 
 INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB,
                      int64_t row0, int64_t r0, int64_t r1) {
-    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
     const uint8x16_t low4 = vdupq_n_u8(0x0F);
     const int8x16_t eight = vdupq_n_s8(8);
     float32x4_t acc[TILE_B];
@@ -110,8 +109,8 @@ INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const
         arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
     }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
-        const uint8_t *q = qreg + (size_t)blk * g->q_bytes;
-        __builtin_prefetch(q + 8 * g->q_bytes);
+        const uint8_t *q = grp + (size_t)blk * g->block_bytes; /* its scales follow at q + q_bytes */
+        __builtin_prefetch(q + 8 * g->block_bytes);
         int8x16_t w[8];
         if (q4) {
             for (int p = 0; p < 4; p++) {
@@ -123,7 +122,7 @@ INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const
             for (int j = 0; j < 8; j++) w[j] = vld1q_s8((const int8_t *)q + 16 * j);
         }
         uint16_t dh[4];
-        memcpy(dh, sreg + (size_t)blk * 8, 8);
+        memcpy(dh, q + g->q_bytes, 8);
         const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(dh)));
         for (int b = 0; b < NB; b++) {
             const int8_t *xq = (const int8_t *)arow[b] + blk * 32;

@@ -22,9 +22,10 @@ INLINE int32_t load_i32(const void *p) { return *(const unaligned_i32 *)p; }
 INLINE float load_f32(const void *p) { float v; memcpy(&v, p, 4); return v; }
 
 /* Software prefetch of every cache line of [p, p + bytes): the packed groups are long contiguous runs,
- * and the hardware prefetchers do not keep enough lines in flight once a block takes many cycles (a
- * batch of activation rows), nor across 4 KiB pages. Measured on the 1.1B Q4_0 shapes, 2 threads:
- * products over 8 rows went from 14 to 24 GB/s of weights. */
+ * and the hardware prefetchers do not keep enough lines in flight once a block takes many cycles.
+ * Measured with kite_kernel_bench (--level avx2) on the 1.1B shapes, 2 threads, inline layout: at one
+ * activation row q4_0 26-28 -> 32-34 GB/s, q8_0 33-35 -> 43 GB/s, q4_K 16-19 -> 30 GB/s, q6_K 17-21 ->
+ * 33 GB/s. (This set needs it at one row where AVX-512 does not: it spends more cycles per byte.) */
 INLINE void prefetch_lines(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
@@ -133,7 +134,6 @@ INLINE void store_rows(const tile_ctx *c, int32_t b, int64_t row0, int64_t r0, i
 
 INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB,
                      int64_t row0, int64_t r0, int64_t r1) {
-    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 acc[TILE_B];
     const uint8_t *arow[TILE_B];
@@ -143,8 +143,8 @@ INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const
         arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
     }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
-        const uint8_t *q = qreg + (size_t)blk * g->q_bytes;
-        prefetch_lines(q + PREFETCH_B32 * g->q_bytes, g->q_bytes);
+        const uint8_t *q = grp + (size_t)blk * g->block_bytes; /* its scales follow at q + q_bytes */
+        prefetch_lines(q + PREFETCH_B32 * g->block_bytes, g->block_bytes);
         __m256i w[8];
         if (q4) {
 #pragma GCC unroll 4
@@ -157,7 +157,7 @@ INLINE void tile_b32(bool q4, const uint8_t *grp, const kite_pack_geom *g, const
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) w[j] = _mm256_loadu_si256((const __m256i *)(q + 32 * j));
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sreg + (size_t)blk * 16)));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q + g->q_bytes)));
 #pragma GCC unroll 4
         for (int b = 0; b < NB; b++) {
             const uint8_t *xq = arow[b] + blk * 32;
@@ -211,7 +211,6 @@ INLINE __m256i bits2_to_4(__m256i h, int j) {
 
 INLINE void tile_q45k(bool q5, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB,
                       int64_t row0, int64_t r0, int64_t r1) {
-    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256 acc[TILE_B];
     const uint8_t *arow[TILE_B];
@@ -221,16 +220,14 @@ INLINE void tile_q45k(bool q5, const uint8_t *grp, const kite_pack_geom *g, cons
         arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
     }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
-        const uint8_t *qb = qreg + (size_t)blk * g->q_bytes, *sb = sreg + (size_t)blk * g->s_bytes;
-        /* One row of activations streams well on the hardware prefetcher alone; with more, the block's
-         * lines PREFETCH_K blocks ahead are requested an eighth per sub-block (below). */
-        if (NB == 1) _mm_prefetch((const char *)qb + g->q_bytes, _MM_HINT_T0);
+        const uint8_t *qb = grp + (size_t)blk * g->block_bytes, *sb = qb + g->q_bytes;
+        /* The block PREFETCH_K ahead is requested an eighth per sub-block (below). */
         __m256i A[TILE_B];
 #pragma GCC unroll 4
         for (int b = 0; b < NB; b++) A[b] = _mm256_setzero_si256();
         for (int s = 0; s < 8; s++) {
             __m256i w[8];
-            if (NB > 1) prefetch_lines(qb + PREFETCH_K * g->q_bytes + (size_t)s * (g->q_bytes / 8), g->q_bytes / 8);
+            prefetch_lines(qb + PREFETCH_K * g->block_bytes + (size_t)s * (g->block_bytes / 8), g->block_bytes / 8);
             const uint8_t *q = qb + (size_t)s * 128;
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) {
@@ -285,7 +282,6 @@ INLINE void tile_q45k(bool q5, const uint8_t *grp, const kite_pack_geom *g, cons
 
 INLINE void tile_q6k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB, int64_t row0,
                      int64_t r0, int64_t r1) {
-    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256 acc[TILE_B];
     const uint8_t *arow[TILE_B];
@@ -295,16 +291,14 @@ INLINE void tile_q6k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx
         arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
     }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
-        const uint8_t *qb = qreg + (size_t)blk * g->q_bytes, *sb = sreg + (size_t)blk * g->s_bytes;
-        /* One row of activations streams well on the hardware prefetcher alone; with more, the block's
-         * lines PREFETCH_K blocks ahead are requested an eighth per sub-block (below). */
-        if (NB == 1) _mm_prefetch((const char *)qb + g->q_bytes, _MM_HINT_T0);
+        const uint8_t *qb = grp + (size_t)blk * g->block_bytes, *sb = qb + g->q_bytes;
+        /* The block PREFETCH_K ahead is requested an eighth per sub-block (below). */
         __m256i A[TILE_B];
 #pragma GCC unroll 4
         for (int b = 0; b < NB; b++) A[b] = _mm256_setzero_si256();
         for (int t = 0; t < 8; t++) {
             __m256i w[8];
-            if (NB > 1) prefetch_lines(qb + PREFETCH_K * g->q_bytes + (size_t)t * (g->q_bytes / 8), g->q_bytes / 8);
+            prefetch_lines(qb + PREFETCH_K * g->block_bytes + (size_t)t * (g->block_bytes / 8), g->block_bytes / 8);
             const uint8_t *q = qb + (size_t)t * 192;
             __m256i h0 = _mm256_loadu_si256((const __m256i *)(q + 128)), h1 = _mm256_loadu_si256((const __m256i *)(q + 160));
 #pragma GCC unroll 4

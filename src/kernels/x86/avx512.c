@@ -24,8 +24,11 @@ INLINE float load_f32(const void *p) { float v; memcpy(&v, p, 4); return v; }
 
 /* Software prefetch of every cache line of [p, p + bytes): the packed groups are long contiguous runs,
  * and the hardware prefetchers do not keep enough lines in flight once a block takes many cycles (a
- * batch of activation rows), nor across 4 KiB pages. Measured on the 1.1B Q4_0 shapes, 2 threads:
- * products over 8 rows went from 14 to 24 GB/s of weights. */
+ * batch of activation rows, or one row of a K-quant's 2-3 KiB block). Measured with kite_kernel_bench
+ * on the 1.1B shapes, 2 threads, inline layout (kernels_internal.h): q4_K at one row 35 -> 55 GB/s,
+ * q6_K 38 -> 56 GB/s (the probe's bandwidth); Q4_0 over 8 rows 14 -> 24 GB/s (separate-scale layout).
+ * The 32-block types at one row stream as fast without it (the hardware follows their short blocks:
+ * 86-90% of a plain read of the same bytes, and prefetching cost 5-20%), so they skip it there. */
 INLINE void prefetch_lines(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
@@ -125,7 +128,6 @@ INLINE __m512i bit_to_4(__m512i h, int j) {
  * values are v + off (off = 128, 8, 16 or 0), so isum = dot - off * xsum. */
 INLINE void tile_b32(uint32_t type, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0,
                      const int NB, int64_t row0, __mmask16 mask) {
-    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const bool q4 = type != KITE_TYPE_Q8_0, q5 = type == KITE_TYPE_Q5_0 || type == KITE_TYPE_Q5_1;
     const bool has_min = type == KITE_TYPE_Q4_1 || type == KITE_TYPE_Q5_1;
@@ -138,8 +140,8 @@ INLINE void tile_b32(uint32_t type, const uint8_t *grp, const kite_pack_geom *g,
         arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
     }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
-        const uint8_t *q = qreg + (size_t)blk * g->q_bytes;
-        prefetch_lines(q + PREFETCH_B32 * g->q_bytes, g->q_bytes);
+        const uint8_t *q = grp + (size_t)blk * g->block_bytes; /* its scales follow at q + q_bytes */
+        if (NB > 1) prefetch_lines(q + PREFETCH_B32 * g->block_bytes, g->block_bytes); /* see prefetch_lines */
         __m512i w[8];
         if (q4) {
 #pragma GCC unroll 4
@@ -157,7 +159,7 @@ INLINE void tile_b32(uint32_t type, const uint8_t *grp, const kite_pack_geom *g,
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(q + 64 * j);
         }
-        const uint8_t *sb = sreg + (size_t)blk * g->s_bytes;
+        const uint8_t *sb = q + g->q_bytes;
         const __m512 dw = fp16x16(sb);
         const __m512 mw = has_min ? fp16x16(sb + 32) : dw;
 #pragma GCC unroll 8
@@ -187,7 +189,6 @@ INLINE void tile_b32(uint32_t type, const uint8_t *grp, const kite_pack_geom *g,
 
 INLINE void tile_q45k(bool q5, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB,
                       int64_t row0, __mmask16 mask) {
-    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
     const __m512i low4 = _mm512_set1_epi8(0x0F), low16 = _mm512_set1_epi32(0xFFFF);
     __m512 acc[TILE_B];
     const uint8_t *arow[TILE_B];
@@ -197,16 +198,14 @@ INLINE void tile_q45k(bool q5, const uint8_t *grp, const kite_pack_geom *g, cons
         arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
     }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
-        const uint8_t *qb = qreg + (size_t)blk * g->q_bytes, *sb = sreg + (size_t)blk * g->s_bytes;
-        /* One row of activations streams well on the hardware prefetcher alone; with more, the block's
-         * lines PREFETCH_K blocks ahead are requested an eighth per sub-block (below). */
-        if (NB == 1) _mm_prefetch((const char *)qb + g->q_bytes, _MM_HINT_T0);
+        const uint8_t *qb = grp + (size_t)blk * g->block_bytes, *sb = qb + g->q_bytes;
+        /* The block PREFETCH_K ahead is requested an eighth per sub-block (below). */
         __m512i A[TILE_B];
 #pragma GCC unroll 8
         for (int b = 0; b < NB; b++) A[b] = _mm512_setzero_si512();
         for (int s = 0; s < 8; s++) {
             __m512i w[8];
-            if (NB > 1) prefetch_lines(qb + PREFETCH_K * g->q_bytes + (size_t)s * (g->q_bytes / 8), g->q_bytes / 8);
+            prefetch_lines(qb + PREFETCH_K * g->block_bytes + (size_t)s * (g->block_bytes / 8), g->block_bytes / 8);
             const uint8_t *q = qb + (size_t)s * 256;
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) {
@@ -268,7 +267,6 @@ INLINE __m512i bits2_to_4(__m512i h, int j) {
 
 INLINE void tile_q6k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, const int NB,
                      int64_t row0, __mmask16 mask) {
-    const uint8_t *qreg = grp, *sreg = grp + (size_t)g->n_blocks * g->q_bytes;
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     __m512 acc[TILE_B];
     const uint8_t *arow[TILE_B];
@@ -278,16 +276,14 @@ INLINE void tile_q6k(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx
         arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
     }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
-        const uint8_t *qb = qreg + (size_t)blk * g->q_bytes, *sb = sreg + (size_t)blk * g->s_bytes;
-        /* One row of activations streams well on the hardware prefetcher alone; with more, the block's
-         * lines PREFETCH_K blocks ahead are requested an eighth per sub-block (below). */
-        if (NB == 1) _mm_prefetch((const char *)qb + g->q_bytes, _MM_HINT_T0);
+        const uint8_t *qb = grp + (size_t)blk * g->block_bytes, *sb = qb + g->q_bytes;
+        /* The block PREFETCH_K ahead is requested an eighth per sub-block (below). */
         __m512i A[TILE_B];
 #pragma GCC unroll 8
         for (int b = 0; b < NB; b++) A[b] = _mm512_setzero_si512();
         for (int t = 0; t < 8; t++) {
             __m512i w[8];
-            if (NB > 1) prefetch_lines(qb + PREFETCH_K * g->q_bytes + (size_t)t * (g->q_bytes / 8), g->q_bytes / 8);
+            prefetch_lines(qb + PREFETCH_K * g->block_bytes + (size_t)t * (g->block_bytes / 8), g->block_bytes / 8);
             const uint8_t *q = qb + (size_t)t * 384;
             __m512i h0 = _mm512_loadu_si512(q + 256), h1 = _mm512_loadu_si512(q + 320);
 #pragma GCC unroll 4
