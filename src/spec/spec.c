@@ -254,14 +254,22 @@ int32_t kite_spec_choose_budget(kite_spec_state *st, kite_session *s, int32_t ma
     }
     /* Re-probe now and then so a drafter that was poor earlier can win back its place. The interval
      * doubles after each probe that did not bring drafting back, so a drafter that stays useless costs
-     * almost nothing (a probe costs a two-token pass); drafting again resets it. */
-    if (st->probe_interval < KITE_PROBE_MIN) st->probe_interval = KITE_PROBE_MIN;
+     * almost nothing; drafting again resets it. A probe is a two-token pass, T(2) - T(1) more than a
+     * plain one: the interval starts where probes cost at most KITE_PROBE_SHARE of plain decoding
+     * (16 passes on the 1.1B shape, where T(2)/T(1) ~ 1.05-1.1; ~115 on llama2xs-281K, where it is
+     * 1.57 and probing every 16 passes made n-gram decoding 2% slower than plain). */
+    const double probe_extra = curve_at(curve, 2) / curve_at(curve, 1) - 1.0;
+    int32_t min_interval = KITE_PROBE_MIN;
+    if (probe_extra / KITE_PROBE_SHARE > min_interval)
+        min_interval = probe_extra / KITE_PROBE_SHARE >= KITE_PROBE_MAX ? KITE_PROBE_MAX : (int32_t)ceil(probe_extra / KITE_PROBE_SHARE);
+    if (st->probe_interval < min_interval) st->probe_interval = min_interval;
     if (best_k == 0 && ++st->plain_streak >= st->probe_interval) {
         st->plain_streak = 0;
         if (st->probe_interval < KITE_PROBE_MAX) st->probe_interval *= 2;
+        if (st->probe_interval > KITE_PROBE_MAX) st->probe_interval = KITE_PROBE_MAX;
         return 1;
     }
-    if (best_k > 0) st->plain_streak = 0, st->probe_interval = KITE_PROBE_MIN;
+    if (best_k > 0) st->plain_streak = 0, st->probe_interval = min_interval;
     return best_k;
 }
 

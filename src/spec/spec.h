@@ -85,9 +85,11 @@ int32_t kite_spec_rejection_step(kite_spec_state *st, const kite_gen_params *gp,
 
 /* Batch sizes at which the pass cost curve is measured (spec.c). */
 #define KITE_N_COST_POINTS 11
-/* Plain passes between one-token probes while the controller does not draft (doubling from MIN to MAX). */
+/* Plain passes between one-token probes while the controller does not draft (doubling from MIN, or
+ * from where probes cost at most SHARE of plain decoding when that is later, to MAX). */
 #define KITE_PROBE_MIN 16
 #define KITE_PROBE_MAX 1024
+#define KITE_PROBE_SHARE 0.005
 
 /* Stores the session's learned acceptance in the model, for the next session with the same drafter. */
 void kite_spec_learned_store(const kite_spec_state *st, struct kite_model *m);

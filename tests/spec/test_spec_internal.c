@@ -692,6 +692,37 @@ static void test_measured_cost_curve(void **state) {
     kite_session_free(s);
 }
 
+/* The first probe interval the rule in spec.c should give on COSTS, counted up independently. */
+static int first_probe_interval(void) {
+    int n = KITE_PROBE_MIN;
+    while ((cost_at(2) / cost_at(1) - 1.0) / n > KITE_PROBE_SHARE) n++;
+    return n;
+}
+
+/* With drafts that never pay: plain passes with a probe after N, 2N, 4N, ... up to KITE_PROBE_MAX plain
+ * passes; after drafting resumes and stops again, the first probe comes after N again. Returns N (the
+ * first interval seen), asserting the doubling. */
+static int probe_rounds(kite_session *s, kite_spec_state *st) {
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.02;
+    st->draft_ms_per_token = 0.5, st->plain_streak = 0, st->probe_interval = 0;
+    int first = 0;
+    while (kite_spec_choose_budget(st, s, KITE_MAX_DRAFT) == 0) first++;
+    first++;
+    for (int round = 1; round < 8; round++) {
+        int interval = first << round < KITE_PROBE_MAX ? first << round : KITE_PROBE_MAX;
+        for (int i = 0; i < interval - 1; i++) assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 0);
+        assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 1);
+    }
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.95;
+    st->draft_ms_per_token = 0.0;
+    assert_true(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT) > 0);
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.02;
+    st->draft_ms_per_token = 0.5;
+    for (int i = 0; i < first - 1; i++) assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 0);
+    assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 1);
+    return first;
+}
+
 static void test_budget_controller(void **state) {
     (void)state;
     kite_spec_params sp = kite_spec_default_params();
@@ -719,22 +750,18 @@ static void test_budget_controller(void **state) {
     st->draft_ms_per_token = 0.0;
     assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), best_chain(0.95, 0.0, KITE_MAX_DRAFT));
     assert_true(best_chain(0.95, 0.0, KITE_MAX_DRAFT) > best_chain(0.6, 0.0, KITE_MAX_DRAFT));
-    /* falling back to plain decoding, with a probe of one token after 16 plain passes, then 32, 64, ...
-     * up to 1024 while probes keep failing; drafting again brings the interval back to 16 */
-    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.02;
-    st->draft_ms_per_token = 0.5, st->plain_streak = 0, st->probe_interval = 0;
-    for (int round = 0; round < 8; round++) {
-        int interval = 16 << round < KITE_PROBE_MAX ? 16 << round : KITE_PROBE_MAX;
-        for (int i = 0; i < interval - 1; i++) assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 0);
-        assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 1);
-    }
-    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.95;
-    st->draft_ms_per_token = 0.0;
-    assert_true(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT) > 0);
-    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.02;
-    st->draft_ms_per_token = 0.5;
-    for (int i = 0; i < 15; i++) assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 0);
-    assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 1);
+    /* falling back to plain decoding, with a probe of one token after N plain passes, then 2N, 4N, ...
+     * up to 1024 while probes keep failing; drafting again brings the interval back to N. N is 16, or
+     * the first count of passes over which a probe's extra cost T(2) - T(1) is at most KITE_PROBE_SHARE
+     * of plain decoding: this curve (T(2) = 1.1) needs 21, a small model's (T(2) = 1.57) 115. */
+    assert_int_equal(probe_rounds(s, st), first_probe_interval());
+    const double steep[KITE_N_COST_POINTS] = {1.0, 1.57, 1.95, 2.39, 2.8, 3.2, 4.0, 5.6, 7.2, 10.4, 13.6};
+    pthread_mutex_lock(&g_model->cost_lock);
+    memcpy(g_model->pass_cost_ms, steep, sizeof steep);
+    pthread_mutex_unlock(&g_model->cost_lock);
+    assert_int_equal(probe_rounds(s, st), 115);
+    set_costs(s);
+    assert_int_equal(first_probe_interval(), 21);
     assert_int_equal(kite_spec_choose_budget(st, s, 0), 0); /* no room: plain */
     /* a fixed budget is kept, within the room left */
     st->params.budget = 7;
