@@ -38,6 +38,7 @@ typedef struct kite_spec_state {
     double draft_ms_per_token;          /* running estimate of drafting cost */
     int32_t plain_streak;               /* passes in a row the controller chose not to draft */
     int32_t probe_interval;             /* plain passes before the next one-token probe (16, doubling to 1024) */
+    int32_t explore_count;              /* drafting passes since the last one drafted a token deeper */
 } kite_spec_state;
 
 int kite_spec_init(kite_spec_state *st, struct kite_session *s, const kite_spec_params *p, kite_error *e);
@@ -90,6 +91,10 @@ int32_t kite_spec_rejection_step(kite_spec_state *st, const kite_gen_params *gp,
 #define KITE_PROBE_MIN 16
 #define KITE_PROBE_MAX 1024
 #define KITE_PROBE_SHARE 0.005
+/* Every KITE_EXPLORE_EVERY-th drafting pass drafts one token deeper than the controller's choice, so
+ * the acceptance estimate of that depth is refreshed (else one unlucky run of rejections there can
+ * keep the chains short for the rest of the session). */
+#define KITE_EXPLORE_EVERY 8
 
 /* Stores the session's learned acceptance in the model, for the next session with the same drafter. */
 void kite_spec_learned_store(const kite_spec_state *st, struct kite_model *m);

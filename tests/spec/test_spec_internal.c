@@ -704,7 +704,7 @@ static int first_probe_interval(void) {
  * first interval seen), asserting the doubling. */
 static int probe_rounds(kite_session *s, kite_spec_state *st) {
     for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.02;
-    st->draft_ms_per_token = 0.5, st->plain_streak = 0, st->probe_interval = 0;
+    st->draft_ms_per_token = 0.5, st->plain_streak = 0, st->probe_interval = 0, st->explore_count = 0;
     int first = 0;
     while (kite_spec_choose_budget(st, s, KITE_MAX_DRAFT) == 0) first++;
     first++;
@@ -737,17 +737,29 @@ static void test_budget_controller(void **state) {
         for (size_t j = 0; j < sizeof draft_costs / sizeof draft_costs[0]; j++) {
             for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = rates[i];
             st->draft_ms_per_token = draft_costs[j];
-            st->plain_streak = 0;
+            st->plain_streak = 0, st->explore_count = 0;
             int32_t want = best_chain(rates[i], draft_costs[j], KITE_MAX_DRAFT);
             assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), want);
             assert_int_equal(kite_spec_choose_budget(st, s, 3), want < 3 ? want : best_chain(rates[i], draft_costs[j], 3));
         }
     }
     assert_true(best_chain(0.95, 0, KITE_MAX_DRAFT) > 8 && best_chain(0.05, 0.5, KITE_MAX_DRAFT) == 0);
+    /* exploration: every KITE_EXPLORE_EVERY-th drafting pass drafts one deeper (not past the room) */
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.6;
+    st->draft_ms_per_token = 0.0, st->explore_count = 0;
+    int32_t k6 = best_chain(0.6, 0.0, KITE_MAX_DRAFT);
+    assert_true(k6 > 0 && k6 < KITE_MAX_DRAFT);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < KITE_EXPLORE_EVERY - 1; i++) assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), k6);
+        assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), k6 + 1);
+    }
+    st->explore_count = KITE_EXPLORE_EVERY - 1;
+    assert_int_equal(kite_spec_choose_budget(st, s, k6), k6);
+    st->explore_count = 0;
     /* depths never drafted yet (still at the 0.6 prior) take the deepest observed rate: a controller
      * that has only tried chains of 3 good drafts still goes as deep as 0.95 everywhere would */
     for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = d < 3 ? 0.95 : 0.6, st->observed[d] = d < 3 ? 5 : 0;
-    st->draft_ms_per_token = 0.0;
+    st->draft_ms_per_token = 0.0, st->explore_count = 0;
     assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), best_chain(0.95, 0.0, KITE_MAX_DRAFT));
     assert_true(best_chain(0.95, 0.0, KITE_MAX_DRAFT) > best_chain(0.6, 0.0, KITE_MAX_DRAFT));
     /* falling back to plain decoding, with a probe of one token after N plain passes, then 2N, 4N, ...
