@@ -127,7 +127,8 @@ void kite_decode_k(uint32_t type, const void *block, kite_k_ints *out);
  * first and its scales right after them. One sequential stream per group is what the hardware
  * prefetchers follow best: with the scales in a region of their own, a decode step (one activation
  * row) streamed Q4_0 at 55-65% of the read bandwidth of a plain sequential pass over the same bytes;
- * inline, without software prefetch, at 85-90% (kite_kernel_bench, 1.1B shapes). A "vector" below is 4 * G bytes: byte 4r + i holds element 4j + i of row r for one 4-element
+ * inline, without software prefetch, at 85-90% (kite_kernel_bench, 1.1B shapes).
+ * A "vector" below is 4 * G bytes: byte 4r + i holds element 4j + i of row r for one 4-element
  * column group j (the layout a dot-of-4 instruction with a broadcast activation word consumes).
  *   f32/f16/bf16: block = 1 column: G values (the G rows of that column) in the source format.
  *   q8_0: 8 vectors (column groups 0..7) of int8 values; with KITE_PACK_Q8_OFFSET stored as v + 128 (u8).

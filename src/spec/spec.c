@@ -263,8 +263,9 @@ int32_t kite_spec_choose_budget(kite_spec_state *st, kite_session *s, int32_t ma
      * 1.57 and probing every 16 passes made n-gram decoding 2% slower than plain). */
     const double probe_extra = curve_at(curve, 2) / curve_at(curve, 1) - 1.0;
     int32_t min_interval = KITE_PROBE_MIN;
-    if (probe_extra / KITE_PROBE_SHARE > min_interval)
-        min_interval = probe_extra / KITE_PROBE_SHARE >= KITE_PROBE_MAX ? KITE_PROBE_MAX : (int32_t)ceil(probe_extra / KITE_PROBE_SHARE);
+    const double probe_spacing = probe_extra / KITE_PROBE_SHARE; /* passes per probe for the share */
+    if (probe_spacing > min_interval)
+        min_interval = probe_spacing >= KITE_PROBE_MAX ? KITE_PROBE_MAX : (int32_t)ceil(probe_spacing);
     if (st->probe_interval < min_interval) st->probe_interval = min_interval;
     if (best_k == 0 && ++st->plain_streak >= st->probe_interval) {
         st->plain_streak = 0;
