@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "base/threadpool.h"
@@ -23,18 +22,6 @@
 #include "quant/types.h"
 
 static clockid_t bench_clock = CLOCK_MONOTONIC;
-
-/* Memory for weights and the probe in 2 MiB pages where the kernel allows, as the packer allocates
- * weights (kernels/pack.c): with 4 KiB pages both the kernels and the probe read 25-40% slower. */
-static void *alloc_huge(size_t bytes) {
-    const size_t huge = (size_t)2 << 20;
-    void *p = NULL;
-    if (posix_memalign(&p, huge, kite_round_up(bytes, huge)) != 0) return NULL;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, kite_round_up(bytes, huge), MADV_HUGEPAGE); /* advice only */
-#endif
-    return p;
-}
 
 static double now_s(void) {
     struct timespec ts;
@@ -149,7 +136,9 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < cols; i++) src[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * 0.1f;
 
     const size_t probe_bytes = (size_t)256 << 20;
-    void *probe_buf = alloc_huge(probe_bytes);
+    /* Weights and probe in the packer's memory (huge pages where the kernel offers them): with 4 KiB
+     * pages both the kernels and the probe read 25-40% slower than the model's weights do. */
+    void *probe_buf = kite_alloc_weights(probe_bytes);
     if (!probe_buf) return 1;
     memset(probe_buf, 1, probe_bytes);
     printf("kernel bench: %lld x %lld (rows x cols), %d threads\n", (long long)rows, (long long)cols, threads);
@@ -195,7 +184,7 @@ int main(int argc, char **argv) {
             if (!mats) return 1;
             for (int c = 0; c < copies; c++) {
                 mats[c] = pm;
-                void *mem = alloc_huge(pm.n_bytes);
+                void *mem = kite_alloc_weights(pm.n_bytes);
                 if (!mem) return 1;
                 memcpy(mem, pm.data, pm.n_bytes);
                 mats[c].data = mem;

@@ -171,6 +171,10 @@ int kite_check_matrix(const kite_tensor *t, kite_error *e);
 /* Packs t into the interleaved layout with G rows per group (flags: KITE_PACK_Q8_OFFSET). */
 int kite_pack_interleaved(const kite_tensor *t, int32_t G, uint32_t flags, kite_packed_matrix *out, kite_error *e);
 
+/* Memory for packed weights (released with free()): 2 MiB-aligned and advised into transparent huge
+ * pages from 2 MiB up, 64-byte aligned below. */
+void *kite_alloc_weights(size_t bytes);
+
 /* The reference set's entry points, which the SIMD sets use for types they do not accelerate. */
 int kite_ref_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e);
 void kite_ref_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,

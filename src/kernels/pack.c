@@ -434,7 +434,7 @@ static void pack_group(uint32_t type, const kite_pack_geom *g, const uint8_t *co
 /* Packed weights live for the model's lifetime and are streamed on every token: large ones go in
  * transparent huge pages where the kernel offers them (fewer page faults at load, which are costly in
  * VMs, and fewer TLB misses while streaming). */
-static void *alloc_weights(size_t bytes) {
+void *kite_alloc_weights(size_t bytes) {
     const size_t huge = (size_t)2 << 20, page = 4096;
     if (bytes >= huge && bytes <= SIZE_MAX - huge) {
         /* 2 MiB-aligned start; the length is only rounded to a page, so the tail past the last whole
@@ -462,7 +462,7 @@ int kite_pack_interleaved(const kite_tensor *t, int32_t G, uint32_t flags, kite_
     if (g.group_bytes > SIZE_MAX / (size_t)g.n_groups)
         return kite_fail(e, KITE_ERR_NOMEM, "kernels: tensor %s is too large to pack", t->name);
     size_t total = g.group_bytes * (size_t)g.n_groups;
-    void *mem = alloc_weights(total);
+    void *mem = kite_alloc_weights(total);
     if (!mem) return kite_fail(e, KITE_ERR_NOMEM, "kernels: out of memory packing %s (%zu bytes)", t->name, total);
     memset(mem, 0, total);
     size_t row_bytes = kite_type_row_bytes(t->type, t->ne[0]);

@@ -269,8 +269,7 @@ int32_t kite_spec_choose_budget(kite_spec_state *st, kite_session *s, int32_t ma
     if (st->probe_interval < min_interval) st->probe_interval = min_interval;
     if (best_k == 0 && ++st->plain_streak >= st->probe_interval) {
         st->plain_streak = 0;
-        if (st->probe_interval < KITE_PROBE_MAX) st->probe_interval *= 2;
-        if (st->probe_interval > KITE_PROBE_MAX) st->probe_interval = KITE_PROBE_MAX;
+        st->probe_interval = st->probe_interval < KITE_PROBE_MAX / 2 ? 2 * st->probe_interval : KITE_PROBE_MAX;
         return 1;
     }
     if (best_k > 0) st->plain_streak = 0, st->probe_interval = min_interval;

@@ -37,7 +37,8 @@ typedef struct kite_spec_state {
     int32_t observed[KITE_MAX_DRAFT];   /* passes that informed accept_rate[d], while its step is 1/(n+2) */
     double draft_ms_per_token;          /* running estimate of drafting cost */
     int32_t plain_streak;               /* passes in a row the controller chose not to draft */
-    int32_t probe_interval;             /* plain passes before the next one-token probe (16, doubling to 1024) */
+    int32_t probe_interval;             /* plain passes before the next one-token probe (KITE_PROBE_MIN or more,
+                                           doubling to KITE_PROBE_MAX) */
     int32_t explore_count;              /* drafting passes since the last one drafted a token deeper */
 } kite_spec_state;
 
