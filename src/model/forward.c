@@ -225,14 +225,13 @@ static int32_t tree_visible_rows(const attention_job *job, int32_t b, int32_t *s
 static void attention_task(void *ctx, int64_t task, int thread) {
     const attention_job *job = ctx;
     const kite_hparams *hp = job->hp;
-    const int32_t hd = hp->head_dim, q_width = hp->n_heads * hd, kv_dim = job->kv->kv_dim;
+    const int32_t hd = hp->head_dim, q_width = hp->n_heads * hd;
     const int32_t group = hp->n_heads / hp->n_kv_heads;
     const int32_t b = (int32_t)(task / hp->n_kv_heads), kvh = (int32_t)(task % hp->n_kv_heads);
-    const size_t layer_base = ((size_t)job->layer * (size_t)job->kv->n_ctx * (size_t)kv_dim + (size_t)kvh * (size_t)hd) *
-                              job->kv->elem_bytes;
+    const size_t head_base = kite_kv_offset(job->kv, job->layer, kvh, 0);
     kite_attn_query a = {
-        .head_dim = hd, .k = (const char *)job->kv->k + layer_base, .v = (const char *)job->kv->v + layer_base,
-        .kv_f32 = job->kv->f32, .row_stride = kv_dim, .scale = 1.0f / sqrtf((float)hd),
+        .head_dim = hd, .k = (const char *)job->kv->k + head_base, .v = (const char *)job->kv->v + head_base,
+        .kv_f32 = job->kv->f32, .row_stride = hd, .scale = 1.0f / sqrtf((float)hd),
     };
     if (job->parent) {
         int32_t *slots = job->slots + (int64_t)thread * job->n_ctx;
@@ -285,9 +284,11 @@ static void qkv_row_task(void *ctx, int64_t b, int thread) {
         rope(k + h * hd, hd, rc, rs, hp->rope_layout);
     }
     const kite_kv_cache *kv = j->kv;
-    size_t at = ((size_t)j->layer * (size_t)kv->n_ctx + (size_t)(j->row0 + b)) * (size_t)kv_dim * kv->elem_bytes;
-    j->kv_type->from_float(k, (char *)kv->k + at, kv_dim);
-    j->kv_type->from_float(v, (char *)kv->v + at, kv_dim);
+    for (int32_t h = 0; h < hp->n_kv_heads; h++) {
+        size_t at = kite_kv_offset(kv, j->layer, h, j->row0 + (int32_t)b);
+        j->kv_type->from_float(k + h * hd, (char *)kv->k + at, hd);
+        j->kv_type->from_float(v + h * hd, (char *)kv->v + at, hd);
+    }
 }
 
 void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch *s, kite_pool *pool,
@@ -393,6 +394,8 @@ void kite_forward_scratch_free(kite_forward_scratch *s) {
 int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx, bool f32, kite_error *e) {
     memset(kv, 0, sizeof *kv);
     kv->n_ctx = n_ctx;
+    kv->n_kv_heads = hp->n_kv_heads;
+    kv->head_dim = hp->head_dim;
     kv->kv_dim = hp->n_kv_heads * hp->head_dim;
     kv->f32 = f32;
     kv->elem_bytes = f32 ? sizeof(float) : sizeof(uint16_t);
@@ -408,16 +411,17 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
 }
 
 void kite_kv_commit(kite_kv_cache *kv, int32_t n_layers, int32_t pos0, const int32_t *nodes, int32_t n_nodes) {
-    size_t row_bytes = kv->elem_bytes * (size_t)kv->kv_dim;
+    size_t head_bytes = kv->elem_bytes * (size_t)kv->head_dim;
     char *k = kv->k, *v = kv->v;
     for (int32_t i = 0; i < n_nodes; i++) {
         int32_t from = pos0 + nodes[i], to = pos0 + i;
         if (from == to) continue;
-        for (int32_t l = 0; l < n_layers; l++) {
-            size_t base = (size_t)l * (size_t)kv->n_ctx;
-            memmove(k + (base + (size_t)to) * row_bytes, k + (base + (size_t)from) * row_bytes, row_bytes);
-            memmove(v + (base + (size_t)to) * row_bytes, v + (base + (size_t)from) * row_bytes, row_bytes);
-        }
+        for (int32_t l = 0; l < n_layers; l++)
+            for (int32_t h = 0; h < kv->n_kv_heads; h++) {
+                size_t at_to = kite_kv_offset(kv, l, h, to), at_from = kite_kv_offset(kv, l, h, from);
+                memmove(k + at_to, k + at_from, head_bytes);
+                memmove(v + at_to, v + at_from, head_bytes);
+            }
     }
 }
 

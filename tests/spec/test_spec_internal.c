@@ -593,13 +593,13 @@ static void test_draft_model_tree_and_cache(void **state) {
             kite_session *fresh = session_with(NULL);
             assert_int_equal(kite_prompt(fresh, d->history, (size_t)d->n_past, err, sizeof err), KITE_OK);
             const kite_hparams *hp = &g_model->weights.hp;
-            for (int32_t l = 0; l < hp->n_layers; l++) {
-                size_t row = d->kv.elem_bytes * (size_t)d->kv.kv_dim;
-                size_t off_d = (size_t)l * (size_t)d->kv.n_ctx * row, off_f = (size_t)l * (size_t)fresh->kv.n_ctx * row;
-                size_t bytes = row * (size_t)d->n_past;
-                assert_memory_equal((const char *)d->kv.k + off_d, (const char *)fresh->kv.k + off_f, bytes);
-                assert_memory_equal((const char *)d->kv.v + off_d, (const char *)fresh->kv.v + off_f, bytes);
-            }
+            for (int32_t l = 0; l < hp->n_layers; l++)
+                for (int32_t h = 0; h < hp->n_kv_heads; h++) {
+                    size_t off_d = kite_kv_offset(&d->kv, l, h, 0), off_f = kite_kv_offset(&fresh->kv, l, h, 0);
+                    size_t bytes = d->kv.elem_bytes * (size_t)d->kv.head_dim * (size_t)d->n_past; /* a head's rows are contiguous */
+                    assert_memory_equal((const char *)d->kv.k + off_d, (const char *)fresh->kv.k + off_f, bytes);
+                    assert_memory_equal((const char *)d->kv.v + off_d, (const char *)fresh->kv.v + off_f, bytes);
+                }
             kite_session_free(fresh);
             /* Tree invariants on a fresh draft. */
             kite_draft_tree t;

@@ -289,8 +289,14 @@ INLINE float32x4_t exp4(float32x4_t x) {
     return vreinterpretq_f32_u32(vandq_u32(live, vreinterpretq_u32_f32(out)));
 }
 
+/* Lane j = the sum of v[j]'s lanes, as (0+1)+(2+3) for every j. */
+static inline float32x4_t hsum4_rows(const float32x4_t *v) {
+    return vpaddq_f32(vpaddq_f32(v[0], v[1]), vpaddq_f32(v[2], v[3]));
+}
+
 /* The shared driver (kernels/attend_simd.h) on this set's vectors. */
 #define AV_LANES 4
+#define AV_VCHUNK 4
 typedef float32x4_t av_t;
 #define av_zero() vdupq_n_f32(0.0f)
 #define av_set1(x) vdupq_n_f32(x)
@@ -302,6 +308,7 @@ typedef float32x4_t av_t;
 #define av_sub(a, b) vsubq_f32(a, b)
 #define av_max(a, b) vmaxq_f32(a, b)
 #define av_hsum(v) vaddvq_f32(v)
+#define av_hsum_rows(v) hsum4_rows(v)
 #define av_hmax(v) vmaxvq_f32(v)
 #define av_exp(v) exp4(v)
 #define av_kv(row, d, F32) \

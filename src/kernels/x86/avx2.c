@@ -528,8 +528,17 @@ INLINE __m256 exp8(__m256 x) {
     return _mm256_and_ps(live, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 
+/* Lane j = the sum of v[j]'s lanes: horizontal pair sums within 128-bit halves (lanes 0+1 and 2+3, then
+ * those two), then the halves. The same tree for every j. */
+INLINE __m256 hsum8_rows(const __m256 *v) {
+    const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
 /* The shared driver (kernels/attend_simd.h) on this set's vectors. */
 #define AV_LANES 8
+#define AV_VCHUNK 2 /* 16 registers: 8 accumulators, the values and a broadcast */
 typedef __m256 av_t;
 #define av_zero() _mm256_setzero_ps()
 #define av_set1(x) _mm256_set1_ps(x)
@@ -541,6 +550,7 @@ typedef __m256 av_t;
 #define av_sub(a, b) _mm256_sub_ps(a, b)
 #define av_max(a, b) _mm256_max_ps(a, b)
 #define av_hsum(v) hsum8(v)
+#define av_hsum_rows(v) hsum8_rows(v)
 #define av_hmax(v) hmax8(v)
 #define av_exp(v) exp8(v)
 #define av_kv(row, d, F32) ((F32) ? _mm256_loadu_ps((const float *)(row) + (d)) : fp16x8((const uint16_t *)(row) + (d)))

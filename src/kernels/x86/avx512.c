@@ -540,8 +540,28 @@ INLINE __m512 exp16(__m512 x) {
     return _mm512_maskz_mov_ps(live, _mm512_mul_ps(y, _mm512_castsi512_ps(e)));
 }
 
+/* Lane j = the sum of v[j]'s lanes: pairs of rows interleaved and added within 128-bit quarters (lanes
+ * 0+2 and 1+3, then those two), then the quarters (0+1 and 2+3, then those two). The same tree for
+ * every j. */
+INLINE __m512 hsum16_rows(const __m512 *v) {
+    __m512 s1[8], s2[4];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) s1[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        s2[i] = _mm512_add_ps(_mm512_shuffle_ps(s1[2 * i], s1[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_ps(s1[2 * i], s1[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* s2[i]: rows 4i..4i+3 in lanes 0..3 of each quarter, one partial sum per quarter. */
+    const __m512 s3a = _mm512_add_ps(_mm512_shuffle_f32x4(s2[0], s2[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(s2[0], s2[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 s3b = _mm512_add_ps(_mm512_shuffle_f32x4(s2[2], s2[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(s2[2], s2[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(s3a, s3b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(s3a, s3b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 /* The shared driver (kernels/attend_simd.h) on this set's vectors. */
 #define AV_LANES 16
+#define AV_VCHUNK 4
 typedef __m512 av_t;
 #define av_zero() _mm512_setzero_ps()
 #define av_set1(x) _mm512_set1_ps(x)
@@ -553,6 +573,7 @@ typedef __m512 av_t;
 #define av_sub(a, b) _mm512_sub_ps(a, b)
 #define av_max(a, b) _mm512_max_ps(a, b)
 #define av_hsum(v) _mm512_reduce_add_ps(v)
+#define av_hsum_rows(v) hsum16_rows(v)
 #define av_hmax(v) _mm512_reduce_max_ps(v)
 #define av_exp(v) exp16(v)
 #define av_kv(row, d, F32) ((F32) ? _mm512_loadu_ps((const float *)(row) + (d)) : fp16x16((const uint16_t *)(row) + (d)))
