@@ -95,8 +95,9 @@ AV_INLINE void av_prefetch_row(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
 }
 
-AV_INLINE void av_attend(const kite_attn_query *a, const bool F32) {
-    const int32_t hd = a->head_dim, nq = a->n_q;
+/* HD: the head size as a constant (64, 128: every loop over it unrolls), or 0 to read it from a. */
+AV_INLINE void av_attend_hd(const kite_attn_query *a, const bool F32, const int32_t HD) {
+    const int32_t hd = HD ? HD : a->head_dim, nq = a->n_q;
     const size_t row_bytes = (size_t)hd * (F32 ? sizeof(float) : sizeof(uint16_t));
     float m[KITE_ATTN_MAX_Q], l[KITE_ATTN_MAX_Q];
     _Alignas(64) float s[KITE_ATTN_MAX_Q][KITE_ATTN_TILE];
@@ -166,6 +167,12 @@ AV_INLINE void av_attend(const kite_attn_query *a, const bool F32) {
         float *o = a->out + (int64_t)i * hd;
         for (int32_t d = 0; d < hd; d += AV_LANES) av_store(o + d, av_mul(av_load(o + d), inv));
     }
+}
+
+AV_INLINE void av_attend(const kite_attn_query *a, const bool F32) {
+    if (a->head_dim == 64) av_attend_hd(a, F32, 64);
+    else if (a->head_dim == 128) av_attend_hd(a, F32, 128);
+    else av_attend_hd(a, F32, 0);
 }
 
 #undef AV_BY_FOURS
