@@ -90,6 +90,10 @@ typedef struct kite_kernel_set {
     /* Attention for one query row and KV head (see kite_attn_query). */
     void (*attend)(const kite_attn_query *a);
 
+    /* gate[i] = silu(gate[i]) * up[i] for i in [0, n), silu(x) = x * sigmoid(x) through kite_silu's
+     * steps (kernels_internal.h); levels agree within the bound tests/kernels states. */
+    void (*silu_mul)(float *gate, const float *up, int64_t n);
+
     /* Preferred granularity of row ranges handed to matmul (a multiple of 16 and of the set's row
      * interleave). */
     int32_t row_block;

@@ -206,6 +206,15 @@ static inline float kite_attn_exp(float x) {
 
 void kite_ref_attend(const kite_attn_query *a);
 
+/* silu(x) = x * sigmoid(x), with the exponential only of -|x| (kite_attn_exp's range): sigmoid(x) =
+ * 1 / (1 + e) for x >= 0 and e / (1 + e) below, e = exp(-|x|). The SIMD levels take the same steps on
+ * vectors (expf per element had been 5-8% of a 512-token prefill). NaN stays NaN. */
+static inline float kite_silu(float x) {
+    const float e = kite_attn_exp(-fabsf(x));
+    return x * ((x >= 0.0f ? 1.0f : e) / (1.0f + e));
+}
+void kite_ref_silu_mul(float *gate, const float *up, int64_t n);
+
 /* The sets. NULL where the build has no such set (other architecture). */
 const kite_kernel_set *kite_kernels_ref(void);
 const kite_kernel_set *kite_kernels_avx2(void);

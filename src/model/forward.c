@@ -174,22 +174,21 @@ static void residual_norm(kite_pool *pool, float *x, float *xn, const float *wei
     run_each(pool, residual_norm_task, &j, rows);
 }
 
-/* gate = silu(gate) * up over [n * ffn), in chunks of SILU_CHUNK elements (so the ffn expf calls of a
- * single decoded row are shared too). */
+/* gate = silu(gate) * up over [n * ffn) by the kernel set, in chunks of SILU_CHUNK elements (so the
+ * ffn elements of a single decoded row are shared between the threads too). */
 #define SILU_CHUNK 2048
 typedef struct silu_job {
+    const kite_kernel_set *ks;
     float *gate;
     const float *up;
     int64_t count;
 } silu_job;
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
-
 static void silu_task(void *ctx, int64_t t, int thread) {
     (void)thread;
     const silu_job *j = ctx;
-    int64_t i1 = (t + 1) * SILU_CHUNK < j->count ? (t + 1) * SILU_CHUNK : j->count;
-    for (int64_t i = t * SILU_CHUNK; i < i1; i++) j->gate[i] = silu(j->gate[i]) * j->up[i];
+    int64_t i0 = t * SILU_CHUNK, i1 = (t + 1) * SILU_CHUNK < j->count ? (t + 1) * SILU_CHUNK : j->count;
+    j->ks->silu_mul(j->gate + i0, j->up + i0, i1 - i0);
 }
 
 typedef struct attention_job {
@@ -336,7 +335,7 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
         const matmul_part gate_up[2] = {{.w = &L->w_gate, .y = s->gate, .y_stride = ffn},
                                         {.w = &L->w_up, .y = s->up, .y_stride = ffn}};
         matmul_shared_input(pool, s, w->kernels, gate_up, 2, s->xn, n);
-        silu_job sj = {.gate = s->gate, .up = s->up, .count = (int64_t)n * ffn};
+        silu_job sj = {.ks = w->kernels, .gate = s->gate, .up = s->up, .count = (int64_t)n * ffn};
         run_each(pool, silu_task, &sj, (sj.count + SILU_CHUNK - 1) / SILU_CHUNK);
         matmul(pool, s, w->kernels, &L->w_down, s->gate, s->xn, dim, n);
     }

@@ -321,6 +321,20 @@ static void neon_attend(const kite_attn_query *a) {
     else av_attend(a, false);
 }
 
+/* kite_silu on 4 lanes; the tail in scalar steps. */
+static void neon_silu_mul(float *gate, const float *up, int64_t n) {
+    const float32x4_t one = vdupq_n_f32(1.0f);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t x = vld1q_f32(gate + i);
+        const float32x4_t e = exp4(vnegq_f32(vabsq_f32(x)));
+        const float32x4_t num = vbslq_f32(vcgeq_f32(x, vdupq_n_f32(0.0f)), one, e);
+        const float32x4_t s = vmulq_f32(x, vdivq_f32(num, vaddq_f32(one, e)));
+        vst1q_f32(gate + i, vmulq_f32(s, vld1q_f32(up + i)));
+    }
+    kite_ref_silu_mul(gate + i, up + i, n - i);
+}
+
 static const kite_kernel_set neon_set = {
     .level = KITE_CPU_NEON,
     .name = "neon-dotprod",
@@ -329,6 +343,7 @@ static const kite_kernel_set neon_set = {
     .quantize_act = neon_quantize_act,
     .matmul = neon_matmul,
     .attend = neon_attend,
+    .silu_mul = neon_silu_mul,
     .row_block = 32,
 };
 

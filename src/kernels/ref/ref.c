@@ -287,6 +287,10 @@ void kite_ref_attend(const kite_attn_query *a) {
     }
 }
 
+void kite_ref_silu_mul(float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) gate[i] = kite_silu(gate[i]) * up[i];
+}
+
 static const kite_kernel_set ref_set = {
     .level = KITE_CPU_REF,
     .name = "ref",
@@ -295,6 +299,7 @@ static const kite_kernel_set ref_set = {
     .quantize_act = kite_ref_quantize_act,
     .matmul = kite_ref_matmul,
     .attend = kite_ref_attend,
+    .silu_mul = kite_ref_silu_mul,
     .row_block = 16,
 };
 

@@ -562,6 +562,20 @@ static void avx2_attend(const kite_attn_query *a) {
     else av_attend(a, false);
 }
 
+/* kite_silu on 8 lanes; the tail in scalar steps. */
+static void avx2_silu_mul(float *gate, const float *up, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(gate + i);
+        const __m256 e = exp8(_mm256_or_ps(x, sign)); /* -|x| */
+        const __m256 num = _mm256_blendv_ps(e, one, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
+        const __m256 s = _mm256_mul_ps(x, _mm256_div_ps(num, _mm256_add_ps(one, e)));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    kite_ref_silu_mul(gate + i, up + i, n - i);
+}
+
 static const kite_kernel_set avx2_set = {
     .level = KITE_CPU_AVX2,
     .name = "avx2",
@@ -570,6 +584,7 @@ static const kite_kernel_set avx2_set = {
     .quantize_act = avx2_quantize_act,
     .matmul = avx2_matmul,
     .attend = avx2_attend,
+    .silu_mul = avx2_silu_mul,
     .row_block = 32,
 };
 

@@ -587,6 +587,19 @@ static void avx512_attend(const kite_attn_query *a) {
     else av_attend(a, false);
 }
 
+/* kite_silu on 16 lanes (the tail under a mask). */
+static void avx512_silu_mul(float *gate, const float *up, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        const __m512 x = _mm512_maskz_loadu_ps(m, gate + i);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+        const __m512 num = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), e, one);
+        const __m512 s = _mm512_mul_ps(x, _mm512_div_ps(num, _mm512_add_ps(one, e)));
+        _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up + i)));
+    }
+}
+
 static const kite_kernel_set avx512_set = {
     .level = KITE_CPU_AVX512,
     .name = "avx512-vnni",
@@ -595,6 +608,7 @@ static const kite_kernel_set avx512_set = {
     .quantize_act = avx512_quantize_act,
     .matmul = avx512_matmul,
     .attend = avx512_attend,
+    .silu_mul = avx512_silu_mul,
     .row_block = 64,
 };
 
