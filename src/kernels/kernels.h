@@ -94,6 +94,10 @@ typedef struct kite_kernel_set {
      * steps (kernels_internal.h); levels agree within the bound tests/kernels states. */
     void (*silu_mul)(float *gate, const float *up, int64_t n);
 
+    /* y[i] = x[i] as IEEE half, rounded to nearest even (kite_f32_to_fp16's bits; a NaN stays a NaN),
+     * for the f16 KV cache. */
+    void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);
+
     /* Preferred granularity of row ranges handed to matmul (a multiple of 16 and of the set's row
      * interleave). */
     int32_t row_block;

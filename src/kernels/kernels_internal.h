@@ -214,6 +214,7 @@ static inline float kite_silu(float x) {
     return x * ((x >= 0.0f ? 1.0f : e) / (1.0f + e));
 }
 void kite_ref_silu_mul(float *gate, const float *up, int64_t n);
+void kite_ref_f32_to_f16(const float *x, uint16_t *y, int64_t n);
 
 /* The sets. NULL where the build has no such set (other architecture). */
 const kite_kernel_set *kite_kernels_ref(void);

@@ -257,7 +257,7 @@ typedef struct qkv_row_job {
     const int32_t *pos;    /* [n] absolute positions */
     float *q, *k, *v;      /* [n][q_width], [n][kv_dim], [n][kv_dim] */
     kite_kv_cache *kv;
-    const kite_type_traits *kv_type;
+    const kite_kernel_set *ks; /* f32_to_f16 for an f16 cache */
     int32_t layer;
     int32_t row0;          /* cache row of batch row 0 (pos0 + first) */
 } qkv_row_job;
@@ -285,8 +285,13 @@ static void qkv_row_task(void *ctx, int64_t b, int thread) {
     const kite_kv_cache *kv = j->kv;
     for (int32_t h = 0; h < hp->n_kv_heads; h++) {
         size_t at = kite_kv_offset(kv, j->layer, h, j->row0 + (int32_t)b);
-        j->kv_type->from_float(k + h * hd, (char *)kv->k + at, hd);
-        j->kv_type->from_float(v + h * hd, (char *)kv->v + at, hd);
+        if (kv->f32) {
+            memcpy((char *)kv->k + at, k + h * hd, sizeof(float) * (size_t)hd);
+            memcpy((char *)kv->v + at, v + h * hd, sizeof(float) * (size_t)hd);
+        } else {
+            j->ks->f32_to_f16(k + h * hd, (uint16_t *)((char *)kv->k + at), hd);
+            j->ks->f32_to_f16(v + h * hd, (uint16_t *)((char *)kv->v + at), hd);
+        }
     }
 }
 
@@ -308,7 +313,6 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
 
     /* Embedding rows. */
     const kite_type_traits *et = kite_type_get(w->tok_embd->type);
-    const kite_type_traits *kv_type = kite_type_get(kv->f32 ? KITE_TYPE_F32 : KITE_TYPE_F16); /* rounds to nearest even */
     size_t erow = kite_type_row_bytes(w->tok_embd->type, dim);
     for (int32_t b = 0; b < n; b++)
         et->to_float((const unsigned char *)w->tok_embd->data + (size_t)tokens[b] * erow, s->x + (int64_t)b * dim, dim);
@@ -322,7 +326,7 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
                                     {.w = &L->wv, .y = s->v, .y_stride = kv_dim}};
         matmul_shared_input(pool, s, w->kernels, qkv, 3, s->xn, n);
         qkv_row_job qj = {.hp = hp, .L = L, .rope_inv_freq = w->rope_inv_freq, .pos = pos, .q = s->q, .k = s->k,
-                          .v = s->v, .kv = kv, .kv_type = kv_type, .layer = l, .row0 = pos0 + first};
+                          .v = s->v, .kv = kv, .ks = w->kernels, .layer = l, .row0 = pos0 + first};
         run_each(pool, qkv_row_task, &qj, n);
         attention_job aj = {
             .ks = w->kernels, .hp = hp, .kv = kv, .layer = l, .pos0 = pos0, .parent = parent, .first = first,

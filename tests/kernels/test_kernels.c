@@ -615,6 +615,55 @@ static void test_silu_mul(void **state) {
     }
 }
 
+/* f32_to_f16 on every level gives kite_f32_to_fp16's bits (the KV cache must not depend on the level):
+ * random values over the half range and beyond, every rounding tie, subnormals, overflow to inf, +-0,
+ * +-inf; a NaN stays a NaN (hardware keeps payload bits the scalar code drops). Odd lengths cover the
+ * vector bodies and tails. */
+static void test_f32_to_f16(void **state) {
+    (void)state;
+    enum { N = 4099 };
+    float *x = malloc(sizeof(float) * N);
+    uint16_t *want = malloc(sizeof(uint16_t) * N), *got = malloc(sizeof(uint16_t) * (N + 1));
+    assert_non_null(x); assert_non_null(want); assert_non_null(got);
+    rng_state = 4711;
+    for (int i = 0; i < N; i++) {
+        switch (i % 4) {
+        case 0: x[i] = rng_normalish() * 100.0f; break;
+        case 1: x[i] = ldexpf(rng_uniform(), (int)(rng_u32() % 48) - 30); break;            /* 2^-30 .. 2^17 */
+        case 2: x[i] = kite_f32_from_bits((rng_u32() << 13) | 0x1000u); break;                 /* exact ties */
+        default: x[i] = kite_f32_from_bits(rng_u32() ^ (rng_u32() << 16)); break;              /* any bits */
+        }
+    }
+    static const float edges[] = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 6.1e-5f, INFINITY, -INFINITY, NAN};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) x[i] = edges[i];
+    for (int i = 0; i < N; i++) want[i] = kite_f32_to_fp16(x[i]);
+    static const int lengths[] = {N, 1, 3, 7, 8, 15, 17, 64};
+    for (size_t li = 0; li < sizeof all_levels / sizeof all_levels[0]; li++) {
+        const kite_kernel_set *ks = kite_kernels_for(all_levels[li]);
+        if (!ks) continue;
+        assert_non_null(ks->f32_to_f16);
+        for (size_t c = 0; c < sizeof lengths / sizeof lengths[0]; c++) {
+            const int n = lengths[c];
+            memset(got, 0xAB, sizeof(uint16_t) * (N + 1));
+            ks->f32_to_f16(x + (N - n), got, n); /* the end of x, so short lengths see random values too */
+            for (int i = 0; i < n; i++) {
+                const uint16_t w = want[N - n + i], g = got[i];
+                const bool w_nan = (w & 0x7c00) == 0x7c00 && (w & 0x3ff), g_nan = (g & 0x7c00) == 0x7c00 && (g & 0x3ff);
+                if (w_nan ? !g_nan : g != w)
+                    fail_msg("%s: f16(%a) = 0x%04x, want 0x%04x (n %d, i %d)", ks->name, (double)x[N - n + i], g, w, n, i);
+            }
+            assert_int_equal(got[n], 0xABAB); /* nothing past n */
+        }
+        ks->f32_to_f16(x, got, N);
+        for (int i = 0; i < (int)(sizeof edges / sizeof edges[0]); i++) {
+            if (isnan(edges[i])) assert_true((got[i] & 0x7c00) == 0x7c00 && (got[i] & 0x3ff));
+            else assert_int_equal(got[i], want[i]);
+        }
+        print_message("f32_to_f16 %-12s %d values: the scalar conversion's bits\n", ks->name, N);
+    }
+    free(x); free(want); free(got);
+}
+
 static void test_dispatch(void **state) {
     (void)state;
     assert_non_null(kite_kernels_for(KITE_CPU_REF));
@@ -684,6 +733,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_silu_mul),
+        cmocka_unit_test(test_f32_to_f16),
         cmocka_unit_test(test_pack_rejects),
         cmocka_unit_test(test_simd_levels_pack_their_own_layout),
         cmocka_unit_test(test_activation_edges),

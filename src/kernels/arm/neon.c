@@ -335,6 +335,13 @@ static void neon_silu_mul(float *gate, const float *up, int64_t n) {
     kite_ref_silu_mul(gate + i, up + i, n - i);
 }
 
+/* FCVTN rounds by FPCR, nearest even unless a caller changed it; the tail in scalar steps. */
+static void neon_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(y + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    kite_ref_f32_to_f16(x + i, y + i, n - i);
+}
+
 static const kite_kernel_set neon_set = {
     .level = KITE_CPU_NEON,
     .name = "neon-dotprod",
@@ -344,6 +351,7 @@ static const kite_kernel_set neon_set = {
     .matmul = neon_matmul,
     .attend = neon_attend,
     .silu_mul = neon_silu_mul,
+    .f32_to_f16 = neon_f32_to_f16,
     .row_block = 32,
 };
 

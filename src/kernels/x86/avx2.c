@@ -576,6 +576,14 @@ static void avx2_silu_mul(float *gate, const float *up, int64_t n) {
     kite_ref_silu_mul(gate + i, up + i, n - i);
 }
 
+/* F16C's vcvtps2ph rounds to nearest even like kite_f32_to_fp16; the tail in scalar steps. */
+static void avx2_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    kite_ref_f32_to_f16(x + i, y + i, n - i);
+}
+
 static const kite_kernel_set avx2_set = {
     .level = KITE_CPU_AVX2,
     .name = "avx2",
@@ -585,6 +593,7 @@ static const kite_kernel_set avx2_set = {
     .matmul = avx2_matmul,
     .attend = avx2_attend,
     .silu_mul = avx2_silu_mul,
+    .f32_to_f16 = avx2_f32_to_f16,
     .row_block = 32,
 };
 

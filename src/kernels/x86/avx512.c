@@ -600,6 +600,15 @@ static void avx512_silu_mul(float *gate, const float *up, int64_t n) {
     }
 }
 
+/* vcvtps2ph rounds to nearest even like kite_f32_to_fp16 (the tail under a mask). */
+static void avx512_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_mask_storeu_epi16(y + i, m, h);
+    }
+}
+
 static const kite_kernel_set avx512_set = {
     .level = KITE_CPU_AVX512,
     .name = "avx512-vnni",
@@ -609,6 +618,7 @@ static const kite_kernel_set avx512_set = {
     .matmul = avx512_matmul,
     .attend = avx512_attend,
     .silu_mul = avx512_silu_mul,
+    .f32_to_f16 = avx512_f32_to_f16,
     .row_block = 64,
 };
 
