@@ -300,6 +300,7 @@ static int pass(kite_session *s, emitter *em, int32_t *sample_buf, kite_error *e
         if (budget > 0) {
             double per_token = (t1 - t0) / budget;
             sp->draft_ms_per_token += 0.1 * (per_token - sp->draft_ms_per_token);
+            kite_spec_estimates_changed(sp);
         }
     }
     (void)t2;

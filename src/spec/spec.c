@@ -235,9 +235,9 @@ double kite_spec_pass_cost(kite_session *s, int32_t B) {
 
 /* ---- budget controller ---------------------------------------------------------------------------- */
 
-int32_t kite_spec_choose_budget(kite_spec_state *st, kite_session *s, int32_t max_budget) {
-    if (max_budget <= 0) return 0;
-    if (st->params.budget > 0) return st->params.budget < max_budget ? st->params.budget : max_budget;
+/* The chain length (0 = none) that maximises expected tokens per millisecond, and the smallest probe
+ * interval (see kite_spec_choose_budget). */
+static int32_t best_chain(const kite_spec_state *st, kite_session *s, int32_t max_budget, int32_t *min_interval_out) {
     /* Tokens per millisecond for a chain of k drafted tokens: E[tokens] = 1 + sum_j prod_{i<=j} a_i,
      * cost = T(k + 1) + drafting. Trees are costed as chains of the same node count. */
     double curve[N_COST_POINTS];
@@ -255,17 +255,31 @@ int32_t kite_spec_choose_budget(kite_spec_state *st, kite_session *s, int32_t ma
         double rate = expected / cost;
         if (rate > best_rate * 1.0001) { best_rate = rate; best_k = k; }
     }
-    /* Re-probe now and then so a drafter that was poor earlier can win back its place. The interval
-     * doubles after each probe that did not bring drafting back, so a drafter that stays useless costs
-     * almost nothing; drafting again resets it. A probe is a two-token pass, T(2) - T(1) more than a
-     * plain one: the interval starts where probes cost at most KITE_PROBE_SHARE of plain decoding
-     * (16 passes on the 1.1B shape, where T(2)/T(1) ~ 1.05-1.1; ~115 on llama2xs-281K, where it is
-     * 1.57 and probing every 16 passes made n-gram decoding 2% slower than plain). */
+    /* A probe is a two-token pass, T(2) - T(1) more than a plain one: probes start KITE_PROBE_SHARE of
+     * plain decoding apart (16 passes on the 1.1B shape, where T(2)/T(1) ~ 1.05-1.1; ~115 on
+     * llama2xs-281K, where it is 1.57 and probing every 16 passes made n-gram decoding 2% slower than
+     * plain). */
     const double probe_extra = curve_at(curve, 2) / curve_at(curve, 1) - 1.0;
     int32_t min_interval = KITE_PROBE_MIN;
     const double probe_spacing = probe_extra / KITE_PROBE_SHARE; /* passes per probe for the share */
     if (probe_spacing > min_interval)
         min_interval = probe_spacing >= KITE_PROBE_MAX ? KITE_PROBE_MAX : (int32_t)ceil(probe_spacing);
+    *min_interval_out = min_interval;
+    return best_k;
+}
+
+int32_t kite_spec_choose_budget(kite_spec_state *st, kite_session *s, int32_t max_budget) {
+    if (max_budget <= 0) return 0;
+    if (st->params.budget > 0) return st->params.budget < max_budget ? st->params.budget : max_budget;
+    if (!st->choice_valid || st->choice_max_budget != max_budget) {
+        st->choice_best_k = best_chain(st, s, max_budget, &st->choice_min_interval);
+        st->choice_max_budget = max_budget;
+        st->choice_valid = true;
+    }
+    const int32_t best_k = st->choice_best_k, min_interval = st->choice_min_interval;
+    /* Re-probe now and then so a drafter that was poor earlier can win back its place. The interval
+     * doubles after each probe that did not bring drafting back, so a drafter that stays useless costs
+     * almost nothing; drafting again resets it to min_interval (see best_chain). */
     if (st->probe_interval < min_interval) st->probe_interval = min_interval;
     if (best_k == 0 && ++st->plain_streak >= st->probe_interval) {
         st->plain_streak = 0;
@@ -294,6 +308,7 @@ void kite_spec_observe(kite_spec_state *st, const kite_draft_tree *t, const int3
             if (t->depth[j] == d && d - 1 < n_path && t->parent[j] == path[d - 1]) drafted_under_accepted = true;
         if (!drafted_under_accepted) break;
         bool accepted = d < n_path;
+        st->choice_valid = false; /* an estimate moves */
         double step = 1.0 / (st->observed[d - 1] + 2.0);
         if (step < alpha) step = alpha;
         else st->observed[d - 1]++;

@@ -705,6 +705,7 @@ static int first_probe_interval(void) {
 static int probe_rounds(kite_session *s, kite_spec_state *st) {
     for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.02;
     st->draft_ms_per_token = 0.5, st->plain_streak = 0, st->probe_interval = 0, st->explore_count = 0;
+    kite_spec_estimates_changed(st); /* set by hand here, not learned */
     int first = 0;
     while (kite_spec_choose_budget(st, s, KITE_MAX_DRAFT) == 0) first++;
     first++;
@@ -715,9 +716,11 @@ static int probe_rounds(kite_session *s, kite_spec_state *st) {
     }
     for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.95;
     st->draft_ms_per_token = 0.0;
+    kite_spec_estimates_changed(st);
     assert_true(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT) > 0);
     for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.02;
     st->draft_ms_per_token = 0.5;
+    kite_spec_estimates_changed(st);
     for (int i = 0; i < first - 1; i++) assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 0);
     assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 1);
     return first;
@@ -738,6 +741,7 @@ static void test_budget_controller(void **state) {
             for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = rates[i];
             st->draft_ms_per_token = draft_costs[j];
             st->plain_streak = 0, st->explore_count = 0;
+            kite_spec_estimates_changed(st);
             int32_t want = best_chain(rates[i], draft_costs[j], KITE_MAX_DRAFT);
             assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), want);
             assert_int_equal(kite_spec_choose_budget(st, s, 3), want < 3 ? want : best_chain(rates[i], draft_costs[j], 3));
@@ -747,6 +751,7 @@ static void test_budget_controller(void **state) {
     /* exploration: every KITE_EXPLORE_EVERY-th drafting pass drafts one deeper (not past the room) */
     for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.6;
     st->draft_ms_per_token = 0.0, st->explore_count = 0;
+    kite_spec_estimates_changed(st);
     int32_t k6 = best_chain(0.6, 0.0, KITE_MAX_DRAFT);
     assert_true(k6 > 0 && k6 < KITE_MAX_DRAFT);
     for (int round = 0; round < 3; round++) {
@@ -760,6 +765,7 @@ static void test_budget_controller(void **state) {
      * that has only tried chains of 3 good drafts still goes as deep as 0.95 everywhere would */
     for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = d < 3 ? 0.95 : 0.6, st->observed[d] = d < 3 ? 5 : 0;
     st->draft_ms_per_token = 0.0, st->explore_count = 0;
+    kite_spec_estimates_changed(st);
     assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), best_chain(0.95, 0.0, KITE_MAX_DRAFT));
     assert_true(best_chain(0.95, 0.0, KITE_MAX_DRAFT) > best_chain(0.6, 0.0, KITE_MAX_DRAFT));
     /* falling back to plain decoding, with a probe of one token after N plain passes, then 2N, 4N, ...
@@ -773,6 +779,19 @@ static void test_budget_controller(void **state) {
     pthread_mutex_unlock(&g_model->cost_lock);
     assert_int_equal(probe_rounds(s, st), 115);
     set_costs(s);
+    /* The choice is kept over plain passes (they teach nothing) and redone once a pass teaches
+     * something: poor estimates give plain steps until chains of 4 keep being accepted. */
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.02, st->observed[d] = 1000;
+    st->draft_ms_per_token = 0.0, st->plain_streak = -1000000; /* no probe in between */
+    kite_spec_estimates_changed(st);
+    for (int i = 0; i < 3; i++) assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 0);
+    {
+        kite_draft_tree all = {.n = 5, .token = {5, 6, 7, 8, 9}, .parent = {-1, 0, 1, 2, 3}, .depth = {0, 1, 2, 3, 4}};
+        const int32_t all_path[5] = {0, 1, 2, 3, 4};
+        for (int i = 0; i < 60; i++) kite_spec_observe(st, &all, all_path, 5);
+    }
+    assert_true(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT) > 0);
+    st->plain_streak = 0, st->probe_interval = 0;
     assert_int_equal(first_probe_interval(), 21);
     assert_int_equal(kite_spec_choose_budget(st, s, 0), 0); /* no room: plain */
     /* a fixed budget is kept, within the room left */
