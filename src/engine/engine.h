@@ -29,6 +29,7 @@ struct kite_model {
     kite_spec_params learned_for;           /* drafter, draft model and oracle error rate it was learned with */
     double learned_accept[KITE_MAX_DRAFT];
     int32_t learned_observed[KITE_MAX_DRAFT];
+    double learned_draft_ms;                /* and its drafting cost per drafted token */
 };
 
 enum { KITE_PREFILL_CHUNK = 64 }; /* tokens per forward pass while processing a prompt */

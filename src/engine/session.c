@@ -171,6 +171,7 @@ int kite_prompt(kite_session *s, const int32_t *ids, size_t n_ids, char *err, si
     int st = feed_unfed(s, &e);
     if (!st) st = check_tokens(s, ids, n_ids, &e);
     if (!st) st = kite_session_run_chain(s, ids, n_ids, NULL, &e);
+    if (!st) st = kite_spec_catch_up(&s->spec, s, &e);
     if (!st) {
         s->stats.prompt_tokens += (int64_t)n_ids;
         s->last_prompt_ms = kite_now_ms() - t0;
@@ -298,7 +299,7 @@ static int pass(kite_session *s, emitter *em, int32_t *sample_buf, kite_error *e
         for (int32_t j = 1; j < tree.n; j++) s->stats.drafted_by_depth[tree.depth[j] - 1]++;
         for (int32_t i = 1; i < n_path; i++) s->stats.accepted_by_depth[i - 1]++;
         if (budget > 0) {
-            double per_token = (t1 - t0) / budget;
+            double per_token = (t1 - t0 - sp->last_catch_up_ms) / budget; /* catching up is not drafting */
             sp->draft_ms_per_token += 0.1 * (per_token - sp->draft_ms_per_token);
             kite_spec_estimates_changed(sp);
         }

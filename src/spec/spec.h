@@ -45,6 +45,9 @@ typedef struct kite_spec_state {
      * budgets on every token, ~0.5% of decoding a 281K-parameter model. */
     bool choice_valid;
     int32_t choice_max_budget, choice_best_k, choice_min_interval;
+    bool choice_could_pay;              /* drafting would pay at this cost if every draft were accepted */
+    double last_catch_up_ms;            /* of the last kite_spec_draft: feeding the draft model the tokens
+                                           decoded plainly since it last drafted (not drafting proper) */
 } kite_spec_state;
 
 int kite_spec_init(kite_spec_state *st, struct kite_session *s, const kite_spec_params *p, kite_error *e);
@@ -59,6 +62,10 @@ static inline void kite_spec_estimates_changed(kite_spec_state *st) { st->choice
 /* Learns from one pass: tree drafted, path accepted (node indices, root first). */
 void kite_spec_observe(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path);
 
+/* Brings the draft model's committed context in step with the target's (a no-op without a draft
+ * model). kite_prompt calls it, so the prompt's cost on the draft counts as prefill, not as drafting
+ * (where the controller would take it for the price of every drafted token). */
+int kite_spec_catch_up(kite_spec_state *st, struct kite_session *s, kite_error *e);
 /* Builds the tree for a pass rooted at `root` (position = the session's committed length). */
 int kite_spec_draft(kite_spec_state *st, struct kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
                     kite_draft_tree *t, kite_error *e);

@@ -791,6 +791,17 @@ static void test_budget_controller(void **state) {
         for (int i = 0; i < 60; i++) kite_spec_observe(st, &all, all_path, 5);
     }
     assert_true(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT) > 0);
+    /* A drafter that costs a target step per token (a draft model as large as the target) would not
+     * pay even if every draft were accepted: no probes at all, however long plain decoding goes on. */
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.02;
+    st->draft_ms_per_token = cost_at(1), st->plain_streak = 0, st->probe_interval = 0;
+    kite_spec_estimates_changed(st);
+    for (int i = 0; i < 3 * KITE_PROBE_MAX; i++) assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), 0);
+    st->draft_ms_per_token = 0.5 * cost_at(1); /* half a step: all-accepted chains would pay, so probes resume */
+    kite_spec_estimates_changed(st);
+    int32_t got = 0;
+    for (int i = 0; i < 3 * KITE_PROBE_MAX && !got; i++) got = kite_spec_choose_budget(st, s, KITE_MAX_DRAFT);
+    assert_int_equal(got, 1);
     st->plain_streak = 0, st->probe_interval = 0;
     assert_int_equal(first_probe_interval(), 21);
     assert_int_equal(kite_spec_choose_budget(st, s, 0), 0); /* no room: plain */
