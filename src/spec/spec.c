@@ -41,6 +41,20 @@ static bool same_vocabulary(const kite_model *a, const kite_model *b) {
     return true;
 }
 
+/* A draft model's time for one token (the best of three passes at position 0 of its fresh session;
+ * nothing is committed): the drafting cost the controller assumes until it has measured drafting. */
+static double one_token_ms(kite_session *d) {
+    const int32_t token = 0;
+    double best = INFINITY;
+    for (int i = 0; i < 3; i++) {
+        double t0 = kite_now_ms();
+        kite_forward(&d->model->weights, &d->kv, &d->scratch, d->pool, &token, NULL, 0, 1, d->n_past, d->logits, false);
+        double t = kite_now_ms() - t0;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
 int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params *p, kite_error *e) {
     memset(st, 0, sizeof *st);
     if (p->drafter < KITE_DRAFT_NONE || p->drafter > KITE_DRAFT_ORACLE)
@@ -116,9 +130,10 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
         memcpy(st->accept_rate, m->learned_accept, sizeof st->accept_rate);
         memcpy(st->observed, m->learned_observed, sizeof st->observed);
         st->draft_ms_per_token = m->learned_draft_ms;
+        st->draft_cost_observed = 9; /* a measured estimate: moving averages from here */
     }
     pthread_mutex_unlock(&m->cost_lock);
-    if (!learned && st->draft) st->draft_ms_per_token = kite_spec_pass_cost(st->draft, 1);
+    if (!learned && st->draft) st->draft_ms_per_token = one_token_ms(st->draft);
     return KITE_OK;
 }
 
@@ -440,6 +455,17 @@ static void draft_logq(kite_spec_state *st, kite_session *d, const kite_gen_para
     (void)st;
 }
 
+int kite_spec_catch_up(kite_spec_state *st, kite_session *s, kite_error *e) {
+    kite_session *d = st->draft;
+    if (!d) return KITE_OK;
+    int32_t P = s->n_past, common = 0;
+    int32_t limit = d->n_past < P ? d->n_past : P;
+    while (common < limit && d->history[common] == s->history[common]) common++;
+    d->n_past = common;
+    d->unfed_token = -1;
+    return common < P ? kite_session_run_chain(d, s->history + common, (size_t)(P - common), NULL, e) : KITE_OK;
+}
+
 /* Draft model: grows the tree best-first. The candidates are the top-C children of every node whose
  * draft logits are known, by log q(t) + G(seed, position, t) (the target's own noise field, so a
  * drafter equal to the target is always accepted; plain log q when greedy; an independent sample for
@@ -452,17 +478,6 @@ static void draft_logq(kite_spec_state *st, kite_session *d, const kite_gen_para
  * highest value, whatever their depth (values only fall along a path), a node's children in the
  * order of their noisy scores, and runs them through the draft model in one batch to expand them
  * next round. The last round's nodes are not run (nobody needs their logits). */
-int kite_spec_catch_up(kite_spec_state *st, kite_session *s, kite_error *e) {
-    kite_session *d = st->draft;
-    if (!d) return KITE_OK;
-    int32_t P = s->n_past, common = 0;
-    int32_t limit = d->n_past < P ? d->n_past : P;
-    while (common < limit && d->history[common] == s->history[common]) common++;
-    d->n_past = common;
-    d->unfed_token = -1;
-    return common < P ? kite_session_run_chain(d, s->history + common, (size_t)(P - common), NULL, e) : KITE_OK;
-}
-
 static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
                        kite_draft_tree *t, kite_error *e) {
     kite_session *d = st->draft;

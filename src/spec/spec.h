@@ -36,6 +36,7 @@ typedef struct kite_spec_state {
     double accept_rate[KITE_MAX_DRAFT]; /* running estimate of P(node at depth d+1 accepted | parent accepted) */
     int32_t observed[KITE_MAX_DRAFT];   /* passes that informed accept_rate[d], while its step is 1/(n+2) */
     double draft_ms_per_token;          /* running estimate of drafting cost */
+    int32_t draft_cost_observed;        /* drafting passes that informed it, while its step is 1/(n+1) */
     int32_t plain_streak;               /* passes in a row the controller chose not to draft */
     int32_t probe_interval;             /* plain passes before the next one-token probe (KITE_PROBE_MIN or more,
                                            doubling to KITE_PROBE_MAX) */
