@@ -289,17 +289,7 @@ static int pass(kite_session *s, emitter *em, int32_t *sample_buf, kite_error *e
     if (sp->params.drafter != KITE_DRAFT_NONE) {
         kite_spec_commit(sp, &tree, path, n_path, P);
         kite_spec_observe(sp, &tree, path, n_path);
-        if (budget > 0) {
-            /* The first measurements replace the starting guess (a draft model's forward pass alone, which
-             * misses the draft distributions and the choice of children: 30 us against 190 us per token
-             * for TinyStories-656K's Q8_0 draft), then a moving average with step 0.1. */
-            double per_token = (t1 - t0 - sp->last_catch_up_ms) / budget; /* catching up is not drafting */
-            double step = 1.0 / (sp->draft_cost_observed + 1.0);
-            if (step < 0.1) step = 0.1;
-            else sp->draft_cost_observed++;
-            sp->draft_ms_per_token += step * (per_token - sp->draft_ms_per_token);
-            kite_spec_estimates_changed(sp);
-        }
+        if (budget > 0) kite_spec_observe_draft_cost(sp, (t1 - t0 - sp->last_catch_up_ms) / budget); /* catching up is not drafting */
         if (tree.n > 1) kite_spec_learned_store(sp, s->model); /* after both estimates moved */
         double t3 = kite_now_ms();
         s->stats.target_passes++;

@@ -41,15 +41,21 @@ static bool same_vocabulary(const kite_model *a, const kite_model *b) {
     return true;
 }
 
-/* A draft model's time for one token (the best of three passes at position 0 of its fresh session;
- * nothing is committed): the drafting cost the controller assumes until it has measured drafting. */
+/* Milliseconds of one forward pass over ids[0..B) in the rows past s's committed context (which no
+ * one reads: nothing is committed). logits: every row's (as verification computes), or NULL. */
+static double timed_pass(kite_session *s, const int32_t *ids, int32_t B, float *logits) {
+    double t0 = kite_now_ms();
+    kite_forward(&s->model->weights, &s->kv, &s->scratch, s->pool, ids, NULL, 0, B, s->n_past, logits, logits != NULL);
+    return kite_now_ms() - t0;
+}
+
+/* A draft model's time for one token (the best of three passes in its fresh session): the drafting
+ * cost the controller assumes until it has measured drafting. */
 static double one_token_ms(kite_session *d) {
     const int32_t token = 0;
     double best = INFINITY;
     for (int i = 0; i < 3; i++) {
-        double t0 = kite_now_ms();
-        kite_forward(&d->model->weights, &d->kv, &d->scratch, d->pool, &token, NULL, 0, 1, d->n_past, d->logits, false);
-        double t = kite_now_ms() - t0;
+        double t = timed_pass(d, &token, 1, d->logits); /* with the output layer, as drafting needs */
         if (t < best) best = t;
     }
     return best;
@@ -202,9 +208,7 @@ static void measure_costs(kite_session *s, double *ms) {
         for (int k = 0; k < N_COST_POINTS; k++) {
             int32_t B = COST_POINTS[k];
             if (B > room) continue;
-            double t0 = kite_now_ms();
-            kite_forward(&m->weights, &s->kv, &s->scratch, s->pool, ids, NULL, 0, B, s->n_past, logits, logits != NULL);
-            double t = kite_now_ms() - t0;
+            double t = timed_pass(s, ids, B, logits);
             if (t < ms[k]) ms[k] = t;
         }
     }
@@ -265,8 +269,12 @@ static int32_t best_chain(const kite_spec_state *st, kite_session *s, int32_t ma
      * cost = T(k + 1) + drafting. Trees are costed as chains of the same node count. */
     double curve[N_COST_POINTS];
     cost_curve(s, curve);
-    double best_rate = 1.0 / curve_at(curve, 1);
+    const double plain_rate = 1.0 / curve_at(curve, 1);
+    double best_rate = plain_rate;
     int32_t best_k = 0;
+    /* Would some chain beat plain decoding at these costs if every draft were accepted? If not, no
+     * acceptance a probe could find would change the choice (a draft model as slow as the target). */
+    bool could_pay = false;
     /* A depth no pass has drafted yet takes the rate of the deepest one observed (not the prior): with
      * the prior, a controller that settled on short chains would never find out that longer ones pay. */
     double expected = 1.0, reach = 1.0, deepest_rate = st->accept_rate[0];
@@ -277,6 +285,7 @@ static int32_t best_chain(const kite_spec_state *st, kite_session *s, int32_t ma
         double cost = curve_at(curve, k + 1) + st->draft_ms_per_token * k;
         double rate = expected / cost;
         if (rate > best_rate * 1.0001) { best_rate = rate; best_k = k; }
+        if ((double)(k + 1) / cost > plain_rate * 1.0001) could_pay = true;
     }
     /* A probe is a two-token pass, T(2) - T(1) more than a plain one: probes start KITE_PROBE_SHARE of
      * plain decoding apart (16 passes on the 1.1B shape, where T(2)/T(1) ~ 1.05-1.1; ~115 on
@@ -288,11 +297,6 @@ static int32_t best_chain(const kite_spec_state *st, kite_session *s, int32_t ma
     if (probe_spacing > min_interval)
         min_interval = probe_spacing >= KITE_PROBE_MAX ? KITE_PROBE_MAX : (int32_t)ceil(probe_spacing);
     *min_interval_out = min_interval;
-    /* With every draft accepted, would some chain beat plain decoding at the measured costs? If not, no
-     * acceptance a probe could find would change the choice (a draft model as slow as the target). */
-    bool could_pay = false;
-    for (int32_t k = 1; k <= max_budget && !could_pay; k++)
-        could_pay = (double)(k + 1) / (curve_at(curve, k + 1) + st->draft_ms_per_token * k) > (1.0 / curve_at(curve, 1)) * 1.0001;
     *could_pay_out = could_pay;
     return best_k;
 }
@@ -326,11 +330,19 @@ int32_t kite_spec_choose_budget(kite_spec_state *st, kite_session *s, int32_t ma
     return best_k;
 }
 
+/* Step for a running estimate already informed n times: the mean of the first observations (with
+ * `prior` pseudo-observations for the starting value), then a moving average with step 0.1, so a
+ * session learns its drafter within a few passes and still follows changes. Counts n while averaging. */
+static double estimate_step(int32_t *n, double prior) {
+    const double step = 1.0 / (*n + prior + 1.0);
+    if (step < 0.1) return 0.1;
+    (*n)++;
+    return step;
+}
+
 void kite_spec_observe(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path) {
     /* For each depth, was some node there drafted with its parent accepted, and was one accepted?
-     * The running mean of the first observations (the prior counting as one), then a moving average
-     * with step 0.1: a session learns its drafter within a few passes and still follows changes. */
-    const double alpha = 0.1;
+     * The prior counts as one observation. */
     for (int32_t d = 1; d < KITE_MAX_DRAFT + 1; d++) {
         bool drafted_under_accepted = false;
         for (int32_t j = 1; j < t->n; j++)
@@ -338,9 +350,7 @@ void kite_spec_observe(kite_spec_state *st, const kite_draft_tree *t, const int3
         if (!drafted_under_accepted) break;
         bool accepted = d < n_path;
         st->choice_valid = false; /* an estimate moves */
-        double step = 1.0 / (st->observed[d - 1] + 2.0);
-        if (step < alpha) step = alpha;
-        else st->observed[d - 1]++;
+        const double step = estimate_step(&st->observed[d - 1], 1.0);
         st->accept_rate[d - 1] += step * ((accepted ? 1.0 : 0.0) - st->accept_rate[d - 1]);
     }
 }
@@ -453,6 +463,14 @@ static void draft_logq(kite_spec_state *st, kite_session *d, const kite_gen_para
     float lse = (float)log(sum);
     for (int32_t i = 0; i < V; i++) logq[i] = logq[i] == -INFINITY ? -INFINITY : (logq[i] - mx) / T - lse;
     (void)st;
+}
+
+void kite_spec_observe_draft_cost(kite_spec_state *st, double ms_per_token) {
+    /* The first measurements replace the starting guess (a draft model's forward pass alone, which
+     * misses the draft distributions and the choice of children: 30 us against 190 us per token for
+     * TinyStories-656K's Q8_0 draft). */
+    st->draft_ms_per_token += estimate_step(&st->draft_cost_observed, 0.0) * (ms_per_token - st->draft_ms_per_token);
+    st->choice_valid = false;
 }
 
 int kite_spec_catch_up(kite_spec_state *st, kite_session *s, kite_error *e) {

@@ -58,8 +58,10 @@ void kite_spec_remember(kite_spec_state *st, const int32_t *tokens, size_t n);
 
 /* Budget for the next pass (0 = plain step), from the measured cost curve and acceptance. */
 int32_t kite_spec_choose_budget(kite_spec_state *st, struct kite_session *s, int32_t max_budget);
-/* The drafting cost estimate (or another input of the choice) changed: choose afresh next pass. */
+/* An input of the choice was set by hand (tests): choose afresh next pass. */
 static inline void kite_spec_estimates_changed(kite_spec_state *st) { st->choice_valid = false; }
+/* Learns the drafting cost from one drafting pass (milliseconds per drafted token, catching up aside). */
+void kite_spec_observe_draft_cost(kite_spec_state *st, double ms_per_token);
 /* Learns from one pass: tree drafted, path accepted (node indices, root first). */
 void kite_spec_observe(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path);
 
