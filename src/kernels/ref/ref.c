@@ -291,9 +291,7 @@ void kite_ref_silu_mul(float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) gate[i] = kite_silu(gate[i]) * up[i];
 }
 
-void kite_ref_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = kite_f32_to_fp16(x[i]);
-}
+void kite_ref_f32_to_f16(const float *x, uint16_t *y, int64_t n) { kite_type_get(KITE_TYPE_F16)->from_float(x, y, n); }
 
 static const kite_kernel_set ref_set = {
     .level = KITE_CPU_REF,

@@ -587,11 +587,14 @@ static void avx512_attend(const kite_attn_query *a) {
     else av_attend(a, false);
 }
 
+/* The first min(n, 16) lanes (a loop's tail under a mask). */
+INLINE __mmask16 first_lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
+
 /* kite_silu on 16 lanes (the tail under a mask). */
 static void avx512_silu_mul(float *gate, const float *up, int64_t n) {
     const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        const __mmask16 m = first_lanes(n - i);
         const __m512 x = _mm512_maskz_loadu_ps(m, gate + i);
         const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
         const __m512 num = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), e, one);
@@ -603,7 +606,7 @@ static void avx512_silu_mul(float *gate, const float *up, int64_t n) {
 /* vcvtps2ph rounds to nearest even like kite_f32_to_fp16 (the tail under a mask). */
 static void avx512_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        const __mmask16 m = first_lanes(n - i);
         const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         _mm256_mask_storeu_epi16(y + i, m, h);
     }
