@@ -399,10 +399,9 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
     kv->n_ctx = n_ctx;
     kv->n_kv_heads = hp->n_kv_heads;
     kv->head_dim = hp->head_dim;
-    kv->kv_dim = hp->n_kv_heads * hp->head_dim;
     kv->f32 = f32;
     kv->elem_bytes = f32 ? sizeof(float) : sizeof(uint16_t);
-    size_t count = (size_t)hp->n_layers * (size_t)n_ctx * (size_t)kv->kv_dim;
+    size_t count = (size_t)hp->n_layers * (size_t)hp->n_kv_heads * (size_t)n_ctx * (size_t)hp->head_dim;
     kv->k = calloc(count, kv->elem_bytes);
     kv->v = calloc(count, kv->elem_bytes);
     if (!kv->k || !kv->v) {

@@ -53,7 +53,6 @@ typedef struct kite_kv_cache {
     int32_t n_ctx;
     int32_t n_kv_heads;
     int32_t head_dim;
-    int32_t kv_dim;      /* n_kv_heads * head_dim */
     bool f32;            /* elements are float (else uint16_t f16) */
     size_t elem_bytes;   /* 4 or 2 */
     void *k;
