@@ -411,6 +411,10 @@ typedef struct bench_ctx {
     int32_t n_ctx;
 } bench_ctx;
 
+static bool same_ids(const collected *a, const collected *b) {
+    return a->n == b->n && !memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)a->n);
+}
+
 /* One generation on a fresh session: spec NULL = plain. */
 static int generate_once(const bench_ctx *b, const kite_spec_params *spec, const int32_t *prompt, size_t n_prompt,
                          const kite_gen_params *gp, collected *out, kite_stats *stats) {
@@ -651,13 +655,11 @@ int kite_bench_spec(int argc, char **argv) {
                         if (run_spec) {
                             if ((rc = generate_once(&b, &spec, prompts[k], n_prompt[k], &gp, &spec_ids, &st))) goto free_all;
                             if (rep == 0 || st.decode_ms < spec_st.decode_ms) spec_st = st;
-                            same = same && plain_ids.n == spec_ids.n &&
-                                   !memcmp(plain_ids.ids, spec_ids.ids, sizeof(int32_t) * (size_t)plain_ids.n);
+                            same = same && same_ids(&plain_ids, &spec_ids);
                         } else {
                             if ((rc = generate_once(&b, NULL, prompts[k], n_prompt[k], &gp, &other_ids, &st))) goto free_all;
                             if (st.decode_ms < plain_st.decode_ms) plain_st = st;
-                            same = same && other_ids.n == plain_ids.n &&
-                                   !memcmp(other_ids.ids, plain_ids.ids, sizeof(int32_t) * (size_t)plain_ids.n);
+                            same = same && same_ids(&other_ids, &plain_ids);
                         }
                     }
                 }
