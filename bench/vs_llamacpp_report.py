@@ -82,6 +82,21 @@ def main(path):
                 line_l.append(f"{b}:{tl / t1l:.2f}" if tl == tl and t1l == t1l else f"{b}:-")
             print(f"{'T(B)/T(1) kite':28} " + " ".join(line_k))
             print(f"{'T(B)/T(1) llama.cpp':28} " + " ".join(line_l))
+            # Roofline per pass: every weight byte read once at the probes' bandwidth, or every
+            # multiply-add at their int8 peak, whichever takes longer (medians of the probes).
+            probes = [q for p in ps for q in (p["probe_before"], p["probe_after"])]
+            read_gbs = median([q["read_gbs"] for q in probes])
+            int8_gops = median([q["int8_gops"] for q in probes])
+            params = k0.get("matmul_params")
+            if params and read_gbs and int8_gops:
+                line_r = []
+                for b in sorted(curve, key=int):
+                    roof_ms = max(k0["decode_bytes_per_token"] / (read_gbs * 1e9),
+                                  2.0 * params * int(b) / (int8_gops * 1e9)) * 1e3
+                    tk = median([p["kite"]["batch_curve"][b] for p in ps])
+                    line_r.append(f"{b}:{tk / roof_ms:.2f}")
+                print(f"{'T(B)/roofline kite':28} " + " ".join(line_r) +
+                      f"   (roofline: max(weight bytes / {read_gbs:.1f} GB/s, 2 x params x B / {int8_gops:.0f} GOP/s))")
         bw = [p["kite"]["bandwidth_gbs"] for p in ps]
         probe_bw = [(p["probe_before"]["read_gbs"] + p["probe_after"]["read_gbs"]) / 2 for p in ps]
         print(f"{'kite decode GB/s':28} {fmt(median(bw), 1):>10}   ({fmt(100 * median(bw) / median(probe_bw), 0)}% of the probes' "

@@ -452,6 +452,7 @@ static int run_bench(const bench_args *a) {
     json_object_set_new(root, "model_hash_method", json_string("fnv1a64(first MiB, last MiB, size u64le)"));
     json_object_set_new(root, "architecture", json_string(info.architecture));
     json_object_set_new(root, "n_params", json_integer((json_int_t)info.n_params));
+    json_object_set_new(root, "matmul_params", json_integer((json_int_t)matmul_params));
     json_object_set_new(root, "weight_bytes", json_integer((json_int_t)info.weight_bytes));
     json_object_set_new(root, "decode_bytes_per_token", json_integer((json_int_t)decode_bytes));
     json_object_set_new(root, "load_ms", json_real(t_load));
@@ -518,18 +519,35 @@ static int run_bench(const bench_args *a) {
             snprintf(key, sizeof key, "%d", a->batch_sizes[i]);
             json_object_set_new(ratio, key, json_real(json_real_value(json_object_get(curve, key)) / t1));
         }
+        /* The pass's roofline (issue 3's definition): the time to read every weight byte once at the
+         * measured bandwidth, or to do its multiply-adds at the measured int8 peak, whichever is longer.
+         * Attention and the element-wise steps are left out, so T(B) / roofline >= 1 in practice. */
+        json_t *roofline = json_object(), *roof_ratio = json_object();
+        for (int i = 0; i < a->n_batch_sizes && have_hw && hw.read_gbs > 0 && hw.int8_gops > 0; i++) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", a->batch_sizes[i]);
+            double read_ms = (double)decode_bytes / (hw.read_gbs * 1e9) * 1e3;
+            double compute_ms = 2.0 * (double)matmul_params * a->batch_sizes[i] / (hw.int8_gops * 1e9) * 1e3;
+            double roof_ms = read_ms > compute_ms ? read_ms : compute_ms;
+            json_object_set_new(roofline, key, json_real(roof_ms));
+            json_object_set_new(roof_ratio, key, json_real(json_real_value(json_object_get(curve, key)) / roof_ms));
+        }
         if (!a->json) {
-            printf("batch curve (one pass over B tokens after %d in context, ms; T(B)/T(1)):\n", a->batch_depth);
+            printf("batch curve (one pass over B tokens after %d in context, ms; T(B)/T(1)%s):\n", a->batch_depth,
+                   json_object_size(roofline) ? "; roofline max(bytes/read, ops/int8 peak) and T(B)/roofline" : "");
             for (int i = 0; i < a->n_batch_sizes; i++) {
                 char key[16];
                 snprintf(key, sizeof key, "%d", a->batch_sizes[i]);
                 double ms = json_real_value(json_object_get(curve, key));
-                json_t *r = json_object_get(ratio, key);
+                json_t *r = json_object_get(ratio, key), *roof = json_object_get(roofline, key);
                 printf("  B=%-3d %9.2f ms", a->batch_sizes[i], ms);
                 if (r) printf("  %5.2f", json_real_value(r));
+                if (roof) printf("   roofline %7.2f ms  %5.2fx", json_real_value(roof), json_real_value(json_object_get(roof_ratio, key)));
                 printf("\n");
             }
         }
+        json_object_set_new(root, "batch_roofline_ms", roofline);
+        json_object_set_new(root, "batch_roofline_ratio", roof_ratio);
         json_object_set_new(root, "batch_depth", json_integer(a->batch_depth));
         json_object_set_new(root, "batch_passes", json_integer(a->batch_passes));
         json_object_set_new(root, "batch_curve", curve);
