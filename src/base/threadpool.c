@@ -7,8 +7,16 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* A thread's share of a job: tasks [front, back), packed as front | back << 32 so that the owner
+ * (taking from the front) and a thief (taking from the back) claim tasks with one compare-exchange.
+ * One cache line each, so an owner walking its span never contends with the other threads. */
+typedef struct pool_span {
+    _Alignas(64) _Atomic uint64_t range;
+} pool_span;
+
 struct kite_pool {
     int n_threads;              /* including the caller */
+    pool_span *spans;           /* [n_threads] */
     pthread_t *workers;         /* n_threads - 1 */
     pthread_mutex_t mutex;
     pthread_cond_t wake;
@@ -19,8 +27,6 @@ struct kite_pool {
      * it waits for the tasks to be done, whoever did them. */
     kite_pool_fn fn;
     void *ctx;
-    int64_t n_tasks;
-    atomic_int_fast64_t next_task;
     atomic_int_fast64_t done_tasks;
     atomic_int active;
     atomic_uint generation;
@@ -37,13 +43,41 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static void run_tasks(kite_pool *p, int thread) {
+/* Claims the next task of span s: its first (owner) or its last (thief). */
+static bool span_take(pool_span *s, bool from_back, int64_t *task) {
+    uint64_t r = atomic_load(&s->range);
     for (;;) {
-        int64_t t = atomic_fetch_add(&p->next_task, 1);
-        if (t >= p->n_tasks) break;
-        p->fn(p->ctx, t, thread);
-        atomic_fetch_add(&p->done_tasks, 1);
+        uint32_t front = (uint32_t)r, back = (uint32_t)(r >> 32);
+        if (front >= back) return false;
+        uint64_t next = from_back ? ((uint64_t)(back - 1) << 32) | front : ((uint64_t)back << 32) | (front + 1);
+        if (atomic_compare_exchange_weak(&s->range, &r, next)) {
+            *task = from_back ? back - 1 : front;
+            return true;
+        }
     }
+}
+
+/* Each thread walks its own contiguous span of the tasks in order, then takes what is left of the
+ * other spans from their ends. Contiguous spans matter for the matrix products: a thread's rows are
+ * one long stream the hardware prefetchers follow, where tasks handed out one by one from a shared
+ * counter left each thread a 64-row stream at a time (and a contended counter per task). Measured
+ * with kite_kernel_bench (Q4_0 8192 x 2048, 2 threads): one row 39-42 -> 55-66 GB/s (64-100% ->
+ * 91-110% of the read probe), 8 rows 0.376 -> 0.30 ms. Stealing keeps a slower thread from holding
+ * up the job. */
+static void run_tasks(kite_pool *p, int thread) {
+    int64_t done = 0, t;
+    while (span_take(&p->spans[thread], false, &t)) {
+        p->fn(p->ctx, t, thread);
+        done++;
+    }
+    for (int k = 1; k < p->n_threads; k++) {
+        pool_span *victim = &p->spans[(thread + k) % p->n_threads];
+        while (span_take(victim, true, &t)) {
+            p->fn(p->ctx, t, thread);
+            done++;
+        }
+    }
+    if (done) atomic_fetch_add(&p->done_tasks, done);
 }
 
 static void *worker_main(void *arg) {
@@ -81,7 +115,9 @@ kite_pool *kite_pool_new(int n_threads) {
     pthread_mutex_init(&p->mutex, NULL);
     pthread_cond_init(&p->wake, NULL);
     p->workers = calloc((size_t)n_threads, sizeof *p->workers);
-    if (!p->workers) { free(p); return NULL; }
+    p->spans = aligned_alloc(_Alignof(pool_span), sizeof(pool_span) * (size_t)n_threads);
+    if (!p->workers || !p->spans) { free(p->workers); free(p->spans); free(p); return NULL; }
+    for (int i = 0; i < n_threads; i++) atomic_init(&p->spans[i].range, 0);
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
         if (!wa || (wa->pool = p, wa->index = i, pthread_create(&p->workers[i - 1], NULL, worker_main, wa)) != 0) {
@@ -104,6 +140,7 @@ void kite_pool_free(kite_pool *p) {
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->mutex);
     free(p->workers);
+    free(p->spans);
     free(p);
 }
 
@@ -111,7 +148,7 @@ int kite_pool_threads(const kite_pool *p) { return p->n_threads; }
 
 void kite_pool_run(kite_pool *p, kite_pool_fn fn, void *ctx, int64_t n_tasks) {
     if (n_tasks <= 0) return;
-    if (p->n_threads == 1 || n_tasks == 1) {
+    if (p->n_threads == 1 || n_tasks == 1 || n_tasks > (int64_t)UINT32_MAX) {
         for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
@@ -119,8 +156,10 @@ void kite_pool_run(kite_pool *p, kite_pool_fn fn, void *ctx, int64_t n_tasks) {
     while (atomic_load(&p->active) > 0) cpu_relax();
     p->fn = fn;
     p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store(&p->next_task, 0);
+    for (int i = 0; i < p->n_threads; i++) {
+        uint64_t front = (uint64_t)(n_tasks * i / p->n_threads), back = (uint64_t)(n_tasks * (i + 1) / p->n_threads);
+        atomic_store(&p->spans[i].range, front | back << 32);
+    }
     atomic_store(&p->done_tasks, 0);
     pthread_mutex_lock(&p->mutex);
     atomic_fetch_add(&p->generation, 1); /* even: published */

@@ -8,7 +8,8 @@
 typedef struct kite_pool kite_pool;
 
 /* Runs fn(ctx, task, thread) for task in [0, n_tasks); thread in [0, n_threads) identifies the
- * caller's slot (for per-thread scratch). Tasks are claimed dynamically. */
+ * caller's slot (for per-thread scratch). Each thread runs a contiguous span of the tasks in
+ * order, then takes the rest of the other spans from their ends (threadpool.c). */
 typedef void (*kite_pool_fn)(void *ctx, int64_t task, int thread);
 
 /* n_threads >= 1 includes the calling thread; returns NULL on failure. */
