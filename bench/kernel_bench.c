@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
             kite_error e = {0};
             kite_packed_matrix pm;
             double pack_t0 = now_s();
-            if (set->pack(&t, &pm, &e)) {
+            if (set->pack(&t, NULL, &pm, &e)) {
                 fprintf(stderr, "%s\n", e.msg);
                 return 1;
             }

@@ -168,15 +168,20 @@ bool kite_pack_geometry(uint32_t type, int64_t rows, int64_t cols, int32_t G, ki
 /* Validates t as a matrix of a supported type (shape, byte size, block multiple). */
 int kite_check_matrix(const kite_tensor *t, kite_error *e);
 
-/* Packs t into the interleaved layout with G rows per group (flags: KITE_PACK_Q8_OFFSET). */
-int kite_pack_interleaved(const kite_tensor *t, int32_t G, uint32_t flags, kite_packed_matrix *out, kite_error *e);
+/* Packs t into the interleaved layout with G rows per group (flags: KITE_PACK_Q8_OFFSET), into a slice of
+ * arena when it has room (arena may be NULL). */
+int kite_pack_interleaved(const kite_tensor *t, int32_t G, uint32_t flags, kite_weight_arena *arena,
+                          kite_packed_matrix *out, kite_error *e);
+/* Bytes kite_pack_interleaved takes for t with G rows per group (0 if t has no such layout). */
+size_t kite_pack_interleaved_bytes(const kite_tensor *t, int32_t G);
 
 /* Memory for packed weights (released with free()): 2 MiB-aligned and advised into transparent huge
  * pages from 2 MiB up, 64-byte aligned below. */
 void *kite_alloc_weights(size_t bytes);
 
 /* The reference set's entry points, which the SIMD sets use for types they do not accelerate. */
-int kite_ref_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e);
+int kite_ref_pack(const kite_tensor *t, kite_weight_arena *arena, kite_packed_matrix *out, kite_error *e);
+size_t kite_ref_pack_bytes(const kite_tensor *t); /* 0: the reference views its tensors */
 void kite_ref_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
                      int64_t y_stride, int64_t r0, int64_t r1);
 

@@ -451,7 +451,47 @@ void *kite_alloc_weights(size_t bytes) {
     return aligned_alloc(64, kite_round_up(bytes, 64));
 }
 
-int kite_pack_interleaved(const kite_tensor *t, int32_t G, uint32_t flags, kite_packed_matrix *out, kite_error *e) {
+int kite_weight_arena_init(kite_weight_arena *a, size_t capacity, kite_error *e) {
+    memset(a, 0, sizeof *a);
+    const size_t huge = (size_t)2 << 20;
+    if (capacity == 0) return KITE_OK;
+    if (capacity > SIZE_MAX - huge) return kite_fail(e, KITE_ERR_NOMEM, "kernels: %zu bytes of weights is too large", capacity);
+    size_t rounded = kite_round_up(capacity, huge);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, rounded) != 0 || !p)
+        return kite_fail(e, KITE_ERR_NOMEM, "kernels: out of memory for %.1f MiB of packed weights", (double)rounded / 1048576.0);
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice only */
+#endif
+    a->base = p;
+    a->capacity = rounded;
+    return KITE_OK;
+}
+
+void *kite_weight_arena_take(kite_weight_arena *a, size_t bytes) {
+    if (!a || !a->base) return NULL;
+    size_t at = kite_round_up(a->used, 64);
+    if (at > a->capacity || bytes > a->capacity - at) return NULL;
+    a->used = at + bytes;
+    return a->base + at;
+}
+
+void kite_weight_arena_free(kite_weight_arena *a) {
+    if (!a) return;
+    free(a->base);
+    memset(a, 0, sizeof *a);
+}
+
+size_t kite_pack_interleaved_bytes(const kite_tensor *t, int32_t G) {
+    kite_pack_geom g;
+    if (!t || G < 1 || G > 16 || kite_check_matrix(t, NULL) != KITE_OK || !kite_pack_geometry(t->type, t->ne[1], t->ne[0], G, &g))
+        return 0;
+    if (g.n_groups <= 0 || g.group_bytes > SIZE_MAX / (size_t)g.n_groups) return 0;
+    return g.group_bytes * (size_t)g.n_groups;
+}
+
+int kite_pack_interleaved(const kite_tensor *t, int32_t G, uint32_t flags, kite_weight_arena *arena, kite_packed_matrix *out,
+                          kite_error *e) {
     memset(out, 0, sizeof *out);
     int st = kite_check_matrix(t, e);
     if (st) return st;
@@ -462,7 +502,8 @@ int kite_pack_interleaved(const kite_tensor *t, int32_t G, uint32_t flags, kite_
     if (g.group_bytes > SIZE_MAX / (size_t)g.n_groups)
         return kite_fail(e, KITE_ERR_NOMEM, "kernels: tensor %s is too large to pack", t->name);
     size_t total = g.group_bytes * (size_t)g.n_groups;
-    void *mem = kite_alloc_weights(total);
+    void *mem = kite_weight_arena_take(arena, total), *owned = NULL;
+    if (!mem) mem = owned = kite_alloc_weights(total);
     if (!mem) return kite_fail(e, KITE_ERR_NOMEM, "kernels: out of memory packing %s (%zu bytes)", t->name, total);
     memset(mem, 0, total);
     size_t row_bytes = kite_type_row_bytes(t->type, t->ne[0]);
@@ -481,7 +522,7 @@ int kite_pack_interleaved(const kite_tensor *t, int32_t G, uint32_t flags, kite_
     out->cols = t->ne[0];
     out->data = mem;
     out->n_bytes = total;
-    out->owned = mem;
+    out->owned = owned;
     return KITE_OK;
 }
 

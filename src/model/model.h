@@ -33,6 +33,7 @@ typedef struct kite_weights {
     float *output_norm;           /* [dim] */
     kite_layer_weights *layers;   /* [n_layers] */
     float *rope_inv_freq;         /* [head_dim / 2] radians per position, scaling applied */
+    kite_weight_arena arena;      /* the packed matrices' memory (kernels.h) */
 } kite_weights;
 
 /* Binds a validated source's canonical tensors; converts the small vectors; packs the matrices for

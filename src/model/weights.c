@@ -67,13 +67,31 @@ static void release_source_pages(const kite_source *src, const kite_tensor *t) {
     }
 }
 
-/* Packs t for the weights' kernel set; releases t's file pages when the packing is a copy and t is
- * not needed as a tensor any more (keep_source: the embedding, used for row lookups). */
-static int pack_matrix(kite_weights *w, const kite_source *src, const kite_tensor *t, bool keep_source,
-                       kite_packed_matrix *out, kite_error *e) {
-    int st = w->kernels->pack(t, out, e);
+/* A matrix to pack: found and checked while binding, packed once the arena is sized. */
+typedef struct pack_job {
+    const kite_tensor *t;
+    kite_packed_matrix *out;
+    bool keep_source; /* the embedding, still read for row lookups */
+} pack_job;
+
+/* Packs every job's matrix for the weights' kernel set into one arena (kite_weight_arena) and releases
+ * each source's file pages when the packing is a copy and the tensor is not needed any more. */
+static int pack_matrices(kite_weights *w, const kite_source *src, const pack_job *jobs, int32_t n_jobs,
+                         kite_progress_fn progress, void *progress_user_data, kite_error *e) {
+    size_t total = 0;
+    for (int32_t i = 0; i < n_jobs; i++) {
+        size_t bytes = (w->kernels->pack_bytes(jobs[i].t) + 63) / 64 * 64;
+        if (bytes > SIZE_MAX - total) return kite_fail(e, KITE_ERR_NOMEM, "weights too large to pack");
+        total += bytes;
+    }
+    int st = kite_weight_arena_init(&w->arena, total, e);
     if (st) return st;
-    if (out->owned && !keep_source) release_source_pages(src, t);
+    for (int32_t i = 0; i < n_jobs; i++) {
+        if ((st = w->kernels->pack(jobs[i].t, &w->arena, jobs[i].out, e))) return st;
+        if (jobs[i].out->data != jobs[i].t->data && !jobs[i].keep_source) release_source_pages(src, jobs[i].t);
+        /* Packing reads every weight once: the natural measure of a large model's loading. */
+        if (progress) progress((float)(i + 1) / (float)n_jobs, progress_user_data);
+    }
     return KITE_OK;
 }
 
@@ -120,12 +138,15 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
     int st = KITE_OK;
     w->kernels = kite_kernels();
     if (!(w->tok_embd = matrix(src, "token_embd.weight", hp->n_vocab, dim, e))) return e->status;
+    pack_job *jobs = calloc(1 + (size_t)hp->n_layers * 7, sizeof *jobs);
+    int32_t n_jobs = 0;
+    if (!jobs) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
     if (kite_source_find(src, "output.weight")) {
         const kite_tensor *out = matrix(src, "output.weight", hp->n_vocab, dim, e);
-        if (!out) return e->status;
-        if ((st = pack_matrix(w, src, out, out == w->tok_embd, &w->output, e))) goto fail;
+        if (!out) { st = e->status; goto fail; }
+        jobs[n_jobs++] = (pack_job){out, &w->output, out == w->tok_embd};
     } else {
-        if ((st = pack_matrix(w, src, w->tok_embd, true, &w->output, e))) goto fail;
+        jobs[n_jobs++] = (pack_job){w->tok_embd, &w->output, true};
     }
     if ((st = vector_f32(src, "output_norm.weight", dim, true, &w->output_norm, e))) goto fail;
     w->layers = calloc((size_t)hp->n_layers, sizeof *w->layers);
@@ -138,7 +159,7 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
         {                                                                                     \
             const kite_tensor *t = matrix(src, NAME(suffix), rows, cols, e);                  \
             if (!t) { st = e->status; goto fail; }                                            \
-            if ((st = pack_matrix(w, src, t, t == w->tok_embd, &L->field, e))) goto fail;     \
+            jobs[n_jobs++] = (pack_job){t, &L->field, t == w->tok_embd};                      \
         }
         MATRIX(wq, "attn_q.weight", q_width, dim);
         MATRIX(wk, "attn_k.weight", kv_dim, dim);
@@ -157,12 +178,13 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
         if ((st = vector_f32(src, NAME("attn_q_norm.weight"), hp->head_dim, qwen3, &L->q_norm, e))) goto fail;
         if ((st = vector_f32(src, NAME("attn_k_norm.weight"), hp->head_dim, qwen3, &L->k_norm, e))) goto fail;
 #undef NAME
-        /* Packing reads every weight once: the natural measure of a large model's loading. */
-        if (progress) progress((float)(l + 1) / (float)hp->n_layers, progress_user_data);
     }
+    if ((st = pack_matrices(w, src, jobs, n_jobs, progress, progress_user_data, e))) goto fail;
     if ((st = rope_table(w, src, e))) goto fail;
+    free(jobs);
     return KITE_OK;
 fail:
+    free(jobs);
     kite_weights_free(w);
     return st;
 }
@@ -181,6 +203,7 @@ void kite_weights_free(kite_weights *w) {
     }
     free(w->layers);
     kite_packed_matrix_free(&w->output);
+    kite_weight_arena_free(&w->arena); /* after the matrices carved from it */
     free(w->output_norm);
     free(w->rope_inv_freq);
     memset(w, 0, sizeof *w);

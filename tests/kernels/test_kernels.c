@@ -143,7 +143,7 @@ static void check_shape(uint32_t type, int64_t rows, int64_t cols, int32_t n) {
     assert_non_null(ref);
     kite_error e = {0};
     kite_packed_matrix pref;
-    assert_int_equal(ref->pack(&m.t, &pref, &e), KITE_OK);
+    assert_int_equal(ref->pack(&m.t, NULL, &pref, &e), KITE_OK);
     run(ref, &pref, x, n, y_ref, 0, rows);
 
     /* Reference vs the float product of the stored weights. */
@@ -194,7 +194,7 @@ static void check_shape(uint32_t type, int64_t rows, int64_t cols, int32_t n) {
         const kite_kernel_set *s = kite_kernels_for(all_levels[li]);
         if (!s) continue;
         kite_packed_matrix pm;
-        assert_int_equal(s->pack(&m.t, &pm, &e), KITE_OK);
+        assert_int_equal(s->pack(&m.t, NULL, &pm, &e), KITE_OK);
         assert_int_equal(pm.rows, rows);
         assert_int_equal(pm.cols, cols);
         assert_int_equal(s->act_bytes(type, cols, n), ab);
@@ -342,8 +342,8 @@ static void test_activation_edges(void **state) {
             }
             kite_error e = {0};
             kite_packed_matrix pm, pr;
-            assert_int_equal(s->pack(&mm->t, &pm, &e), KITE_OK);
-            assert_int_equal(ref->pack(&mm->t, &pr, &e), KITE_OK);
+            assert_int_equal(s->pack(&mm->t, NULL, &pm, &e), KITE_OK);
+            assert_int_equal(ref->pack(&mm->t, NULL, &pr, &e), KITE_OK);
             float y[60], yr[60];
             s->matmul(&pm, a_ref, x, 3, y, 20, 0, 20);
             ref->matmul(&pr, a_ref, x, 3, yr, 20, 0, 20);
@@ -375,21 +375,21 @@ static void test_pack_rejects(void **state) {
         t.type = KITE_TYPE_Q8_K; /* an activation type, not a weight type */
         t.ne[0] = 256; t.ne[1] = 2; t.ne[2] = t.ne[3] = 1;
         t.n_bytes = sizeof buf;
-        assert_int_equal(s->pack(&t, &pm, &e), KITE_ERR_UNSUPPORTED);
+        assert_int_equal(s->pack(&t, NULL, &pm, &e), KITE_ERR_UNSUPPORTED);
         assert_non_null(strstr(e.msg, "blk.0.attn_q.weight"));
         t.type = KITE_TYPE_Q4_0;
         t.ne[0] = 48; /* not a multiple of 32 */
-        assert_int_equal(s->pack(&t, &pm, &e), KITE_ERR_FORMAT);
+        assert_int_equal(s->pack(&t, NULL, &pm, &e), KITE_ERR_FORMAT);
         assert_non_null(strstr(e.msg, "multiple"));
         t.ne[0] = 64; t.ne[1] = 1000; /* 1000 rows of 36 bytes do not fit in 4096 */
-        assert_int_equal(s->pack(&t, &pm, &e), KITE_ERR_FORMAT);
+        assert_int_equal(s->pack(&t, NULL, &pm, &e), KITE_ERR_FORMAT);
         assert_non_null(strstr(e.msg, "bytes"));
         t.ne[1] = 2; t.ne[2] = 3; /* a 3-D tensor */
-        assert_int_equal(s->pack(&t, &pm, &e), KITE_ERR_FORMAT);
+        assert_int_equal(s->pack(&t, NULL, &pm, &e), KITE_ERR_FORMAT);
         t.ne[2] = 1; t.ne[0] = 0;
-        assert_int_equal(s->pack(&t, &pm, &e), KITE_ERR_FORMAT);
+        assert_int_equal(s->pack(&t, NULL, &pm, &e), KITE_ERR_FORMAT);
         t.ne[0] = 64; t.ne[1] = 2;
-        assert_int_equal(s->pack(&t, &pm, &e), KITE_OK);
+        assert_int_equal(s->pack(&t, NULL, &pm, &e), KITE_OK);
         kite_packed_matrix_free(&pm);
         kite_packed_matrix_free(NULL);
     }
@@ -710,7 +710,7 @@ static void test_simd_levels_pack_their_own_layout(void **state) {
             make_matrix(&m, all_types[ti], 3, 256);
             kite_error e = {0};
             kite_packed_matrix pm;
-            assert_int_equal(s->pack(&m.t, &pm, &e), KITE_OK);
+            assert_int_equal(s->pack(&m.t, NULL, &pm, &e), KITE_OK);
             bool own = pm.owned != NULL;
             printf(" %s%s", tr->name, own ? "" : "(ref)");
             uint32_t t = all_types[ti];
@@ -722,6 +722,60 @@ static void test_simd_levels_pack_their_own_layout(void **state) {
         }
         printf("\n");
     }
+}
+
+/* Packing into an arena (the model's weights): the same bytes as a packing of its own, pack_bytes is what
+ * the arena gives up, slices are 64-byte aligned and back to back, and a full arena makes pack fall
+ * back to an allocation of its own. */
+static void test_pack_into_arena(void **state) {
+    (void)state;
+    rng_state = 6;
+    for (size_t li = 0; li < sizeof all_levels / sizeof all_levels[0]; li++) {
+        const kite_kernel_set *s = kite_kernels_for(all_levels[li]);
+        if (!s) continue;
+        for (size_t ti = 0; ti < N_TYPES; ti++) {
+            matrix m;
+            make_matrix(&m, all_types[ti], 37, 512);
+            kite_error e = {0};
+            kite_packed_matrix own, a1, a2, a3;
+            assert_int_equal(s->pack(&m.t, NULL, &own, &e), KITE_OK);
+            size_t bytes = s->pack_bytes(&m.t);
+            if (own.owned) assert_int_equal(bytes, own.n_bytes);
+            else assert_int_equal(bytes, 0); /* a view of the tensor */
+            kite_weight_arena arena;
+            /* Room for two packings and a bit: the third does not fit. */
+            assert_int_equal(kite_weight_arena_init(&arena, 2 * (bytes + 64) + 1, &e), KITE_OK);
+            arena.capacity = 2 * (bytes + 64) + 1; /* as if the 2 MiB rounding had not added room */
+            assert_int_equal(s->pack(&m.t, &arena, &a1, &e), KITE_OK);
+            assert_int_equal(s->pack(&m.t, &arena, &a2, &e), KITE_OK);
+            assert_int_equal(s->pack(&m.t, &arena, &a3, &e), KITE_OK);
+            assert_int_equal(a1.n_bytes, own.n_bytes);
+            assert_int_equal(a1.layout, own.layout);
+            assert_memory_equal(a1.data, own.data, own.n_bytes);
+            assert_memory_equal(a2.data, own.data, own.n_bytes);
+            assert_memory_equal(a3.data, own.data, own.n_bytes);
+            if (bytes) {
+                assert_ptr_equal(a1.data, arena.base);
+                assert_null(a1.owned);
+                assert_ptr_equal(a2.data, arena.base + (bytes + 63) / 64 * 64);
+                assert_null(a2.owned);
+                assert_non_null(a3.owned); /* the arena was full */
+                assert_ptr_equal(a3.data, a3.owned);
+            }
+            kite_packed_matrix_free(&a1);
+            kite_packed_matrix_free(&a2);
+            kite_packed_matrix_free(&a3);
+            kite_packed_matrix_free(&own);
+            kite_weight_arena_free(&arena);
+            free_matrix(&m);
+        }
+    }
+    kite_weight_arena empty;
+    kite_error e = {0};
+    assert_int_equal(kite_weight_arena_init(&empty, 0, &e), KITE_OK);
+    assert_null(kite_weight_arena_take(&empty, 1));
+    assert_null(kite_weight_arena_take(NULL, 1));
+    kite_weight_arena_free(&empty);
 }
 
 int main(int argc, char **argv) {
@@ -736,6 +790,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_f32_to_f16),
         cmocka_unit_test(test_pack_rejects),
         cmocka_unit_test(test_simd_levels_pack_their_own_layout),
+        cmocka_unit_test(test_pack_into_arena),
         cmocka_unit_test(test_activation_edges),
         cmocka_unit_test(test_float_odd_columns),
         cmocka_unit_test(test_wide_rows),

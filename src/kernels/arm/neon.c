@@ -231,9 +231,13 @@ static bool accelerated(uint32_t type) {
            type == KITE_TYPE_Q4_0;
 }
 
-static int neon_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e) {
-    if (t && !accelerated(t->type)) return kite_ref_pack(t, out, e);
-    return kite_pack_interleaved(t, G4, 0, out, e);
+static int neon_pack(const kite_tensor *t, kite_weight_arena *arena, kite_packed_matrix *out, kite_error *e) {
+    if (t && !accelerated(t->type)) return kite_ref_pack(t, arena, out, e);
+    return kite_pack_interleaved(t, G4, 0, arena, out, e);
+}
+
+static size_t neon_pack_bytes(const kite_tensor *t) {
+    return t && accelerated(t->type) ? kite_pack_interleaved_bytes(t, G4) : 0;
 }
 
 static void neon_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
@@ -346,6 +350,7 @@ static const kite_kernel_set neon_set = {
     .level = KITE_CPU_NEON,
     .name = "neon-dotprod",
     .pack = neon_pack,
+    .pack_bytes = neon_pack_bytes,
     .act_bytes = kite_act_bytes_common,
     .quantize_act = neon_quantize_act,
     .matmul = neon_matmul,

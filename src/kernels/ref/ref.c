@@ -64,7 +64,8 @@ void kite_ref_quantize_act(uint32_t type, const float *x, int64_t cols, int32_t 
 
 /* ---- packing: a view ---------------------------------------------------------------------------------------- */
 
-int kite_ref_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e) {
+int kite_ref_pack(const kite_tensor *t, kite_weight_arena *arena, kite_packed_matrix *out, kite_error *e) {
+    (void)arena;
     memset(out, 0, sizeof *out);
     int st = kite_check_matrix(t, e);
     if (st) return st;
@@ -76,6 +77,11 @@ int kite_ref_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e) 
     out->n_bytes = kite_type_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1];
     out->owned = NULL;
     return KITE_OK;
+}
+
+size_t kite_ref_pack_bytes(const kite_tensor *t) {
+    (void)t;
+    return 0;
 }
 
 static size_t ref_act_bytes(uint32_t type, int64_t cols, int32_t n) { return kite_act_bytes_common(type, cols, n); }
@@ -297,6 +303,7 @@ static const kite_kernel_set ref_set = {
     .level = KITE_CPU_REF,
     .name = "ref",
     .pack = kite_ref_pack,
+    .pack_bytes = kite_ref_pack_bytes,
     .act_bytes = ref_act_bytes,
     .quantize_act = kite_ref_quantize_act,
     .matmul = kite_ref_matmul,

@@ -452,9 +452,13 @@ static bool accelerated(uint32_t type) {
            type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q4_K || type == KITE_TYPE_Q5_K || type == KITE_TYPE_Q6_K;
 }
 
-static int avx2_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e) {
-    if (t && !accelerated(t->type)) return kite_ref_pack(t, out, e);
-    return kite_pack_interleaved(t, G8, 0, out, e);
+static int avx2_pack(const kite_tensor *t, kite_weight_arena *arena, kite_packed_matrix *out, kite_error *e) {
+    if (t && !accelerated(t->type)) return kite_ref_pack(t, arena, out, e);
+    return kite_pack_interleaved(t, G8, 0, arena, out, e);
+}
+
+static size_t avx2_pack_bytes(const kite_tensor *t) {
+    return t && accelerated(t->type) ? kite_pack_interleaved_bytes(t, G8) : 0;
 }
 
 static void avx2_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
@@ -588,6 +592,7 @@ static const kite_kernel_set avx2_set = {
     .level = KITE_CPU_AVX2,
     .name = "avx2",
     .pack = avx2_pack,
+    .pack_bytes = avx2_pack_bytes,
     .act_bytes = kite_act_bytes_common,
     .quantize_act = avx2_quantize_act,
     .matmul = avx2_matmul,

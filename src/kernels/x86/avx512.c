@@ -469,9 +469,13 @@ static bool accelerated(uint32_t type) {
     }
 }
 
-static int avx512_pack(const kite_tensor *t, kite_packed_matrix *out, kite_error *e) {
-    if (t && !accelerated(t->type)) return kite_ref_pack(t, out, e);
-    return kite_pack_interleaved(t, G16, t && t->type == KITE_TYPE_Q8_0 ? KITE_PACK_Q8_OFFSET : 0, out, e);
+static int avx512_pack(const kite_tensor *t, kite_weight_arena *arena, kite_packed_matrix *out, kite_error *e) {
+    if (t && !accelerated(t->type)) return kite_ref_pack(t, arena, out, e);
+    return kite_pack_interleaved(t, G16, t && t->type == KITE_TYPE_Q8_0 ? KITE_PACK_Q8_OFFSET : 0, arena, out, e);
+}
+
+static size_t avx512_pack_bytes(const kite_tensor *t) {
+    return t && accelerated(t->type) ? kite_pack_interleaved_bytes(t, G16) : 0;
 }
 
 static void avx512_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
@@ -616,6 +620,7 @@ static const kite_kernel_set avx512_set = {
     .level = KITE_CPU_AVX512,
     .name = "avx512-vnni",
     .pack = avx512_pack,
+    .pack_bytes = avx512_pack_bytes,
     .act_bytes = kite_act_bytes_common,
     .quantize_act = avx512_quantize_act,
     .matmul = avx512_matmul,
