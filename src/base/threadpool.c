@@ -148,6 +148,7 @@ int kite_pool_threads(const kite_pool *p) { return p->n_threads; }
 
 void kite_pool_run(kite_pool *p, kite_pool_fn fn, void *ctx, int64_t n_tasks) {
     if (n_tasks <= 0) return;
+    /* Spans hold 32-bit task indices; no job comes near 2^32 tasks, but one that did would still run. */
     if (p->n_threads == 1 || n_tasks == 1 || n_tasks > (int64_t)UINT32_MAX) {
         for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
