@@ -41,6 +41,21 @@ static void matmul_task(void *ctx, int64_t task, int thread) {
     job->ks->matmul(part->w, job->act, job->x, job->n, part->y, part->y_stride, r0, r1);
 }
 
+/* Work below this many multiply-adds runs on the calling thread: handing it to the pool costs both
+ * threads a round trip between cores (and the results' cache lines a move), which small models paid on
+ * every product. With each thread owning a span of the tasks (base/threadpool.c), the other thread takes
+ * its share of even a tiny job, and llama2xs-281K decoded at 17-22k tok/s in some runs instead of
+ * 35-39k. 256K multiply-adds are a few microseconds on one core: 144 KB of Q4_0 weights at one row,
+ * or attention over ~128 positions for 32 heads of 64. */
+#define HANDOFF_MIN_MACS ((int64_t)1 << 18)
+
+/* Runs fn over [0, count) on the pool when the work (macs, multiply-adds) pays for the hand-off. */
+static void run_sized(kite_pool *pool, kite_pool_fn fn, void *ctx, int64_t count, int64_t macs) {
+    if (count > 1 && macs >= HANDOFF_MIN_MACS && kite_pool_threads(pool) > 1) kite_pool_run(pool, fn, ctx, count);
+    else
+        for (int64_t t = 0; t < count; t++) fn(ctx, t, 0);
+}
+
 typedef struct quantize_job {
     const kite_kernel_set *ks;
     uint32_t type;
@@ -74,17 +89,18 @@ static void matmul_parts(kite_pool *pool, kite_forward_scratch *s, const kite_ke
         }
         act = s->act;
         quantize_job qj = {.ks = ks, .type = w->type, .x = x, .cols = w->cols, .act = act};
-        if (n >= 4 && kite_pool_threads(pool) > 1) kite_pool_run(pool, quantize_task, &qj, n);
+        if (n >= 4) run_sized(pool, quantize_task, &qj, n, (int64_t)n * w->cols);
         else ks->quantize_act(w->type, x, w->cols, 0, n, act);
     }
     matmul_job job = {.ks = ks, .n_parts = n_parts, .act = act, .x = x, .n = n};
-    int64_t tasks = 0;
+    int64_t tasks = 0, macs = 0;
     for (int p = 0; p < n_parts; p++) {
         job.parts[p] = parts[p];
         job.parts[p].first_task = tasks;
         tasks += (parts[p].w->rows + ks->row_block - 1) / ks->row_block;
+        macs += parts[p].w->rows * parts[p].w->cols * n;
     }
-    kite_pool_run(pool, matmul_task, &job, tasks);
+    run_sized(pool, matmul_task, &job, tasks, macs);
 }
 
 static void matmul(kite_pool *pool, kite_forward_scratch *s, const kite_kernel_set *ks, const kite_packed_matrix *w,
@@ -336,7 +352,9 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
             .ks = w->kernels, .hp = hp, .kv = kv, .layer = l, .pos0 = pos0, .parent = parent, .first = first,
             .q = s->q, .out = s->att_out, .slots = s->slots, .n_ctx = s->n_ctx, .n = n,
         };
-        kite_pool_run(pool, attention_task, &aj, (int64_t)n * hp->n_kv_heads);
+        /* QK and AV over up to pos0 + first + n positions (a tree sees fewer). */
+        int64_t attn_macs = 2 * (int64_t)n * hp->n_heads * hd * (pos0 + first + n);
+        run_sized(pool, attention_task, &aj, (int64_t)n * hp->n_kv_heads, attn_macs);
         /* Output projection into xn, then the residual add and the FFN norm. */
         matmul(pool, s, w->kernels, &L->wo, s->att_out, s->xn, dim, n);
         residual_norm(pool, s->x, s->xn, L->ffn_norm, dim, hp->rms_eps, true, 0, n);
