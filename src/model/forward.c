@@ -41,12 +41,12 @@ static void matmul_task(void *ctx, int64_t task, int thread) {
     job->ks->matmul(part->w, job->act, job->x, job->n, part->y, part->y_stride, r0, r1);
 }
 
-/* Work below this many multiply-adds runs on the calling thread: handing it to the pool costs both
- * threads a round trip between cores (and the results' cache lines a move), which small models paid on
- * every product. With each thread owning a span of the tasks (base/threadpool.c), the other thread takes
- * its share of even a tiny job, and llama2xs-281K decoded at 17-22k tok/s in some runs instead of
- * 35-39k. 256K multiply-adds are a few microseconds on one core: 144 KB of Q4_0 weights at one row,
- * or attention over ~128 positions for 32 heads of 64. */
+/* Products and attention below this many multiply-adds run on the calling thread: handing them to the
+ * pool costs both threads a round trip between cores (and the results' cache lines a move), which small
+ * models paid on every product. With each thread owning a span of the tasks (base/threadpool.c), the
+ * other thread takes its share of even a tiny job, and llama2xs-281K decoded at 17-22k tok/s in some
+ * runs instead of 35-39k. 256K multiply-adds are a few microseconds on one core: 144 KB of Q4_0
+ * weights at one row, or attention over ~128 positions for 32 heads of 64. */
 #define HANDOFF_MIN_MACS ((int64_t)1 << 18)
 
 /* Runs fn over [0, count) on the pool when the work (macs, multiply-adds) pays for the hand-off. */
@@ -89,7 +89,7 @@ static void matmul_parts(kite_pool *pool, kite_forward_scratch *s, const kite_ke
         }
         act = s->act;
         quantize_job qj = {.ks = ks, .type = w->type, .x = x, .cols = w->cols, .act = act};
-        if (n >= 4) run_sized(pool, quantize_task, &qj, n, (int64_t)n * w->cols);
+        if (n >= 4 && kite_pool_threads(pool) > 1) kite_pool_run(pool, quantize_task, &qj, n); /* ~1 us a row */
         else ks->quantize_act(w->type, x, w->cols, 0, n, act);
     }
     matmul_job job = {.ks = ks, .n_parts = n_parts, .act = act, .x = x, .n = n};
