@@ -482,26 +482,32 @@ void kite_weight_arena_free(kite_weight_arena *a) {
     memset(a, 0, sizeof *a);
 }
 
+/* Checks t and G and sizes the interleaved packing: its geometry and total bytes. */
+static int interleaved_size(const kite_tensor *t, int32_t G, kite_pack_geom *g, size_t *total, kite_error *e) {
+    int st = kite_check_matrix(t, e); /* rows >= 1, so n_groups >= 1 below */
+    if (st) return st;
+    if (G < 1 || G > 16) return kite_fail(e, KITE_ERR_INVALID_ARG, "kernels: row interleave %d out of range", G);
+    if (!kite_pack_geometry(t->type, t->ne[1], t->ne[0], G, g))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "kernels: tensor %s: no interleaved layout for type %u", t->name, t->type);
+    if (g->group_bytes > SIZE_MAX / (size_t)g->n_groups)
+        return kite_fail(e, KITE_ERR_NOMEM, "kernels: tensor %s is too large to pack", t->name);
+    *total = g->group_bytes * (size_t)g->n_groups;
+    return KITE_OK;
+}
+
 size_t kite_pack_interleaved_bytes(const kite_tensor *t, int32_t G) {
     kite_pack_geom g;
-    if (!t || G < 1 || G > 16 || kite_check_matrix(t, NULL) != KITE_OK || !kite_pack_geometry(t->type, t->ne[1], t->ne[0], G, &g))
-        return 0;
-    if (g.n_groups <= 0 || g.group_bytes > SIZE_MAX / (size_t)g.n_groups) return 0;
-    return g.group_bytes * (size_t)g.n_groups;
+    size_t total = 0;
+    return interleaved_size(t, G, &g, &total, NULL) == KITE_OK ? total : 0;
 }
 
 int kite_pack_interleaved(const kite_tensor *t, int32_t G, uint32_t flags, kite_weight_arena *arena, kite_packed_matrix *out,
                           kite_error *e) {
     memset(out, 0, sizeof *out);
-    int st = kite_check_matrix(t, e);
-    if (st) return st;
-    if (G < 1 || G > 16) return kite_fail(e, KITE_ERR_INVALID_ARG, "kernels: row interleave %d out of range", G);
     kite_pack_geom g;
-    if (!kite_pack_geometry(t->type, t->ne[1], t->ne[0], G, &g))
-        return kite_fail(e, KITE_ERR_UNSUPPORTED, "kernels: tensor %s: no interleaved layout for type %u", t->name, t->type);
-    if (g.group_bytes > SIZE_MAX / (size_t)g.n_groups)
-        return kite_fail(e, KITE_ERR_NOMEM, "kernels: tensor %s is too large to pack", t->name);
-    size_t total = g.group_bytes * (size_t)g.n_groups;
+    size_t total = 0;
+    int st = interleaved_size(t, G, &g, &total, e);
+    if (st) return st;
     void *mem = kite_weight_arena_take(arena, total), *owned = NULL;
     if (!mem) mem = owned = kite_alloc_weights(total);
     if (!mem) return kite_fail(e, KITE_ERR_NOMEM, "kernels: out of memory packing %s (%zu bytes)", t->name, total);

@@ -156,11 +156,9 @@ static void rope(float *v, int32_t head_dim, const float *c, const float *sn, ki
  * these change no bits, only how long a prefill or a verification pass waits on one core. */
 
 /* Runs fn over [0, count) on the pool when there is more than one task, inline otherwise (a hand-off
- * costs more than one row's work). */
+ * costs more than one row's work): run_sized with work that always pays. */
 static void run_each(kite_pool *pool, kite_pool_fn fn, void *ctx, int64_t count) {
-    if (count > 1 && kite_pool_threads(pool) > 1) kite_pool_run(pool, fn, ctx, count);
-    else
-        for (int64_t t = 0; t < count; t++) fn(ctx, t, 0);
+    run_sized(pool, fn, ctx, count, HANDOFF_MIN_MACS);
 }
 
 /* x[src_first + b] += xn[src_first + b] (when add), then xn[b] = rmsnorm(x[src_first + b]) * weight. */
