@@ -72,6 +72,7 @@ static int split_level(split_state *st, int level, const char *text, size_t len)
         size_t start = ov[0], end = ov[1];
         if (start > len || end > len || end < start) break; /* cannot happen; be safe */
         if (end == start) { /* an empty match splits nothing: step over one character */
+            if (start >= len) break; /* at the very end ("\\s*(?!\\S)" matches there): no character left */
             pos = start + kite_utf8_len((unsigned char)text[start]);
             continue;
         }

@@ -258,6 +258,39 @@ static void test_ignore_merges(void **state) {
     }
 }
 
+/* A split pattern that matches the empty string at the end of the text (found by fuzz_tokenizer_json:
+ * the pre-tokenizer stepped over "one more character" there and read a byte past the text). The text
+ * sits in a buffer of exactly its length, so the sanitizer build sees any read past it. */
+static void test_split_empty_match_at_end(void **state) {
+    (void)state;
+    const char *json =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"\\u0120\": 3}, \"merges\": [\"a b\"]},"
+        " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\":"
+        " \"\\\\s*(?!\\\\S)\"}, \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\","
+        " \"add_prefix_space\": false, \"use_regex\": false}]}}";
+    kite_error e = {0};
+    kite_tokenizer *t = from_json(json, &e);
+    if (!t) fail_msg("%s", e.msg);
+    static const struct { const char *text; size_t n; int32_t want[3]; } cases[] = {
+        {"ab", 1, {2}},          /* the only match is empty, at the end */
+        {"ab  ", 3, {2, 3, 3}},  /* a match of the trailing spaces, then the end */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t len = strlen(cases[c].text);
+        char *text = malloc(len);
+        assert_non_null(text);
+        memcpy(text, cases[c].text, len);
+        int32_t *ids;
+        size_t n;
+        if (kite_tokenizer_encode(t, text, len, false, false, &ids, &n, &e)) fail_msg("encode: %s", e.msg);
+        assert_int_equal(n, cases[c].n);
+        assert_memory_equal(ids, cases[c].want, sizeof(int32_t) * n);
+        free(ids);
+        free(text);
+    }
+    kite_tokenizer_free(t);
+}
+
 /* Hand-made SentencePiece-style tokenizer.json: Metaspace pre-tokenizer, byte fallback, merge order. */
 static void test_small_spm_json(void **state) {
     (void)state;
@@ -472,6 +505,7 @@ int main(void) {
         cmocka_unit_test(test_llama3_tokens),
         cmocka_unit_test(test_long_texts),
         cmocka_unit_test(test_ignore_merges),
+        cmocka_unit_test(test_split_empty_match_at_end),
         cmocka_unit_test(test_small_spm_json),
         cmocka_unit_test(test_json_errors),
         cmocka_unit_test(test_gguf_errors),
