@@ -126,6 +126,15 @@ typedef struct kite_gen_params {
     const kite_logit_bias *logit_bias; /* n_logit_bias entries, borrowed during generation */
     size_t n_logit_bias;
     bool ignore_eos;           /* keep going past end tokens */
+    /* Stop strings (borrowed during generation): generation ends when the generated text contains one,
+     * matched across token boundaries. The callback never receives the stop string nor anything after
+     * it: text that could begin a stop string is held back (delivered with a later token, or at the
+     * end when it turns out not to be one), so a token's callback may carry text_len 0. */
+    const char *const *stop;
+    size_t n_stop;
+    /* Log-probabilities: when set, kite_session_token_logprobs answers inside the token callback. */
+    bool logprobs;
+    int32_t top_logprobs;      /* alternatives to report, 0 .. KITE_MAX_TOP_LOGPROBS */
 } kite_gen_params;
 
 kite_gen_params kite_gen_default_params(void);
@@ -187,6 +196,92 @@ int kite_generate(kite_session *session, const kite_gen_params *params, kite_tok
 
 /* Safe from any thread: makes a running kite_prompt/kite_generate return KITE_ERR_CANCELLED soon. */
 void kite_cancel(kite_session *session);
+
+/* Why the latest generation ended. */
+typedef enum kite_finish_reason {
+    KITE_FINISH_NONE = 0,      /* still generating, or nothing generated yet */
+    KITE_FINISH_STOP = 1,      /* an end-of-generation token or a stop string */
+    KITE_FINISH_LENGTH = 2,    /* max_tokens, or the context is full */
+    KITE_FINISH_CALLBACK = 3,  /* the token callback returned false */
+    KITE_FINISH_CANCELLED = 4, /* kite_cancel */
+    KITE_FINISH_ERROR = 5,     /* a failure (the status and message say which) */
+} kite_finish_reason;
+
+kite_finish_reason kite_session_finish_reason(const kite_session *session);
+
+/* Log-probabilities of a generated token: log-softmax of the model's raw logits at its position (before
+ * temperature, penalties and filters, as OpenAI and vLLM report them). */
+enum { KITE_MAX_TOP_LOGPROBS = 20 };
+typedef struct kite_token_logprob {
+    int32_t id;
+    float logprob;
+} kite_token_logprob;
+
+typedef struct kite_logprobs {
+    int32_t id;               /* the token these are for */
+    float logprob;            /* of that token */
+    int32_t n_top;            /* entries in top, the most likely first (ties: lower id first) */
+    kite_token_logprob top[KITE_MAX_TOP_LOGPROBS];
+} kite_logprobs;
+
+/* Inside a token callback of a generation with params->logprobs: the log-probabilities of the token
+ * being delivered. KITE_ERR_INVALID_ARG outside a callback or without params->logprobs. */
+int kite_session_token_logprobs(const kite_session *session, kite_logprobs *out);
+
+/* The tokens of the session's context (positions 0 .. n-1, the last generated token included): a
+ * pointer into the session, valid until it next runs. *n gets the count. */
+const int32_t *kite_session_tokens(const kite_session *session, int32_t *n);
+
+/* Makes dst's context the first n_tokens tokens of src's (K/V copied, no model pass): dst then
+ * continues as if it had processed them itself, bit for bit. Both sessions must belong to the same
+ * model and have the same KV type; n_tokens <= both contexts (kite_session_n_past(src), n_ctx of
+ * dst). dst's own context is replaced. A server's prefix cache: a request sharing a prompt prefix
+ * with another session's context starts from that session's K/V. */
+int kite_session_copy_prefix(kite_session *dst, const kite_session *src, int32_t n_tokens, char *err, size_t err_size);
+
+/* ---- continuous batching ---------------------------------------------------------------------- */
+/* Many sessions of one model advanced together: each kite_batch_step runs one forward pass over one
+ * decoding pass of every generating session (its next token, or its drafted chain or tree) and chunks
+ * of the prompts of the sessions still prefilling. The matrix kernels are batch-invariant (a row's
+ * result never depends on the other rows), so every session's tokens are identical to those it would
+ * produce alone with kite_prompt and kite_generate, whatever else shares its steps.
+ *
+ *   kite_session_start(s, ids, n, &params, on_token, user_data, ...);   // returns at once
+ *   while (any session is busy) kite_batch_step(batch, sessions, n_sessions, ...);
+ *
+ * Callbacks run on the thread calling kite_batch_step. */
+typedef struct kite_batch kite_batch;
+
+typedef struct kite_batch_params {
+    int32_t max_tokens;   /* rows of one pass at most (decoding rows first, prompt chunks fill the rest);
+                             0 = 64 + 33 per session up to 256 */
+    int32_t n_ctx;        /* the largest context of the sessions it will step (0 = 4096) */
+    int32_t n_threads;    /* 0 = the model's setting */
+} kite_batch_params;
+
+kite_batch_params kite_batch_default_params(void);
+int kite_batch_open(kite_batch **out, kite_model *model, const kite_batch_params *params, char *err, size_t err_size);
+void kite_batch_free(kite_batch *batch);
+
+/* Queues ids after the session's context and a generation after them, for kite_batch_step to run
+ * (ids may be empty to generate after the current context). params, its stop strings and logit bias
+ * must stay valid until the session is no longer busy. Fails at once on bad parameters or a prompt
+ * that does not fit the context (KITE_ERR_CONTEXT_FULL). */
+int kite_session_start(kite_session *session, const int32_t *ids, size_t n_ids, const kite_gen_params *params,
+                       kite_token_fn on_token, void *user_data, char *err, size_t err_size);
+/* Whether the session has queued prompt or generation work left. */
+bool kite_session_busy(const kite_session *session);
+/* The status of the session's latest started work once it is not busy (KITE_OK, KITE_ERR_CANCELLED,
+ * KITE_ERR_CONTEXT_FULL after the tokens that fitted, ...), with its message. */
+int kite_session_result(const kite_session *session, char *err, size_t err_size);
+/* Tokens of the queued prompt still to be prefilled. */
+int32_t kite_session_pending_prompt(const kite_session *session);
+
+/* One forward pass over the busy sessions among sessions[0..n) (idle ones are skipped). A session's
+ * failure ends its own work (kite_session_result) and not the others'; the return status is for the
+ * batch itself (bad arguments, sessions of another model). kite_cancel(session) ends that session's
+ * work at its next step. */
+int kite_batch_step(kite_batch *batch, kite_session *const *sessions, size_t n, char *err, size_t err_size);
 
 /* ---- speculative decoding -------------------------------------------------------------------- */
 /* A drafter proposes a chain or a tree of tokens; the model verifies all of them in one batched pass
@@ -276,6 +371,85 @@ typedef struct kite_random_model_params {
 } kite_random_model_params;
 
 int kite_write_random_model(const char *path, const kite_random_model_params *params, char *err, size_t err_size);
+
+/* Frees a buffer the library allocated for the caller (kite_chat_render, kite_chat_tokenize). */
+void kite_free(void *ptr);
+
+/* ---- chat templates --------------------------------------------------------------------------- */
+/* The model's own chat template (Jinja, as Hugging Face renders it), compiled once. */
+typedef struct kite_chat_template kite_chat_template;
+
+/* The model's template: GGUF tokenizer.chat_template (or tokenizer.chat_template.NAME when name is
+ * given), a Hugging Face folder's chat_template.jinja or tokenizer_config.json chat_template (a string,
+ * or a list of {name, template}: name picks one, NULL the "default"). KITE_ERR_UNSUPPORTED when the
+ * model has none. bos_token and eos_token come from the model's tokenizer. */
+int kite_chat_template_open(kite_chat_template **out, const kite_model *model, const char *name, char *err,
+                            size_t err_size);
+/* A template from source text (--chat-template FILE). model (may be NULL) supplies bos_token and
+ * eos_token. Syntax errors name the template line. */
+int kite_chat_template_from_text(kite_chat_template **out, const char *source, size_t source_len, const kite_model *model,
+                                 char *err, size_t err_size);
+void kite_chat_template_free(kite_chat_template *tmpl);
+
+typedef struct kite_chat_params {
+    const char *messages_json;   /* a JSON array of messages in OpenAI form (role, content as a string or
+                                    content parts, tool_calls, tool_call_id, name, reasoning_content) */
+    const char *tools_json;      /* a JSON array of tool definitions, or NULL */
+    const char *documents_json;  /* a JSON array of documents, or NULL */
+    const char *kwargs_json;     /* a JSON object of extra template variables (chat_template_kwargs,
+                                    e.g. {"enable_thinking": false}), or NULL */
+    bool add_generation_prompt;  /* end with the header of an assistant turn */
+} kite_chat_params;
+
+kite_chat_params kite_chat_default_params(void);
+
+/* Renders the template. *text (NUL-terminated, *len bytes) is the caller's, freed with kite_free.
+ * Errors (a bad messages array, raise_exception, a runtime error) name the template line. */
+int kite_chat_render(const kite_chat_template *tmpl, const kite_chat_params *params, char **text, size_t *len,
+                     char *err, size_t err_size);
+
+/* Renders and tokenizes for model: special-token text the template itself wrote becomes special tokens
+ * (as Hugging Face and llama.cpp tokenize a rendered template), but text that came from the messages,
+ * tools or kwargs is tokenized as plain text, so a user who types "<|im_start|>system" cannot forge a
+ * turn. Without such text in the inputs the ids equal HF's apply_chat_template(tokenize=True). No BOS
+ * is added beyond what the template writes. *ids is the caller's, freed with kite_free. */
+int kite_chat_tokenize(const kite_chat_template *tmpl, const kite_model *model, const kite_chat_params *params,
+                       int32_t **ids, size_t *n_ids, char *err, size_t err_size);
+
+/* ---- OpenAI-compatible server ----------------------------------------------------------------- */
+typedef struct kite_server kite_server;
+
+typedef struct kite_server_params {
+    const char *host;              /* address to bind; NULL = "127.0.0.1" (loopback) */
+    int32_t port;                  /* 0 = 8080 */
+    const char *api_key;           /* NULL = none; else requests need "Authorization: Bearer KEY" */
+    const char *model_name;        /* the id /v1/models lists and responses carry; NULL = the file's name */
+    int32_t n_parallel;            /* requests decoded together (sessions); 0 = 4 */
+    int32_t n_ctx;                 /* context per session; 0 = the model's (capped at 4096) */
+    int32_t n_threads;             /* 0 = the model's setting */
+    kite_kv_type kv_type;
+    int32_t queue_size;            /* requests waiting for a session before 429; 0 = 64 */
+    int32_t timeout_ms;            /* per request, queueing included; 0 = 600000 */
+    size_t max_body_bytes;         /* 0 = 8 MiB */
+    int32_t max_json_depth;        /* 0 = 64 */
+    int32_t max_messages;          /* 0 = 1024 */
+    const char *chat_template;     /* template source overriding the model's, or NULL */
+    const kite_spec_params *spec;  /* speculative decoding for every request, or NULL (plain) */
+} kite_server_params;
+
+kite_server_params kite_server_default_params(void);
+
+/* Binds the address and starts serving model (borrowed; it must outlive the server) on threads of
+ * its own; returns once the server accepts connections. */
+int kite_server_open(kite_server **out, kite_model *model, const kite_server_params *params, char *err,
+                     size_t err_size);
+/* The port the server listens on (the one chosen by the system when params.port was -1). */
+int32_t kite_server_port(const kite_server *server);
+/* Blocks until kite_server_stop, then finishes the in-flight requests (new ones get 503) and returns. */
+int kite_server_wait(kite_server *server, char *err, size_t err_size);
+/* Asks the server to stop; async-signal-safe (a SIGINT/SIGTERM handler may call it). */
+void kite_server_stop(kite_server *server);
+void kite_server_free(kite_server *server);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -532,6 +532,9 @@ static const char MAIN_USAGE[] =
 
 int kite_cmd_bench(int argc, char **argv);     /* bench.c */
 int kite_cmd_gen_model(int argc, char **argv); /* bench.c */
+int kite_cmd_template(int argc, char **argv);  /* template.c */
+int kite_cmd_chat(int argc, char **argv);      /* chat.c */
+int kite_cmd_serve(int argc, char **argv);     /* serve.c */
 
 /* The library's log lines on stderr, at or above the level KITE_LOG names (debug, info, warn (the
  * default), error, off); the library itself never prints. */
@@ -577,6 +580,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
     if (!strcmp(cmd, "bench")) return kite_cmd_bench(argc, argv);
     if (!strcmp(cmd, "gen-model")) return kite_cmd_gen_model(argc, argv);
+    if (!strcmp(cmd, "template")) return kite_cmd_template(argc, argv);
+    if (!strcmp(cmd, "chat")) return kite_cmd_chat(argc, argv);
+    if (!strcmp(cmd, "serve")) return kite_cmd_serve(argc, argv);
     fprintf(stderr, "%s: error: unknown command '%s'\n\n%s", g_prog, cmd, MAIN_USAGE);
     return 2;
 }

@@ -1,0 +1,10 @@
+/* kite template: placeholder until the verb lands (this session). */
+#include <stdio.h>
+
+int kite_cmd_template(int argc, char **argv);
+int kite_cmd_template(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "kite: error: 'template' is not built yet\n");
+    return 1;
+}
