@@ -161,31 +161,40 @@ static void run_each(kite_pool *pool, kite_pool_fn fn, void *ctx, int64_t count)
     run_sized(pool, fn, ctx, count, HANDOFF_MIN_MACS);
 }
 
-/* x[src_first + b] += xn[src_first + b] (when add), then xn[b] = rmsnorm(x[src_first + b]) * weight. */
+/* x[src] += xn[src] (when add), then xn[b] = rmsnorm(x[src]) * weight, where src = rows[b] (or b when
+ * rows is NULL): the output norm gathers the rows whose logits are wanted to the front of xn. */
 typedef struct residual_norm_job {
     float *x, *xn;         /* [n][dim] */
     const float *weight;   /* [dim] */
     int64_t dim;
     float eps;
     bool add;
-    int32_t src_first;     /* first row of x taken; > 0 only with one row (the output norm of the last) */
+    const int32_t *rows;   /* [count] source row of each output row, in increasing order; NULL = identity */
 } residual_norm_job;
 
 static void residual_norm_task(void *ctx, int64_t b, int thread) {
     (void)thread;
     const residual_norm_job *j = ctx;
-    float *x = j->x + (b + j->src_first) * j->dim;
+    int64_t src = j->rows ? j->rows[b] : b;
+    float *x = j->x + src * j->dim;
     if (j->add) {
-        const float *r = j->xn + (b + j->src_first) * j->dim;
+        const float *r = j->xn + src * j->dim;
         for (int64_t i = 0; i < j->dim; i++) x[i] += r[i];
     }
     rmsnorm(j->xn + b * j->dim, x, j->weight, j->dim, j->eps);
 }
 
+/* A gather (rows != NULL) has rows[b] >= b, increasing: run in order, task b reads row rows[b] >= b
+ * and writes row b, which no later task reads. It runs serially (a few rows: the last of each
+ * sequence); in parallel, a task could overwrite a row another has yet to read. */
 static void residual_norm(kite_pool *pool, float *x, float *xn, const float *weight, int64_t dim, float eps, bool add,
-                          int32_t src_first, int32_t rows) {
-    residual_norm_job j = {.x = x, .xn = xn, .weight = weight, .dim = dim, .eps = eps, .add = add, .src_first = src_first};
-    run_each(pool, residual_norm_task, &j, rows);
+                          const int32_t *rows, int32_t count) {
+    residual_norm_job j = {.x = x, .xn = xn, .weight = weight, .dim = dim, .eps = eps, .add = add, .rows = rows};
+    if (rows) {
+        for (int32_t b = 0; b < count; b++) residual_norm_task(&j, b, 0);
+        return;
+    }
+    run_each(pool, residual_norm_task, &j, count);
 }
 
 /* gate = silu(gate) * up over [n * ffn) by the kernel set, in chunks of SILU_CHUNK elements (so the
@@ -208,57 +217,61 @@ static void silu_task(void *ctx, int64_t t, int thread) {
 typedef struct attention_job {
     const kite_kernel_set *ks;
     const kite_hparams *hp;
-    const kite_kv_cache *kv;
+    const kite_forward_seq *seqs;
+    const int32_t *row_seq;  /* [n] sequence of each batch row */
+    const int32_t *row0;     /* [n_seqs] first batch row of each sequence */
     int32_t layer;
-    int32_t pos0;           /* committed rows [0, pos0) of the cache are visible to every node */
-    const int32_t *parent;  /* tree: parent[j] of node j (-1 = the committed context); NULL = a chain */
-    int32_t first;          /* tree index of the batch's first node */
-    const float *q;         /* [n][n_heads*head_dim], rotated */
-    float *out;             /* [n][n_heads*head_dim] */
-    int32_t *slots;         /* [n_threads][n_ctx] cache rows a tree node attends to, in position order */
+    const float *q;          /* [n][n_heads*head_dim], rotated */
+    float *out;              /* [n][n_heads*head_dim] */
+    int32_t *slots;          /* [n_threads][n_ctx] cache rows a tree node attends to, in position order */
     int32_t n_ctx;
-    int32_t n;              /* batch rows */
+    int32_t n;               /* batch rows */
 } attention_job;
 
-/* The cache rows tree node b sees, in position order: the committed prefix, then its ancestors in the
- * batch (node j lives in row pos0 + j), then itself. Plain decoding sees the same keys in the same
- * order, so a drafted node's result is bit-identical to decoding its prefix token by token. */
-static int32_t tree_visible_rows(const attention_job *job, int32_t b, int32_t *slots) {
-    int32_t n = 0, node = job->first + b;
-    for (int32_t t = 0; t < job->pos0; t++) slots[n++] = t;
+/* The cache rows tree node `node` of sequence q sees, in position order: the committed prefix, then
+ * its ancestors in the batch (node j lives in row pos0 + j), then itself. Plain decoding sees the same
+ * keys in the same order, so a drafted node's result is bit-identical to decoding its prefix token by
+ * token. */
+static int32_t tree_visible_rows(const kite_forward_seq *q, int32_t node, int32_t *slots) {
+    int32_t n = 0;
+    for (int32_t t = 0; t < q->pos0; t++) slots[n++] = t;
     int32_t depth = 0;
-    for (int32_t j = node; j >= 0; j = job->parent[j]) depth++;
+    for (int32_t j = node; j >= 0; j = q->parent[j]) depth++;
     n += depth;
     int32_t at = n;
-    for (int32_t j = node; j >= 0; j = job->parent[j]) slots[--at] = job->pos0 + j;
+    for (int32_t j = node; j >= 0; j = q->parent[j]) slots[--at] = q->pos0 + j;
     return n;
 }
 
 /* One task = one batch row and one KV head: the query heads sharing that KV head go through the
  * kernel together (in chunks of KITE_ATTN_MAX_Q), so each K/V row is read once for all of them.
- * Tasks run head by head (task = kvh * n + b), so consecutive tasks of a thread read the same head's
+ * Tasks run head by head (task = kvh * n + row), so consecutive tasks of a thread read the same head's
  * keys and values while they are in its cache (batch row by batch row, the 8 heads of a 1.1B Llama
- * cycled 1 MiB of f16 cache per layer through a 1 MiB L2 in a 512-token prefill). */
+ * cycled 1 MiB of f16 cache per layer through a 1 MiB L2 in a 512-token prefill). Each row reads the
+ * cache of its own sequence. */
 static void attention_task(void *ctx, int64_t task, int thread) {
     const attention_job *job = ctx;
     const kite_hparams *hp = job->hp;
     const int32_t hd = hp->head_dim, q_width = hp->n_heads * hd;
     const int32_t group = hp->n_heads / hp->n_kv_heads;
-    const int32_t b = (int32_t)(task % job->n), kvh = (int32_t)(task / job->n);
-    const size_t head_base = kite_kv_offset(job->kv, job->layer, kvh, 0);
+    const int32_t row = (int32_t)(task % job->n), kvh = (int32_t)(task / job->n);
+    const int32_t si = job->row_seq[row];
+    const kite_forward_seq *q = &job->seqs[si];
+    const int32_t b = row - job->row0[si];
+    const size_t head_base = kite_kv_offset(q->kv, job->layer, kvh, 0);
     kite_attn_query a = {
-        .head_dim = hd, .k = (const char *)job->kv->k + head_base, .v = (const char *)job->kv->v + head_base,
-        .kv_f32 = job->kv->f32, .row_stride = hd, .scale = 1.0f / sqrtf((float)hd),
+        .head_dim = hd, .k = (const char *)q->kv->k + head_base, .v = (const char *)q->kv->v + head_base,
+        .kv_f32 = q->kv->f32, .row_stride = hd, .scale = 1.0f / sqrtf((float)hd),
     };
-    if (job->parent) {
+    if (q->parent) {
         int32_t *slots = job->slots + (int64_t)thread * job->n_ctx;
-        a.n_visible = tree_visible_rows(job, b, slots);
+        a.n_visible = tree_visible_rows(q, q->first + b, slots);
         a.rows = slots;
     } else {
-        a.n_visible = job->pos0 + job->first + b + 1; /* a chain: rows 0 .. its own, contiguous */
+        a.n_visible = q->pos0 + q->first + b + 1; /* a chain: rows 0 .. its own, contiguous */
     }
     for (int32_t h0 = 0; h0 < group; h0 += KITE_ATTN_MAX_Q) {
-        int64_t at = (int64_t)b * q_width + (int64_t)(kvh * group + h0) * hd;
+        int64_t at = (int64_t)row * q_width + (int64_t)(kvh * group + h0) * hd;
         a.q = job->q + at;
         a.out = job->out + at;
         a.n_q = group - h0 < KITE_ATTN_MAX_Q ? group - h0 : KITE_ATTN_MAX_Q;
@@ -267,17 +280,18 @@ static void attention_task(void *ctx, int64_t task, int thread) {
 }
 
 /* Per batch row after the Q/K/V products: biases, QK-norm, rotation, and the row's K and V stored into
- * the cache at its position. */
+ * its sequence's cache at its position. */
 typedef struct qkv_row_job {
     const kite_hparams *hp;
     const kite_layer_weights *L;
     const float *rope_inv_freq;
-    const int32_t *pos;    /* [n] absolute positions */
-    float *q, *k, *v;      /* [n][q_width], [n][kv_dim], [n][kv_dim] */
-    kite_kv_cache *kv;
+    const int32_t *pos;      /* [n] absolute positions */
+    float *q, *k, *v;        /* [n][q_width], [n][kv_dim], [n][kv_dim] */
+    const kite_forward_seq *seqs;
+    const int32_t *row_seq;  /* [n] sequence of each batch row */
+    const int32_t *row0;     /* [n_seqs] first batch row of each sequence */
     const kite_kernel_set *ks; /* f32_to_f16 for an f16 cache */
     int32_t layer;
-    int32_t row0;          /* cache row of batch row 0 (pos0 + first) */
 } qkv_row_job;
 
 static void qkv_row_task(void *ctx, int64_t b, int thread) {
@@ -300,9 +314,12 @@ static void qkv_row_task(void *ctx, int64_t b, int thread) {
         if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
         rope(k + h * hd, hd, rc, rs, hp->rope_layout);
     }
-    const kite_kv_cache *kv = j->kv;
+    const int32_t si = j->row_seq[b];
+    const kite_forward_seq *sq = &j->seqs[si];
+    const kite_kv_cache *kv = sq->kv;
+    const int32_t cache_row = sq->pos0 + sq->first + ((int32_t)b - j->row0[si]);
     for (int32_t h = 0; h < hp->n_kv_heads; h++) {
-        size_t at = kite_kv_offset(kv, j->layer, h, j->row0 + (int32_t)b);
+        size_t at = kite_kv_offset(kv, j->layer, h, cache_row);
         if (kv->f32) {
             memcpy((char *)kv->k + at, k + h * hd, sizeof(float) * (size_t)hd);
             memcpy((char *)kv->v + at, v + h * hd, sizeof(float) * (size_t)hd);
@@ -313,49 +330,60 @@ static void qkv_row_task(void *ctx, int64_t b, int thread) {
     }
 }
 
-void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch *s, kite_pool *pool,
-                  const int32_t *tokens, const int32_t *parent, int32_t first, int32_t n, int32_t pos0, float *logits,
-                  bool all_logits) {
+int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_pool *pool, const kite_forward_seq *seqs,
+                           int32_t n_seqs, float *logits) {
     const kite_hparams *hp = &w->hp;
     int32_t dim = hp->dim, hd = hp->head_dim, q_width = hp->n_heads * hd, kv_dim = hp->n_kv_heads * hd;
     int32_t ffn = hp->ffn_dim;
 
-    /* Absolute positions: a chain runs pos0, pos0+1, ...; a tree node sits at pos0 + its depth. */
-    int32_t *pos = s->positions;
-    for (int32_t b = 0; b < n; b++) {
-        int32_t depth = 0;
-        if (parent)
-            for (int32_t j = parent[first + b]; j >= 0; j = parent[j]) depth++;
-        pos[b] = pos0 + (parent ? depth : first + b);
+    /* Batch rows: the sequences' tokens one after the other. Absolute positions: a chain runs pos0,
+     * pos0+1, ...; a tree node sits at pos0 + its depth. */
+    int32_t *pos = s->positions, *row_seq = s->row_seq, *row0 = s->seq_row0, *out_rows = s->out_rows;
+    int32_t n = 0, n_out = 0;
+    int64_t attn_macs = 0;
+    for (int32_t si = 0; si < n_seqs; si++) {
+        const kite_forward_seq *q = &seqs[si];
+        row0[si] = n;
+        for (int32_t b = 0; b < q->n; b++, n++) {
+            int32_t depth = 0;
+            if (q->parent)
+                for (int32_t j = q->parent[q->first + b]; j >= 0; j = q->parent[j]) depth++;
+            pos[n] = q->pos0 + (q->parent ? depth : q->first + b);
+            row_seq[n] = si;
+            if (q->want_logits == KITE_LOGITS_ALL || (q->want_logits == KITE_LOGITS_LAST && b == q->n - 1)) out_rows[n_out++] = n;
+        }
+        /* QK and AV over up to pos0 + first + n positions (a tree sees fewer). */
+        attn_macs += 2 * (int64_t)q->n * hp->n_heads * hd * (q->pos0 + q->first + q->n);
     }
+    if (n == 0) return 0;
 
     /* Embedding rows. */
     const kite_type_traits *et = kite_type_get(w->tok_embd->type);
     size_t erow = kite_type_row_bytes(w->tok_embd->type, dim);
-    for (int32_t b = 0; b < n; b++)
-        et->to_float((const unsigned char *)w->tok_embd->data + (size_t)tokens[b] * erow, s->x + (int64_t)b * dim, dim);
+    for (int32_t si = 0, r = 0; si < n_seqs; si++)
+        for (int32_t b = 0; b < seqs[si].n; b++, r++)
+            et->to_float((const unsigned char *)w->tok_embd->data + (size_t)seqs[si].tokens[b] * erow, s->x + (int64_t)r * dim,
+                         dim);
 
     for (int32_t l = 0; l < hp->n_layers; l++) {
         const kite_layer_weights *L = &w->layers[l];
         /* The previous layer's down projection (in xn) joins the residual stream here. */
-        residual_norm(pool, s->x, s->xn, L->attn_norm, dim, hp->rms_eps, l > 0, 0, n);
+        residual_norm(pool, s->x, s->xn, L->attn_norm, dim, hp->rms_eps, l > 0, NULL, n);
         const matmul_part qkv[3] = {{.w = &L->wq, .y = s->q, .y_stride = q_width},
                                     {.w = &L->wk, .y = s->k, .y_stride = kv_dim},
                                     {.w = &L->wv, .y = s->v, .y_stride = kv_dim}};
         matmul_shared_input(pool, s, w->kernels, qkv, 3, s->xn, n);
         qkv_row_job qj = {.hp = hp, .L = L, .rope_inv_freq = w->rope_inv_freq, .pos = pos, .q = s->q, .k = s->k,
-                          .v = s->v, .kv = kv, .ks = w->kernels, .layer = l, .row0 = pos0 + first};
+                          .v = s->v, .seqs = seqs, .row_seq = row_seq, .row0 = row0, .ks = w->kernels, .layer = l};
         run_each(pool, qkv_row_task, &qj, n);
         attention_job aj = {
-            .ks = w->kernels, .hp = hp, .kv = kv, .layer = l, .pos0 = pos0, .parent = parent, .first = first,
+            .ks = w->kernels, .hp = hp, .seqs = seqs, .row_seq = row_seq, .row0 = row0, .layer = l,
             .q = s->q, .out = s->att_out, .slots = s->slots, .n_ctx = s->n_ctx, .n = n,
         };
-        /* QK and AV over up to pos0 + first + n positions (a tree sees fewer). */
-        int64_t attn_macs = 2 * (int64_t)n * hp->n_heads * hd * (pos0 + first + n);
         run_sized(pool, attention_task, &aj, (int64_t)n * hp->n_kv_heads, attn_macs);
         /* Output projection into xn, then the residual add and the FFN norm. */
         matmul(pool, s, w->kernels, &L->wo, s->att_out, s->xn, dim, n);
-        residual_norm(pool, s->x, s->xn, L->ffn_norm, dim, hp->rms_eps, true, 0, n);
+        residual_norm(pool, s->x, s->xn, L->ffn_norm, dim, hp->rms_eps, true, NULL, n);
         const matmul_part gate_up[2] = {{.w = &L->w_gate, .y = s->gate, .y_stride = ffn},
                                         {.w = &L->w_up, .y = s->up, .y_stride = ffn}};
         matmul_shared_input(pool, s, w->kernels, gate_up, 2, s->xn, n);
@@ -365,11 +393,23 @@ void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch
     }
 
     /* The last down projection joins the residual stream of the rows whose logits are wanted (the
-     * stream itself is not needed after this pass: the cache holds every row's K and V). */
-    if (!logits) return;
-    int32_t first_out = all_logits ? 0 : n - 1;
-    residual_norm(pool, s->x, s->xn, w->output_norm, dim, hp->rms_eps, hp->n_layers > 0, first_out, n - first_out);
-    matmul(pool, s, w->kernels, &w->output, s->xn, logits, hp->n_vocab, n - first_out);
+     * stream itself is not needed after this pass: the cache holds every row's K and V), gathered to
+     * the front of xn; then one product over them all. */
+    if (n_out == 0) return 0;
+    bool identity = out_rows[n_out - 1] == n_out - 1; /* increasing and distinct: rows 0 .. n_out-1 */
+    residual_norm(pool, s->x, s->xn, w->output_norm, dim, hp->rms_eps, hp->n_layers > 0, identity ? NULL : out_rows, n_out);
+    matmul(pool, s, w->kernels, &w->output, s->xn, logits, hp->n_vocab, n_out);
+    return n_out;
+}
+
+void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch *s, kite_pool *pool,
+                  const int32_t *tokens, const int32_t *parent, int32_t first, int32_t n, int32_t pos0, float *logits,
+                  bool all_logits) {
+    kite_forward_seq seq = {
+        .kv = kv, .tokens = tokens, .parent = parent, .first = first, .n = n, .pos0 = pos0,
+        .want_logits = !logits ? KITE_LOGITS_NONE : all_logits ? KITE_LOGITS_ALL : KITE_LOGITS_LAST,
+    };
+    kite_forward_multi(w, s, pool, &seq, 1, logits);
 }
 
 int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, int32_t max_batch, int32_t n_threads,
@@ -399,9 +439,12 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
     s->up = calloc((size_t)max_batch * (size_t)hp->ffn_dim, sizeof(float));
     s->slots = calloc((size_t)n_threads * (size_t)n_ctx, sizeof(int32_t));
     s->positions = calloc((size_t)max_batch, sizeof(int32_t));
+    s->row_seq = calloc((size_t)max_batch, sizeof(int32_t));
+    s->seq_row0 = calloc((size_t)max_batch, sizeof(int32_t));
+    s->out_rows = calloc((size_t)max_batch, sizeof(int32_t));
     s->act = s->act_bytes ? aligned_alloc(64, s->act_bytes) : NULL;
     if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att_out || !s->gate || !s->up || !s->slots ||
-        !s->positions || (s->act_bytes && !s->act)) {
+        !s->positions || !s->row_seq || !s->seq_row0 || !s->out_rows || (s->act_bytes && !s->act)) {
         kite_forward_scratch_free(s);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for activations (batch %d, context %d)", max_batch, n_ctx);
     }
@@ -411,6 +454,7 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
 void kite_forward_scratch_free(kite_forward_scratch *s) {
     free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att_out);
     free(s->gate); free(s->up); free(s->slots); free(s->positions); free(s->act);
+    free(s->row_seq); free(s->seq_row0); free(s->out_rows);
     memset(s, 0, sizeof *s);
 }
 

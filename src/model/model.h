@@ -84,6 +84,9 @@ typedef struct kite_forward_scratch {
     float *up;      /* [max_batch][ffn_dim] */
     int32_t *slots; /* [n_threads][n_ctx] cache rows one node attends to */
     int32_t *positions; /* [max_batch] absolute position of each batch row */
+    int32_t *row_seq;   /* [max_batch] sequence of each batch row (kite_forward_multi) */
+    int32_t *seq_row0;  /* [max_batch] first batch row of each sequence */
+    int32_t *out_rows;  /* [max_batch] batch rows whose logits are computed, in order */
     void *act;      /* [act_bytes] activations quantized for the matrix kernels (one product at a time) */
     size_t act_bytes; /* enough for max_batch rows of the widest matrix input, any weight type */
 } kite_forward_scratch;
@@ -106,6 +109,29 @@ void kite_forward_scratch_free(kite_forward_scratch *s);
 void kite_forward(const kite_weights *w, kite_kv_cache *kv, kite_forward_scratch *s, kite_pool *pool,
                   const int32_t *tokens, const int32_t *parent, int32_t first, int32_t n, int32_t pos0, float *logits,
                   bool all_logits);
+
+/* Which rows of a sequence get logits. */
+typedef enum kite_logits_want { KITE_LOGITS_NONE = 0, KITE_LOGITS_LAST = 1, KITE_LOGITS_ALL = 2 } kite_logits_want;
+
+/* One sequence of a multi-sequence pass: a batch of n tokens after its own cache's committed context,
+ * with kite_forward's meaning of tokens, parent, first and pos0. */
+typedef struct kite_forward_seq {
+    kite_kv_cache *kv;
+    const int32_t *tokens;     /* [n] */
+    const int32_t *parent;     /* NULL (a chain) or tree parents indexed by node, [first + n] */
+    int32_t first;
+    int32_t n;
+    int32_t pos0;
+    kite_logits_want want_logits;
+} kite_forward_seq;
+
+/* Runs several sequences, each over its own KV cache, in one pass: the products see all their rows at
+ * once (each weight block read once for every sequence), attention reads each row's own cache. The
+ * sequences' rows together must fit the scratch (max_batch), and a tree sequence's visible rows its
+ * n_ctx. logits gets the wanted rows, sequence after sequence, [returned count][n_vocab]. Each row's
+ * result is bit-identical to running its sequence alone (batch invariance). */
+int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_pool *pool, const kite_forward_seq *seqs,
+                           int32_t n_seqs, float *logits);
 
 /* After a tree pass at pos0: keeps the accepted nodes (batch indices, root first, each the child of
  * the one before) as rows pos0, pos0+1, ... by moving only those rows; rejected rows are left behind
