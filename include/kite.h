@@ -112,6 +112,8 @@ int kite_model_tensor(const kite_model *model, int32_t index, kite_tensor_desc *
 /* Sampling defaults the model ships with (generation_config.json); fields not given keep kite's. */
 typedef struct kite_logit_bias { int32_t token; float bias; } kite_logit_bias;
 
+enum { KITE_MAX_STOP = 16, KITE_MAX_STOP_BYTES = 1024 };
+
 typedef struct kite_gen_params {
     int32_t max_tokens;        /* tokens to generate at most; stops earlier at an end token */
     float temperature;         /* 0 = greedy */
@@ -130,7 +132,7 @@ typedef struct kite_gen_params {
      * matched across token boundaries. The callback never receives the stop string nor anything after
      * it: text that could begin a stop string is held back (delivered with a later token, or at the
      * end when it turns out not to be one), so a token's callback may carry text_len 0. */
-    const char *const *stop;
+    const char *const *stop;   /* n_stop non-empty strings, at most KITE_MAX_STOP of KITE_MAX_STOP_BYTES each */
     size_t n_stop;
     /* Log-probabilities: when set, kite_session_token_logprobs answers inside the token callback. */
     bool logprobs;

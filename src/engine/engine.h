@@ -34,6 +34,44 @@ struct kite_model {
 
 enum { KITE_PREFILL_CHUNK = 64 }; /* tokens per forward pass while processing a prompt */
 
+/* A generation under way: kite_generate's loop, or work queued by kite_session_start for
+ * kite_batch_step. */
+typedef struct kite_generation {
+    bool active;                /* begun and not ended */
+    bool busy;                  /* kite_session_start work not finished */
+    kite_gen_params params;     /* the caller's (its arrays borrowed) */
+    kite_token_fn on_token;
+    void *user_data;
+    char pending[256];          /* bytes of an incomplete UTF-8 character carried to the next token */
+    size_t n_pending;
+    char *held;                 /* [cap_held] complete text held back while it may begin a stop string */
+    size_t n_held, cap_held;
+    int32_t prev;               /* the token before, for SentencePiece's leading-space rule */
+    int64_t generated;
+    double t_start, t_first;    /* ms (kite_now_ms) */
+    bool stop;                  /* an end token, max_tokens, a stop string, or the callback said so */
+    kite_finish_reason finish;
+    const float *cur_logits;    /* [n_vocab] raw logits of the token being delivered (inside the callback) */
+    int32_t cur_id;
+    float *sample_buf;          /* [n_vocab] */
+    kite_error error;           /* a failure inside emission (out of memory) */
+    kite_error result;          /* status of the latest ended generation */
+    /* kite_session_start: the prompt queued for batch steps. */
+    int32_t *queue;             /* [cap_queue] */
+    size_t n_queue, queue_done, cap_queue;
+    int64_t prompt_tokens;      /* the caller's ids among the queue (a waiting token is not counted) */
+    double t_queued;            /* ms */
+    bool need_first;            /* the first token is to be sampled from the existing logits */
+} kite_generation;
+
+/* One pass of a generating session: the drafted tree and its timing. */
+typedef struct kite_pass {
+    kite_draft_tree tree;
+    int32_t budget;             /* drafted tokens asked of the drafter */
+    int32_t pos0;               /* committed context before the pass */
+    double t0, t1;              /* drafting start and end, ms */
+} kite_pass;
+
 struct kite_session {
     kite_model *model;
     kite_kv_cache kv;
@@ -51,7 +89,15 @@ struct kite_session {
     double last_prompt_ms;   /* duration of the latest kite_prompt, counted into the next ttft */
     kite_spec_state spec;    /* drafter and budget controller (drafter NONE: plain decoding) */
     float *tree_logits;      /* [KITE_MAX_DRAFT + 1][n_vocab] target logits of a verification pass */
+    kite_generation gen;
 };
+
+/* For engine/batch.c (session.c). */
+int kite_session_prompt_done(kite_session *s, kite_error *e);
+void kite_session_gen_first(kite_session *s);
+int kite_session_pass_draft(kite_session *s, int32_t max_nodes, kite_pass *ps, kite_error *e);
+void kite_session_pass_walk(kite_session *s, kite_pass *ps, const float *tree_logits);
+void kite_session_gen_end(kite_session *s, int st, const kite_error *e);
 
 /* Runs ids as a chain after the context (no checks); logits, if not NULL, gets one row per id. */
 int kite_session_run_chain(kite_session *s, const int32_t *ids, size_t n, float *logits, kite_error *e);

@@ -59,7 +59,7 @@ int kite_session_open(kite_session **out, kite_model *model, const kite_session_
     if (!st) st = kite_forward_scratch_init(&s->scratch, hp, KITE_PREFILL_CHUNK, n_threads, n_ctx, &e);
     if (!st) {
         s->pool = kite_pool_new(n_threads);
-        s->history = calloc((size_t)n_ctx, sizeof *s->history);
+        s->history = calloc((size_t)n_ctx + 1, sizeof *s->history); /* + a generated token not yet run */
         s->logits = calloc((size_t)hp->n_vocab, sizeof *s->logits);
         s->tree_logits = malloc(sizeof(float) * (size_t)hp->n_vocab * (KITE_MAX_DRAFT + 1));
         if (!s->pool || !s->history || !s->logits || !s->tree_logits)
@@ -82,6 +82,9 @@ void kite_session_free(kite_session *s) {
     free(s->history);
     free(s->logits);
     free(s->tree_logits);
+    free(s->gen.sample_buf);
+    free(s->gen.held);
+    free(s->gen.queue);
     free(s);
 }
 
@@ -93,6 +96,12 @@ void kite_session_reset(kite_session *s) {
     s->have_logits = false;
     memset(&s->stats, 0, sizeof s->stats);
     atomic_store(&s->cancel, false);
+    if (s->gen.busy) {
+        kite_error e = {0};
+        kite_fail(&e, KITE_ERR_CANCELLED, "the session was reset");
+        kite_session_gen_end(s, e.status, &e);
+    }
+    s->gen.finish = KITE_FINISH_NONE;
 }
 
 int kite_session_truncate(kite_session *s, int32_t n_past, char *err, size_t err_size) {
@@ -167,6 +176,9 @@ int kite_session_run_chain(kite_session *s, const int32_t *ids, size_t n, float 
 int kite_prompt(kite_session *s, const int32_t *ids, size_t n_ids, char *err, size_t err_size) {
     kite_error e = {0};
     if (!s) return kite_fail(&e, KITE_ERR_INVALID_ARG, "session must not be NULL"), kite_error_export(&e, err, err_size);
+    if (s->gen.busy)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "the session is busy with work queued by kite_session_start"),
+               kite_error_export(&e, err, err_size);
     double t0 = kite_now_ms();
     int st = feed_unfed(s, &e);
     if (!st) st = check_tokens(s, ids, n_ids, &e);
@@ -184,6 +196,9 @@ int kite_eval(kite_session *s, const int32_t *ids, size_t n_ids, float *logits, 
     kite_error e = {0};
     if (!s || (!logits && n_ids))
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "session and logits must not be NULL"), kite_error_export(&e, err, err_size);
+    if (s->gen.busy)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "the session is busy with work queued by kite_session_start"),
+               kite_error_export(&e, err, err_size);
     int st = feed_unfed(s, &e);
     if (!st) st = check_tokens(s, ids, n_ids, &e);
     if (!st) st = kite_session_run_chain(s, ids, n_ids, logits, &e);
@@ -206,102 +221,275 @@ static size_t utf8_complete_prefix(const char *buf, size_t n) {
     return n;
 }
 
-/* Streams generated tokens: text assembly across UTF-8 boundaries, stop conditions, counters. */
-typedef struct emitter {
-    kite_session *s;
-    const kite_gen_params *params;
-    kite_token_fn on_token;
-    void *user_data;
-    char pending[256];  /* bytes of an incomplete UTF-8 character carried to the next token */
-    size_t n_pending;
-    int32_t prev;       /* the token before, for SentencePiece's leading-space rule */
-    int64_t generated;
-    double t_start, t_first;
-    bool stop;          /* max_tokens, an end token, or the callback said so */
-} emitter;
+/* ---- generation: token emission -------------------------------------------------------------- */
 
-static void emit(emitter *em, int32_t id) {
-    kite_session *s = em->s;
+/* Length of the longest suffix of text[0..n) that is a proper prefix of one of the stop strings: text
+ * that may still become a stop string once more tokens arrive. */
+static size_t stop_prefix_suffix(const kite_gen_params *p, const char *text, size_t n) {
+    size_t best = 0;
+    for (size_t i = 0; i < p->n_stop; i++) {
+        size_t len = strlen(p->stop[i]);
+        size_t max = len - 1 < n ? len - 1 : n;
+        for (size_t k = max; k > best; k--)
+            if (!memcmp(text + n - k, p->stop[i], k)) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Offset of the earliest stop string in text[0..n), or n when none occurs. */
+static size_t stop_find(const kite_gen_params *p, const char *text, size_t n) {
+    size_t first = n;
+    for (size_t i = 0; i < p->n_stop; i++) {
+        const char *hit = memmem(text, n, p->stop[i], strlen(p->stop[i]));
+        if (hit && (size_t)(hit - text) < first) first = (size_t)(hit - text);
+    }
+    return first;
+}
+
+static void deliver(kite_session *s, int32_t id, const char *text, size_t len) {
+    kite_generation *g = &s->gen;
+    if (g->on_token && !g->on_token(id, text, len, g->user_data)) {
+        g->stop = true;
+        if (g->finish == KITE_FINISH_NONE) g->finish = KITE_FINISH_CALLBACK;
+    }
+}
+
+/* Emits one generated token: counters, end and length checks, text assembly across UTF-8 boundaries,
+ * stop strings, the callback. logits: the raw logits the token was chosen from (log-probabilities). */
+static void emit(kite_session *s, int32_t id, const float *logits) {
+    kite_generation *g = &s->gen;
     const kite_model *m = s->model;
-    em->generated++;
-    if (em->generated == 1) {
-        em->t_first = kite_now_ms();
+    const kite_gen_params *gp = &g->params;
+    g->generated++;
+    if (g->generated == 1) {
+        g->t_first = kite_now_ms();
         /* The prompt's processing plus the wait for this first token. */
-        s->stats.ttft_ms = s->last_prompt_ms + (em->t_first - em->t_start);
+        s->stats.ttft_ms = s->last_prompt_ms + (g->t_first - g->t_start);
         s->last_prompt_ms = 0;
     }
-    bool end = !em->params->ignore_eos && kite_tokenizer_is_eog(m->tokenizer, id);
-    bool last = end || em->generated >= em->params->max_tokens;
+    bool end = !gp->ignore_eos && kite_tokenizer_is_eog(m->tokenizer, id);
+    bool last = end || g->generated >= gp->max_tokens;
     char piece[256];
-    int32_t len = end ? 0 : kite_tokenizer_piece(m->tokenizer, em->prev, id, piece, sizeof piece);
+    int32_t len = end ? 0 : kite_tokenizer_piece(m->tokenizer, g->prev, id, piece, sizeof piece);
     if (len < 0) len = 0;
     if (len > (int32_t)sizeof piece) len = (int32_t)sizeof piece; /* no real token is this long */
     char text[512];
-    memcpy(text, em->pending, em->n_pending);
-    memcpy(text + em->n_pending, piece, (size_t)len);
-    size_t total = em->n_pending + (size_t)len;
+    memcpy(text, g->pending, g->n_pending);
+    memcpy(text + g->n_pending, piece, (size_t)len);
+    size_t total = g->n_pending + (size_t)len;
     size_t ready = last ? total : utf8_complete_prefix(text, total); /* the last token flushes what is held */
-    em->n_pending = total - ready;
-    if (em->n_pending > sizeof em->pending) em->n_pending = 0; /* cannot happen for valid text: drop, never overflow */
-    memcpy(em->pending, text + ready, em->n_pending);
-    bool keep_going = em->on_token ? em->on_token(id, text, ready, em->user_data) : true;
-    em->prev = id;
+    g->n_pending = total - ready;
+    if (g->n_pending > sizeof g->pending) g->n_pending = 0; /* cannot happen for valid text: drop, never overflow */
+    memcpy(g->pending, text + ready, g->n_pending);
+    g->prev = id;
     /* The newest token is run lazily (by the next pass, prompt or generate call), so the last one of
      * a reply costs nothing unless the conversation goes on. */
     s->unfed_token = id;
-    em->stop = last || !keep_going;
+    g->cur_logits = logits;
+    g->cur_id = id;
+    if (end) g->finish = KITE_FINISH_STOP;
+    else if (last) g->finish = KITE_FINISH_LENGTH;
+    g->stop = last;
+
+    if (gp->n_stop == 0) {
+        deliver(s, id, text, ready);
+    } else {
+        /* Complete text joins what is held back; a stop string ends generation before it; text that
+         * may still begin one stays held. */
+        if (g->n_held + ready > g->cap_held) {
+            size_t cap = (g->n_held + ready) * 2 + 64;
+            char *grown = realloc(g->held, cap);
+            if (!grown) {
+                kite_fail(&g->error, KITE_ERR_NOMEM, "out of memory holding text for stop strings");
+                g->stop = true;
+                g->finish = KITE_FINISH_ERROR;
+                g->cur_logits = NULL;
+                return;
+            }
+            g->held = grown;
+            g->cap_held = cap;
+        }
+        memcpy(g->held + g->n_held, text, ready);
+        g->n_held += ready;
+        size_t at = stop_find(gp, g->held, g->n_held);
+        size_t out;
+        if (at < g->n_held) {
+            out = at;
+            g->n_held = 0;
+            g->stop = true;
+            g->finish = KITE_FINISH_STOP;
+        } else {
+            out = last ? g->n_held : g->n_held - stop_prefix_suffix(gp, g->held, g->n_held);
+        }
+        deliver(s, id, g->held, out);
+        if (g->n_held >= out) {
+            memmove(g->held, g->held + out, g->n_held - out);
+            g->n_held -= out;
+        }
+    }
+    g->cur_logits = NULL;
 }
 
-static bool emit_for_walk(void *user_data, int32_t token) {
-    emitter *em = user_data;
-    emit(em, token);
-    return !em->stop;
+static bool emit_for_walk(void *user_data, int32_t token, const float *logits) {
+    kite_session *s = user_data;
+    emit(s, token, logits);
+    return !s->gen.stop;
 }
 
-/* One pass: draft a tree below the root (the unfed token), verify it in one batched forward pass,
- * and walk it: at each node the target's token is sampled exactly as plain decoding would sample it
- * at that position; the walk moves to the child holding that token, else stops. Emits every token
- * on the path and commits the path's K/V. A tree with no children is a plain decoding step. */
-static int pass(kite_session *s, emitter *em, int32_t *sample_buf, kite_error *e) {
-    const kite_model *m = s->model;
-    const kite_gen_params *gp = em->params;
+int kite_session_token_logprobs(const kite_session *s, kite_logprobs *out) {
+    if (!s || !out || !s->gen.cur_logits || !s->gen.params.logprobs) return KITE_ERR_INVALID_ARG;
+    const float *row = s->gen.cur_logits;
+    int32_t V = s->model->n_vocab, id = s->gen.cur_id;
+    float max = -INFINITY;
+    for (int32_t t = 0; t < V; t++)
+        if (row[t] > max) max = row[t];
+    double sum = 0;
+    for (int32_t t = 0; t < V; t++) sum += exp((double)row[t] - (double)max);
+    double log_z = (double)max + log(sum);
+    memset(out, 0, sizeof *out);
+    out->id = id;
+    out->logprob = (float)((double)row[id] - log_z);
+    /* Top alternatives by insertion into a short sorted list (k <= 20): higher logit first, then the
+     * lower id. */
+    int32_t k = s->gen.params.top_logprobs;
+    for (int32_t t = 0; t < V && k > 0; t++) {
+        float v = row[t];
+        int32_t n = out->n_top;
+        if (n == k && !(v > out->top[n - 1].logprob)) continue;
+        int32_t at = n < k ? n : k - 1;
+        while (at > 0 && v > out->top[at - 1].logprob) {
+            out->top[at] = out->top[at - 1];
+            at--;
+        }
+        out->top[at].id = t;
+        out->top[at].logprob = v;
+        if (n < k) out->n_top++;
+    }
+    for (int32_t i = 0; i < out->n_top; i++) out->top[i].logprob = (float)((double)out->top[i].logprob - log_z);
+    return KITE_OK;
+}
+
+/* ---- generation: passes ----------------------------------------------------------------------- */
+
+/* The first half of a pass: draft a tree below the root (the unfed token). A tree with no children is
+ * a plain decoding step. max_nodes caps the tree (root included) for a batch with little room left. */
+static int pass_draft(kite_session *s, int32_t max_nodes, kite_pass *ps, kite_error *e) {
     kite_spec_state *sp = &s->spec;
-    int32_t V = m->n_vocab, P = s->n_past, root = s->unfed_token;
+    int32_t P = s->n_past;
     if (P >= s->n_ctx) return kite_fail(e, KITE_ERR_CONTEXT_FULL, "the context of %d tokens is full", s->n_ctx);
     int32_t room = s->n_ctx - P - 1; /* drafted nodes that fit after the root */
     int32_t max_budget = KITE_MAX_DRAFT < room ? KITE_MAX_DRAFT : room;
-    int32_t budget = sp->params.drafter == KITE_DRAFT_NONE ? 0 : kite_spec_choose_budget(sp, s, max_budget);
-    kite_draft_tree tree;
-    double t0 = kite_now_ms();
-    int rc = kite_spec_draft(sp, s, root, budget, gp, &tree, e);
+    if (max_budget > max_nodes - 1) max_budget = max_nodes - 1;
+    if (max_budget < 0) max_budget = 0;
+    ps->budget = sp->params.drafter == KITE_DRAFT_NONE || max_budget == 0 ? 0 : kite_spec_choose_budget(sp, s, max_budget);
+    ps->t0 = kite_now_ms();
+    int rc = kite_spec_draft(sp, s, s->unfed_token, ps->budget, &s->gen.params, &ps->tree, e);
     if (rc) return rc;
-    double t1 = kite_now_ms();
+    ps->t1 = kite_now_ms();
+    ps->pos0 = P;
     s->unfed_token = -1;
-    kite_forward(&m->weights, &s->kv, &s->scratch, s->pool, tree.token, tree.n > 1 ? tree.parent : NULL, 0, tree.n, P,
-                 s->tree_logits, true);
-    double t2 = kite_now_ms();
+    return KITE_OK;
+}
 
+/* The second half: walk the verified tree (tree_logits: the target's logits after each node): at each
+ * node the target's token is sampled exactly as plain decoding would sample it at that position; the
+ * walk moves to the child holding that token, else stops. Emits every token on the path and commits
+ * the path's K/V. */
+static void pass_walk(kite_session *s, kite_pass *ps, const float *tree_logits) {
+    const kite_model *m = s->model;
+    kite_spec_state *sp = &s->spec;
+    kite_draft_tree *tree = &ps->tree;
+    int32_t P = ps->pos0;
     int32_t path[KITE_MAX_DRAFT + 1];
-    int32_t n_path = kite_spec_walk(sp, gp, &tree, s->tree_logits, V, s->history, P, (float *)sample_buf, emit_for_walk, em, path);
+    int32_t n_path = kite_spec_walk(sp, &s->gen.params, tree, tree_logits, m->n_vocab, s->history, P, s->gen.sample_buf,
+                                    emit_for_walk, s, path);
     kite_kv_commit(&s->kv, m->weights.hp.n_layers, P, path, n_path);
     s->n_past = P + n_path;
     s->have_logits = false; /* the logits of the new root are not computed yet */
     if (sp->params.drafter != KITE_DRAFT_NONE) {
-        kite_spec_commit(sp, &tree, path, n_path, P);
-        kite_spec_observe(sp, &tree, path, n_path);
-        if (budget > 0) kite_spec_observe_draft_cost(sp, (t1 - t0 - sp->last_catch_up_ms) / budget); /* catching up is not drafting */
-        if (tree.n > 1) kite_spec_learned_store(sp, s->model); /* after both estimates moved */
+        kite_spec_commit(sp, tree, path, n_path, P);
+        kite_spec_observe(sp, tree, path, n_path);
+        if (ps->budget > 0) /* catching up is not drafting */
+            kite_spec_observe_draft_cost(sp, (ps->t1 - ps->t0 - sp->last_catch_up_ms) / ps->budget);
+        if (tree->n > 1) kite_spec_learned_store(sp, s->model); /* after both estimates moved */
         double t3 = kite_now_ms();
         s->stats.target_passes++;
-        s->stats.drafted += tree.n - 1;
+        s->stats.drafted += tree->n - 1;
         s->stats.accepted += n_path - 1;
-        s->stats.draft_ms += t1 - t0;
-        s->stats.verify_ms += t3 - t1;
-        for (int32_t j = 1; j < tree.n; j++) s->stats.drafted_by_depth[tree.depth[j] - 1]++;
+        s->stats.draft_ms += ps->t1 - ps->t0;
+        s->stats.verify_ms += t3 - ps->t1;
+        for (int32_t j = 1; j < tree->n; j++) s->stats.drafted_by_depth[tree->depth[j] - 1]++;
         for (int32_t i = 1; i < n_path; i++) s->stats.accepted_by_depth[i - 1]++;
     }
-    (void)t2;
+}
+
+/* ---- generation: begin and end ------------------------------------------------------------------ */
+
+static int gen_check(kite_session *s, const kite_gen_params *params, kite_error *e) {
+    if (kite_gen_params_check(params, s->model->n_vocab, e->msg, sizeof e->msg)) return e->status = KITE_ERR_INVALID_ARG;
+    if (params->max_tokens < 0) return kite_fail(e, KITE_ERR_INVALID_ARG, "max_tokens must be >= 0, got %d", params->max_tokens);
+    if (s->gen.busy) return kite_fail(e, KITE_ERR_INVALID_ARG, "the session is busy with work queued by kite_session_start");
     return KITE_OK;
+}
+
+static int gen_begin(kite_session *s, const kite_gen_params *params, kite_token_fn on_token, void *user_data, kite_error *e) {
+    kite_generation *g = &s->gen;
+    if (!g->sample_buf && !(g->sample_buf = malloc(sizeof(float) * (size_t)s->model->n_vocab)))
+        return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    g->active = true;
+    g->params = *params;
+    g->on_token = on_token;
+    g->user_data = user_data;
+    g->n_pending = 0;
+    g->n_held = 0;
+    g->generated = 0;
+    g->stop = false;
+    g->finish = KITE_FINISH_NONE;
+    g->cur_logits = NULL;
+    memset(&g->error, 0, sizeof g->error);
+    g->t_start = kite_now_ms();
+    g->t_first = 0;
+    g->prev = s->unfed_token >= 0 ? s->unfed_token : s->n_past > 0 ? s->history[s->n_past - 1] : -1;
+    s->spec.gen_start_pos = s->n_past + (s->unfed_token >= 0 ? 1 : 0);
+    if (params->max_tokens == 0) {
+        g->stop = true;
+        g->finish = KITE_FINISH_LENGTH;
+    }
+    return KITE_OK;
+}
+
+/* The first token comes from the prompt's logits (when no token is waiting to be run). */
+static void gen_first(kite_session *s) {
+    kite_generation *g = &s->gen;
+    if (g->stop || s->unfed_token >= 0) return;
+    int32_t V = s->model->n_vocab;
+    memcpy(g->sample_buf, s->logits, sizeof(float) * (size_t)V);
+    emit(s, kite_sample(&g->params, g->sample_buf, V, s->history, (size_t)s->n_past, s->n_past), s->logits);
+}
+
+/* Ends the generation with status st (KITE_OK, or why it stopped early). */
+static void gen_end(kite_session *s, int st, const kite_error *e) {
+    kite_generation *g = &s->gen;
+    double t_end = kite_now_ms();
+    s->stats.generated_tokens += g->generated;
+    if (g->generated > 1) s->stats.decode_ms += t_end - g->t_first;
+    int64_t passes = s->stats.target_passes;
+    s->stats.tau = passes > 0 ? (double)(s->stats.accepted + passes) / (double)passes : 0;
+    if (g->error.status) {
+        st = g->error.status;
+        e = &g->error;
+    }
+    if (st == KITE_ERR_CANCELLED) g->finish = KITE_FINISH_CANCELLED;
+    else if (st == KITE_ERR_CONTEXT_FULL) g->finish = KITE_FINISH_LENGTH;
+    else if (st) g->finish = KITE_FINISH_ERROR;
+    if (st && e) g->result = *e;
+    else memset(&g->result, 0, sizeof g->result);
+    g->active = false;
+    g->busy = false;
+    g->n_held = 0;
 }
 
 int kite_generate(kite_session *s, const kite_gen_params *params, kite_token_fn on_token, void *user_data, char *err,
@@ -309,48 +497,154 @@ int kite_generate(kite_session *s, const kite_gen_params *params, kite_token_fn 
     kite_error e = {0};
     if (!s || !params)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "session and parameters must not be NULL"), kite_error_export(&e, err, err_size);
-    const kite_model *m = s->model;
-    int32_t n_vocab = m->n_vocab;
-    if (kite_gen_params_check(params, n_vocab, e.msg, sizeof e.msg)) {
-        e.status = KITE_ERR_INVALID_ARG;
-        return kite_error_export(&e, err, err_size);
-    }
-    if (params->max_tokens < 0)
-        return kite_fail(&e, KITE_ERR_INVALID_ARG, "max_tokens must be >= 0, got %d", params->max_tokens),
-               kite_error_export(&e, err, err_size);
+    if (gen_check(s, params, &e)) return kite_error_export(&e, err, err_size);
     if (s->unfed_token < 0 && !s->have_logits)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_generate needs a context: call kite_prompt first"),
                kite_error_export(&e, err, err_size);
-    int32_t *sample_buf = malloc(sizeof(float) * (size_t)n_vocab);
-    if (!sample_buf) return kite_fail(&e, KITE_ERR_NOMEM, "out of memory"), kite_error_export(&e, err, err_size);
-    emitter em = {
-        .s = s, .params = params, .on_token = on_token, .user_data = user_data, .t_start = kite_now_ms(),
-        .prev = s->unfed_token >= 0 ? s->unfed_token : s->n_past > 0 ? s->history[s->n_past - 1] : -1,
-    };
-    s->spec.gen_start_pos = s->n_past + (s->unfed_token >= 0 ? 1 : 0);
+    if (gen_begin(s, params, on_token, user_data, &e)) return kite_error_export(&e, err, err_size);
+    gen_first(s);
     int st = KITE_OK;
-    if (params->max_tokens > 0 && s->unfed_token < 0) {
-        /* The first token comes from the prompt's logits. */
-        memcpy(sample_buf, s->logits, sizeof(float) * (size_t)n_vocab);
-        emit(&em, kite_sample(params, (float *)sample_buf, n_vocab, s->history, (size_t)s->n_past, s->n_past));
-    }
-    while (!em.stop && em.generated < params->max_tokens) {
+    while (!s->gen.stop) {
         if (atomic_load(&s->cancel)) {
             atomic_store(&s->cancel, false);
             st = kite_fail(&e, KITE_ERR_CANCELLED, "cancelled");
             break;
         }
-        if ((st = pass(s, &em, sample_buf, &e))) break;
+        kite_pass ps;
+        if ((st = pass_draft(s, KITE_MAX_DRAFT + 1, &ps, &e))) break;
+        kite_forward(&s->model->weights, &s->kv, &s->scratch, s->pool, ps.tree.token, ps.tree.n > 1 ? ps.tree.parent : NULL, 0,
+                     ps.tree.n, ps.pos0, s->tree_logits, true);
+        pass_walk(s, &ps, s->tree_logits);
     }
-    double t_end = kite_now_ms();
-    free(sample_buf);
-    s->stats.generated_tokens += em.generated;
-    if (em.generated > 1) s->stats.decode_ms += t_end - em.t_first;
-    int64_t passes = s->stats.target_passes;
-    s->stats.tau = passes > 0 ? (double)(s->stats.accepted + passes) / (double)passes : 0;
-    (void)st;
-    return kite_error_export(&e, err, err_size);
+    gen_end(s, st, &e);
+    return kite_error_export(st ? &e : &s->gen.error, err, err_size);
 }
+
+kite_finish_reason kite_session_finish_reason(const kite_session *s) { return s ? s->gen.finish : KITE_FINISH_NONE; }
+
+const int32_t *kite_session_tokens(const kite_session *s, int32_t *n) {
+    if (!s) {
+        if (n) *n = 0;
+        return NULL;
+    }
+    /* history has room for n_ctx + 1 tokens: the unfed token sits at n_past <= n_ctx. */
+    if (s->unfed_token >= 0) s->history[s->n_past] = s->unfed_token;
+    if (n) *n = kite_session_n_past(s);
+    return s->history;
+}
+
+int kite_session_copy_prefix(kite_session *dst, const kite_session *src, int32_t n_tokens, char *err, size_t err_size) {
+    kite_error e = {0};
+    if (!dst || !src) return kite_fail(&e, KITE_ERR_INVALID_ARG, "sessions must not be NULL"), kite_error_export(&e, err, err_size);
+    if (dst == src) return kite_session_truncate(dst, n_tokens, err, err_size);
+    if (dst->model != src->model)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_copy_prefix: the sessions belong to different models"),
+               kite_error_export(&e, err, err_size);
+    if (dst->kv.f32 != src->kv.f32)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_copy_prefix: the sessions' KV caches differ in type"),
+               kite_error_export(&e, err, err_size);
+    if (dst->gen.busy || src->gen.busy)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_copy_prefix: a session is busy"), kite_error_export(&e, err, err_size);
+    int32_t visible = kite_session_n_past(src);
+    if (n_tokens < 0 || n_tokens > visible || n_tokens > dst->n_ctx)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "cannot copy %d tokens: the source holds %d and the destination's context is %d",
+                         n_tokens, visible, dst->n_ctx),
+               kite_error_export(&e, err, err_size);
+    /* Rows the source has run; its unfed token (if within the prefix) stays unfed in dst too. */
+    int32_t rows = n_tokens < src->n_past ? n_tokens : src->n_past;
+    const kite_hparams *hp = &src->model->weights.hp;
+    size_t row_bytes = src->kv.elem_bytes * (size_t)src->kv.head_dim;
+    for (int32_t l = 0; l < hp->n_layers; l++)
+        for (int32_t h = 0; h < hp->n_kv_heads; h++) {
+            memcpy((char *)dst->kv.k + kite_kv_offset(&dst->kv, l, h, 0), (const char *)src->kv.k + kite_kv_offset(&src->kv, l, h, 0),
+                   row_bytes * (size_t)rows);
+            memcpy((char *)dst->kv.v + kite_kv_offset(&dst->kv, l, h, 0), (const char *)src->kv.v + kite_kv_offset(&src->kv, l, h, 0),
+                   row_bytes * (size_t)rows);
+        }
+    memcpy(dst->history, src->history, sizeof(int32_t) * (size_t)rows);
+    dst->n_past = rows;
+    dst->unfed_token = n_tokens > rows ? src->unfed_token : -1;
+    dst->have_logits = false;
+    return KITE_OK;
+}
+
+/* ---- continuous batching: queued work ---------------------------------------------------------- */
+
+int kite_session_start(kite_session *s, const int32_t *ids, size_t n_ids, const kite_gen_params *params, kite_token_fn on_token,
+                       void *user_data, char *err, size_t err_size) {
+    kite_error e = {0};
+    if (!s || !params)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "session and parameters must not be NULL"), kite_error_export(&e, err, err_size);
+    if (gen_check(s, params, &e)) return kite_error_export(&e, err, err_size);
+    if (check_tokens(s, ids, n_ids, &e)) return kite_error_export(&e, err, err_size);
+    kite_generation *g = &s->gen;
+    bool unfed = s->unfed_token >= 0;
+    if (n_ids == 0 && !unfed && !s->have_logits)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_start needs prompt tokens or a context to continue"),
+               kite_error_export(&e, err, err_size);
+    /* A waiting generated token is run first, as kite_prompt runs it. */
+    size_t need = n_ids + (unfed && n_ids ? 1 : 0);
+    if ((size_t)s->n_past + need > (size_t)s->n_ctx)
+        return kite_fail(&e, KITE_ERR_CONTEXT_FULL, "%zu tokens do not fit in the context: %d of %d positions are free", need,
+                         s->n_ctx - s->n_past, s->n_ctx),
+               kite_error_export(&e, err, err_size);
+    if (need > g->cap_queue) {
+        int32_t *grown = realloc(g->queue, need * sizeof *grown);
+        if (!grown) return kite_fail(&e, KITE_ERR_NOMEM, "out of memory"), kite_error_export(&e, err, err_size);
+        g->queue = grown;
+        g->cap_queue = need;
+    }
+    g->n_queue = 0;
+    if (unfed && n_ids) {
+        g->queue[g->n_queue++] = s->unfed_token;
+        s->unfed_token = -1;
+    }
+    if (n_ids) memcpy(g->queue + g->n_queue, ids, n_ids * sizeof *ids);
+    g->n_queue += n_ids;
+    g->queue_done = 0;
+    g->prompt_tokens = (int64_t)n_ids;
+    g->t_queued = kite_now_ms();
+    if (gen_begin(s, params, on_token, user_data, &e)) return kite_error_export(&e, err, err_size);
+    g->need_first = g->n_queue == 0 && s->unfed_token < 0; /* continue from the existing logits */
+    g->busy = true;
+    atomic_store(&s->cancel, false);
+    return KITE_OK;
+}
+
+bool kite_session_busy(const kite_session *s) { return s && s->gen.busy; }
+
+int kite_session_result(const kite_session *s, char *err, size_t err_size) {
+    if (!s) {
+        kite_error e = {0};
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "session must not be NULL"), kite_error_export(&e, err, err_size);
+    }
+    return kite_error_export(&s->gen.result, err, err_size);
+}
+
+int32_t kite_session_pending_prompt(const kite_session *s) {
+    return s && s->gen.busy ? (int32_t)(s->gen.n_queue - s->gen.queue_done) : 0;
+}
+
+/* The prompt queue of s is done: statistics, the draft model's catch-up, then the first token. */
+int kite_session_prompt_done(kite_session *s, kite_error *e) {
+    kite_generation *g = &s->gen;
+    int st = kite_spec_catch_up(&s->spec, s, e);
+    if (st) return st;
+    s->stats.prompt_tokens += g->prompt_tokens;
+    s->last_prompt_ms = kite_now_ms() - g->t_queued;
+    s->stats.prefill_ms += s->last_prompt_ms;
+    g->t_start = kite_now_ms();
+    g->prev = s->history[s->n_past - 1]; /* as gen_begin sees it after kite_prompt */
+    s->spec.gen_start_pos = s->n_past;
+    gen_first(s);
+    return KITE_OK;
+}
+
+/* Entry points for engine/batch.c. */
+void kite_session_gen_first(kite_session *s) { gen_first(s); }
+int kite_session_pass_draft(kite_session *s, int32_t max_nodes, kite_pass *ps, kite_error *e) { return pass_draft(s, max_nodes, ps, e); }
+void kite_session_pass_walk(kite_session *s, kite_pass *ps, const float *tree_logits) { pass_walk(s, ps, tree_logits); }
+void kite_session_gen_end(kite_session *s, int st, const kite_error *e) { gen_end(s, st, e); }
 
 int kite_session_set_spec(kite_session *s, const kite_spec_params *params, char *err, size_t err_size) {
     kite_error e = {0};

@@ -323,5 +323,16 @@ int kite_gen_params_check(const kite_gen_params *p, int32_t n_vocab, char *err, 
             return check_fail(err, err_size, "logit_bias[%zu].bias must be finite or -inf (ban), got %g", i,
                               (double)b->bias);
     }
+    if (p->n_stop > 0 && !p->stop) return check_fail(err, err_size, "stop is NULL but n_stop is %zu", p->n_stop);
+    if (p->n_stop > KITE_MAX_STOP)
+        return check_fail(err, err_size, "at most %d stop strings, got %zu", KITE_MAX_STOP, p->n_stop);
+    for (size_t i = 0; i < p->n_stop; i++) {
+        if (!p->stop[i] || !p->stop[i][0]) return check_fail(err, err_size, "stop[%zu] is NULL or empty", i);
+        if (strlen(p->stop[i]) > KITE_MAX_STOP_BYTES)
+            return check_fail(err, err_size, "stop[%zu] is longer than %d bytes", i, KITE_MAX_STOP_BYTES);
+    }
+    if (p->top_logprobs < 0 || p->top_logprobs > KITE_MAX_TOP_LOGPROBS)
+        return check_fail(err, err_size, "top_logprobs must be in [0, %d], got %d", KITE_MAX_TOP_LOGPROBS,
+                          (int)p->top_logprobs);
     return KITE_OK;
 }

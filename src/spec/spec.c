@@ -685,7 +685,7 @@ int32_t kite_spec_walk(kite_spec_state *st, const kite_gen_params *gp, const kit
             for (int32_t j = node + 1; j < t->n; j++)
                 if (t->parent[j] == node && t->token[j] == y) { child = j; break; }
         }
-        bool go_on = emit(user_data, y);
+        bool go_on = emit(user_data, y, row);
         if (!go_on || child < 0) break;
         node = child;
     }

@@ -75,9 +75,10 @@ int kite_spec_draft(kite_spec_state *st, struct kite_session *s, int32_t root, i
 /* Keeps the draft model's cache in step with the accepted path of the last pass. */
 void kite_spec_commit(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path, int32_t pos0);
 
-/* Called by the walk for every token it emits; returns false to end the walk there (an end token,
- * max_tokens, or the caller's callback said stop). */
-typedef bool (*kite_spec_emit_fn)(void *user_data, int32_t token);
+/* Called by the walk for every token it emits, with the target's raw logits at its position ([V], for
+ * log-probabilities); returns false to end the walk there (an end token, max_tokens, a stop string,
+ * or the caller's callback said stop). */
+typedef bool (*kite_spec_emit_fn)(void *user_data, int32_t token, const float *logits);
 
 /* The verification walk (docs/SPECULATIVE.md): from the root, samples the target's token y at node n
  * exactly as plain decoding samples position P + depth(n) + 1 (same processors over the committed

@@ -177,8 +177,9 @@ typedef struct emit_log {
     int n, stop_at;
 } emit_log;
 
-static bool log_emit(void *user, int32_t token) {
+static bool log_emit(void *user, int32_t token, const float *logits) {
     emit_log *l = user;
+    (void)logits;
     l->tokens[l->n++] = token;
     return !(l->stop_at > 0 && l->n >= l->stop_at);
 }
@@ -390,8 +391,9 @@ typedef struct gen_sim {
     int n_out;
 } gen_sim;
 
-static bool sim_emit(void *user, int32_t token) {
+static bool sim_emit(void *user, int32_t token, const float *logits) {
     gen_sim *g = user;
+    (void)logits;
     g->out[g->n_out++] = token;
     return g->n_out < 3;
 }
