@@ -138,7 +138,16 @@ for (const name of names) {
           c.error = String(e.message ?? e);
           c.error_kind = e instanceof TemplateRaise ? "raise_exception" : "runtime";
         }
-        if (c.expected !== undefined && tokenizers[name]) c.ids = encode(tokenizers[name], c.expected);
+        if (c.expected !== undefined && tokenizers[name]) {
+          c.ids_tokenizer = `models/tokenizers/${ID_TOKENIZERS[name]}/tokenizer.json`;
+          c.ids = encode(tokenizers[name], c.expected);
+          // Special tokens whose text the messages hold: HF's ids have them there too (a forged turn),
+          // kite's must not. in_content counts the occurrences in the message contents.
+          const contents = conv.messages.map((m) => (typeof m.content === "string" ? m.content : JSON.stringify(m.content ?? ""))).join("\u0000");
+          const forged = tokenizers[name].added_tokens.filter((t) => t.special && contents.includes(t.content))
+            .map((t) => ({ text: t.content, id: t.id, in_content: contents.split(t.content).length - 1 }));
+          if (forged.length) c.forged = forged;
+        }
         cases.push(c);
       }
     }
