@@ -18,11 +18,19 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat/chat_internal.h"
 #include "kite.h"
 
 /* strftime_now must see the goldens' fixed instant (their fixed_time_utc; the reference formats it as
- * UTC, and TZ=UTC makes kite's local time the same). This is the one line that pins kite's template clock. */
-static void pin_template_clock(int64_t unix_seconds) { (void)unix_seconds; /* hook pending: see golden-failures.md */ }
+ * UTC, and TZ=UTC makes kite's local time the same). */
+static int64_t golden_time;
+
+static int open_template(kite_chat_template **out, const char *source, size_t len, const kite_model *model, char *err,
+                         size_t err_size) {
+    int status = kite_chat_template_from_text(out, source, len, model, err, err_size);
+    if (status == KITE_OK) kite_chat_template_set_fixed_time(*out, golden_time);
+    return status;
+}
 
 enum { ERR_SIZE = 512, CONTEXT_BYTES = 60 };
 
@@ -283,7 +291,7 @@ int main(void) {
     }
     fixed.tm_year -= 1900;
     fixed.tm_mon -= 1;
-    pin_template_clock((int64_t)timegm(&fixed));
+    golden_time = (int64_t)timegm(&fixed);
 
     size_t n_templates = json_object_size(templates), n_tallies = 0;
     template_tally *tallies = calloc(n_templates, sizeof *tallies);
@@ -299,7 +307,7 @@ int main(void) {
         char *source = read_file(path, &source_len);
         char err[ERR_SIZE] = "";
         kite_chat_template *tmpl = NULL;
-        int status = source ? kite_chat_template_from_text(&tmpl, source, source_len, NULL, err, sizeof err) : KITE_ERR_IO;
+        int status = source ? open_template(&tmpl, source, source_len, NULL, err, sizeof err) : KITE_ERR_IO;
         if (status != KITE_OK) printf("FAIL template %s does not compile (%s): %s\n", name, kite_status_name(status), err);
 
         /* Token ids need the real tokenizer: opened once per template that has id cases. */
@@ -333,7 +341,7 @@ int main(void) {
                     if (kite_model_open(&model, NULL, &mp, err, sizeof err) != KITE_OK) {
                         printf("FAIL cannot open %s vocab-only: %s\n", tok_path, err);
                         model = NULL;
-                    } else if (kite_chat_template_from_text(&bound, source, source_len, model, err, sizeof err) != KITE_OK) {
+                    } else if (open_template(&bound, source, source_len, model, err, sizeof err) != KITE_OK) {
                         printf("FAIL template %s with the %s tokenizer does not compile: %s\n", name, tokenizer, err);
                         bound = NULL;
                     }
