@@ -21,6 +21,8 @@ typedef struct kite_source {
     kite_gguf *gguf;           /* GGUF only: its metadata holds the tokenizer */
     char tokenizer_json[4096]; /* HF only: path of tokenizer.json, "" if the folder has none */
     char tokenizer_config_json[4096]; /* HF only: path of tokenizer_config.json, "" if none */
+    char chat_template_jinja[4096];   /* HF only: path of chat_template.jinja, "" if none (the chat
+                                         template is read from it, else from tokenizer_config.json) */
 
     /* Sampling defaults from generation_config.json (HF), overlaid on kite_gen_default_params(). */
     kite_gen_params gen_defaults;

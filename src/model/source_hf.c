@@ -264,6 +264,8 @@ static int read_configs(kite_source *src, const char *dir, kite_error *e) {
     if (is_file(path)) snprintf(src->tokenizer_json, sizeof src->tokenizer_json, "%s", path);
     if ((rc = join(path, dir, "tokenizer_config.json", e))) return rc;
     if (is_file(path)) snprintf(src->tokenizer_config_json, sizeof src->tokenizer_config_json, "%s", path);
+    if ((rc = join(path, dir, "chat_template.jinja", e))) return rc;
+    if (is_file(path)) snprintf(src->chat_template_jinja, sizeof src->chat_template_jinja, "%s", path);
     return KITE_OK;
 }
 

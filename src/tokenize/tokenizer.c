@@ -333,8 +333,8 @@ static int frag_push(fragments *f, size_t off, size_t len, int32_t id, kite_erro
 /* llama.cpp's tokenizer_st_partition: for each special token, longest first, cut every occurrence out of
  * the remaining raw fragments. Control and unknown tokens only count when parse_special is set;
  * user-defined (added, non-special) tokens always do, as in llama.cpp and HF tokenizers. */
-static int partition_specials(const kite_tokenizer *t, const char *text, size_t len, bool parse_special,
-                              fragments *frags, kite_error *e) {
+static int partition_specials(const kite_tokenizer *t, const char *text, size_t len, const uint8_t *data_mask,
+                              bool parse_special, fragments *frags, kite_error *e) {
     int rc = KITE_OK;
     if (len > 0) rc = frag_push(frags, 0, len, -1, e);
     fragments next = {0};
@@ -352,13 +352,18 @@ static int partition_specials(const kite_tokenizer *t, const char *text, size_t 
                 continue;
             }
             size_t base = f.off, base_len = f.len;
+            size_t search = base; /* occurrences before this are data and stay text */
             while (base_len > 0 && !rc) {
-                const char *m = memmem(text + base, base_len, tok.ptr, tok.len);
+                const char *m = memmem(text + search, base + base_len - search, tok.ptr, tok.len);
                 if (!m) {
                     rc = frag_push(&next, base, base_len, -1, e);
                     break;
                 }
                 size_t match = (size_t)(m - text);
+                if (data_mask && memchr(data_mask + match, 1, tok.len)) {
+                    search = match + 1; /* spelled by the caller's data: plain text */
+                    continue;
+                }
                 size_t left_len = match - base;
                 if (t->flags[id] & KITE_TOKEN_FLAG_LSTRIP)
                     while (left_len > 0 && isspace((unsigned char)text[base + left_len - 1])) left_len--;
@@ -369,6 +374,7 @@ static int partition_specials(const kite_tokenizer *t, const char *text, size_t 
                     while (right_len > 0 && isspace((unsigned char)text[right])) { right++; right_len--; }
                 base = right;
                 base_len = right_len;
+                search = base;
             }
         }
         fragments tmp = *frags;
@@ -461,8 +467,8 @@ static int encode_bpe_fragment(encode_ctx *c, const char *text, size_t len) {
     return rc;
 }
 
-int kite_tokenizer_encode(const kite_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
-                          int32_t **ids, size_t *n_ids, kite_error *e) {
+static int encode(const kite_tokenizer *t, const char *text, size_t len, const uint8_t *data_mask, bool add_bos,
+                  bool parse_special, int32_t **ids, size_t *n_ids, kite_error *e) {
     if (ids) *ids = NULL;
     if (n_ids) *n_ids = 0;
     if (!t || !ids || !n_ids || (!text && len))
@@ -474,7 +480,7 @@ int kite_tokenizer_encode(const kite_tokenizer *t, const char *text, size_t len,
     fragments frags = {0};
     int rc = KITE_OK;
     if (add_bos && t->bos >= 0) rc = kite_ids_push(&c.out, t->bos, e);
-    if (!rc) rc = partition_specials(t, text, len, parse_special, &frags, e);
+    if (!rc) rc = partition_specials(t, text, len, data_mask, parse_special, &frags, e);
     bool prev_special = true; /* the start of the text counts as after a special token */
     for (size_t i = 0; i < frags.n && !rc; i++) {
         fragment f = frags.v[i];
@@ -508,6 +514,17 @@ int kite_tokenizer_encode(const kite_tokenizer *t, const char *text, size_t len,
     *ids = c.out.v;
     *n_ids = c.out.n;
     return KITE_OK;
+}
+
+int kite_tokenizer_encode(const kite_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
+                          int32_t **ids, size_t *n_ids, kite_error *e) {
+    return encode(t, text, len, NULL, add_bos, parse_special, ids, n_ids, e);
+}
+
+int kite_tokenizer_encode_masked(const kite_tokenizer *t, const char *text, size_t len, const uint8_t *data_mask,
+                                 bool add_bos, int32_t **ids, size_t *n_ids, kite_error *e) {
+    if (!data_mask && len) return kite_fail(e, KITE_ERR_INVALID_ARG, "tokenizer: encode_masked needs a mask");
+    return encode(t, text, len, data_mask, add_bos, true, ids, n_ids, e);
 }
 
 /* ---- decoding ---- */

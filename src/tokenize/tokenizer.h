@@ -60,6 +60,13 @@ bool kite_tokenizer_is_special(const kite_tokenizer *t, int32_t id);
 int kite_tokenizer_encode(const kite_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
                           int32_t **ids, size_t *n_ids, kite_error *e);
 
+/* kite_tokenizer_encode with parse_special, except that a special or added token whose spelling
+ * overlaps a byte with data_mask[i] = 1 (text that came from a chat's messages, not its template) is
+ * not split out: those bytes are encoded as plain text. data_mask holds one byte per text byte; with
+ * every byte 0 the ids equal kite_tokenizer_encode(..., parse_special = true). */
+int kite_tokenizer_encode_masked(const kite_tokenizer *t, const char *text, size_t len, const uint8_t *data_mask,
+                                 bool add_bos, int32_t **ids, size_t *n_ids, kite_error *e);
+
 /* The bytes token `id` stands for in the output text (byte-fallback tokens give their byte, "▁"
  * becomes a space, byte-level BPE maps back to raw bytes; special tokens give their text, BOS/EOS
  * give nothing). Writes at most cap bytes and returns the full length, or -1 for an id out of range.
