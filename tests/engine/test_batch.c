@@ -50,11 +50,14 @@ typedef struct request {
     const char *stop[2];
 } request;
 
+static kite_model *g_draft; /* draft model for requests with KITE_DRAFT_MODEL */
+
 static kite_model *open_model(const char *rel) {
     char err[512];
     kite_model *m;
     kite_model_params mp = kite_model_default_params();
     mp.n_threads = 2;
+    if (strstr(rel, ".bin")) mp.tokenizer_path = kite_test_data("models/tinystories-tok512/tok512.bin");
     if (kite_model_open(&m, kite_test_data(rel), &mp, err, sizeof err)) fail_msg("cannot open %s: %s", rel, err);
     return m;
 }
@@ -104,6 +107,10 @@ static kite_session *open_session(kite_model *m, const request *rq) {
     assert_int_equal(kite_session_open(&s, m, &sp, err, sizeof err), KITE_OK);
     kite_spec_params spec = kite_spec_default_params();
     spec.drafter = rq->drafter;
+    if (rq->drafter == KITE_DRAFT_MODEL) {
+        spec.draft_model = g_draft;
+        spec.tree_width = 2;
+    }
     assert_int_equal(kite_session_set_spec(s, &spec, err, sizeof err), KITE_OK);
     return s;
 }
@@ -130,10 +137,14 @@ static void assert_same_run(const run_log *a, const run_log *b, int i) {
 }
 
 /* The property the server promises: batched == alone, for every request, whatever shares the steps. */
-static void batched_equals_alone(const char *model_rel, int32_t batch_rows) {
+static void batched_equals_alone(const char *model_rel, int32_t batch_rows, const char *draft_rel) {
     kite_model *m = open_model(model_rel);
     request req[N_REQ];
     make_requests(m, req);
+    if (draft_rel) { /* a draft model for the greedy, seeded and penalised requests: trees of 2 children */
+        g_draft = open_model(draft_rel);
+        req[0].drafter = req[1].drafter = req[3].drafter = req[6].drafter = KITE_DRAFT_MODEL;
+    }
     static run_log alone[N_REQ], batched[N_REQ];
     kite_finish_reason alone_finish[N_REQ];
     for (int i = 0; i < N_REQ; i++) run_alone(m, &req[i], &alone[i], &alone_finish[i]);
@@ -179,17 +190,25 @@ static void batched_equals_alone(const char *model_rel, int32_t batch_rows) {
     assert_true((size_t)steps < total);
     kite_batch_free(batch);
     kite_model_free(m);
+    kite_model_free(g_draft);
+    g_draft = NULL;
 }
 
 static void test_batched_equals_alone_656k(void **state) {
     (void)state;
-    batched_equals_alone("models/tinystories-656k/tinystories-656k-q8_0.gguf", 0);
+    batched_equals_alone("models/tinystories-656k/tinystories-656k-q8_0.gguf", 0, NULL);
 }
 
 /* Few rows per step: prompts go in many chunks and some sessions wait for a step with room. */
 static void test_batched_equals_alone_small_steps(void **state) {
     (void)state;
-    batched_equals_alone("models/tinystories-tok512/stories260K.gguf", 12);
+    batched_equals_alone("models/tinystories-tok512/stories260K.gguf", 12, NULL);
+}
+
+/* Requests drafted by a smaller model (llama2xs-281K verified, stories260K drafting trees). */
+static void test_batched_equals_alone_draft_model(void **state) {
+    (void)state;
+    batched_equals_alone("models/tinystories-tok512/llama2xs-281K.bin", 0, "models/tinystories-tok512/stories260K.bin");
 }
 
 /* Stop strings against a run without them: the text ends right before the first occurrence, which is
@@ -379,6 +398,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_alone_656k),
         cmocka_unit_test(test_batched_equals_alone_small_steps),
+        cmocka_unit_test(test_batched_equals_alone_draft_model),
         cmocka_unit_test(test_stop_strings),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_copy_prefix),
