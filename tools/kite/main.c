@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chat_common.h"
 #include "kite.h"
 
 static const char *g_prog = "kite";
@@ -35,6 +36,10 @@ typedef struct cli_args {
     int32_t threads;
     int32_t ctx;
     bool json, no_bos, ignore_eos, quiet, help;
+    bool no_special;          /* special-token text in raw prompts stays plain text */
+    bool chat;                /* kite run --chat: the prompt is a user turn through the chat template */
+    const char *system;       /* --system TEXT: a system turn before it */
+    const char *chat_template; /* --chat-template FILE: overrides the model's template */
     const char *positional;
     const char *draft;        /* --draft PATH|ngram|none */
     int32_t spec_budget;      /* 0 = auto */
@@ -72,6 +77,8 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         if (!strcmp(opt, "--no-bos")) { a->no_bos = true; continue; }
         if (!strcmp(opt, "--ignore-eos")) { a->ignore_eos = true; continue; }
         if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) { a->quiet = true; continue; }
+        if (!strcmp(opt, "--no-special")) { a->no_special = true; continue; }
+        if (!strcmp(opt, "--chat")) { a->chat = true; continue; }
         if (opt[0] != '-' || opt[1] != '-') {
             if (a->positional) return fail(2, "unexpected argument '%s'", opt);
             a->positional = opt;
@@ -112,6 +119,8 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         if (!strcmp(opt, "--draft")) { a->draft = val; continue; }
         if (!strcmp(opt, "--spec-verify")) { a->spec_verify = val; continue; }
         if (!strcmp(opt, "--cache-type")) { a->cache_type = val; continue; }
+        if (!strcmp(opt, "--system")) { a->system = val; continue; }
+        if (!strcmp(opt, "--chat-template")) { a->chat_template = val; continue; }
         if (!strcmp(opt, "--spec-budget") && !strcmp(val, "auto")) { a->spec_budget = 0; continue; }
         INT_OPT("--max-tokens", max_tokens, 0, INT32_MAX, a->have_max_tokens = true)
         INT_OPT("--top-k", top_k, 0, INT32_MAX, a->have_top_k = true)
@@ -167,13 +176,22 @@ static int open_model(const cli_args *a, bool vocab_only, kite_model **model) {
 /* ---- run -------------------------------------------------------------------------------------- */
 static const char RUN_USAGE[] =
     "usage: kite run --model PATH [--tokenizer PATH] (--prompt TEXT | --prompt-ids IDS) [options]\n"
+    "       kite run --model PATH --chat [--system TEXT] [--chat-template FILE] --prompt TEXT [options]\n"
     "\n"
     "Generates a completion of the prompt and streams it to stdout; statistics go to stderr.\n"
+    "Special-token text in the prompt (\"<|im_start|>\", \"<s>\") becomes special tokens, as in Hugging Face\n"
+    "and llama.cpp, unless --no-special. With --chat, the prompt is a user turn rendered through the model's\n"
+    "chat template (special-token text typed in it then stays plain text) and the model answers it.\n"
     "\n"
     "  --model, -m PATH        GGUF file, llama2.c .bin, or Hugging Face folder (or a .safetensors in one)\n"
     "  --tokenizer PATH        llama2.c tokenizer .bin or tokenizer.json (needed for llama2.c checkpoints)\n"
     "  --prompt, -p TEXT       prompt text (UTF-8)\n"
     "  --prompt-ids IDS        prompt as token ids, separated by commas or spaces (no BOS added)\n"
+    "  --no-special            special-token text in the prompt is plain text\n"
+    "  --chat                  render the prompt as one user turn through the chat template, ending with\n"
+    "                          the assistant header (BOS only where the template writes it)\n"
+    "  --system TEXT           with --chat: a system turn before the user turn\n"
+    "  --chat-template FILE    with --chat: a Jinja template file instead of the model's\n"
     "  --max-tokens N          tokens to generate at most (default 256)\n"
     "  --temperature T         0 = greedy (default: the model's generation_config, else 0.8)\n"
     "  --top-k K               keep the K most likely tokens (0 = off)\n"
@@ -250,6 +268,43 @@ static int parse_id_list(const char *s, int32_t **ids, size_t *n) {
     return 0;
 }
 
+/* kite run --chat: the prompt as one user turn (after a system turn with --system) through the chat
+ * template, ending with the assistant header. Special-token text the template writes becomes special
+ * tokens; text typed in the prompt stays plain text (kite_chat_tokenize), so it cannot forge a turn. */
+static int chat_prompt_ids(const cli_args *a, const kite_model *model, int32_t **ids, size_t *n) {
+    char err[1024];
+    kite_chat_template *tmpl = NULL;
+    if (kite_cli_open_template(&tmpl, model, a->chat_template, NULL, err, sizeof err)) return fail(1, "%s", err);
+    json_t *messages = json_array();
+    json_t *system = a->system ? json_string(a->system) : NULL, *user = json_string(a->prompt);
+    int rc = 0;
+    char *messages_text = NULL;
+    int32_t *chat_ids = NULL;
+    size_t n_chat = 0;
+    if ((a->system && !system) || !user) {
+        rc = fail(2, "%s", a->system && !system ? "--system is not valid UTF-8" : "--prompt is not valid UTF-8");
+        goto done;
+    }
+    if (system) json_array_append_new(messages, json_pack("{s:s,s:O}", "role", "system", "content", system));
+    json_array_append_new(messages, json_pack("{s:s,s:O}", "role", "user", "content", user));
+    if (!(messages_text = kite_cli_json_text(messages))) { rc = fail(1, "%s", "out of memory"); goto done; }
+    kite_chat_params cp = kite_chat_default_params();
+    cp.messages_json = messages_text;
+    cp.add_generation_prompt = true;
+    if (kite_chat_tokenize(tmpl, model, &cp, &chat_ids, &n_chat, err, sizeof err)) { rc = fail(1, "%s", err); goto done; }
+    if (!(*ids = malloc((n_chat ? n_chat : 1) * sizeof **ids))) { rc = fail(1, "%s", "out of memory"); goto done; }
+    if (n_chat) memcpy(*ids, chat_ids, n_chat * sizeof **ids);
+    *n = n_chat;
+done:
+    kite_free(chat_ids);
+    free(messages_text);
+    json_decref(system);
+    json_decref(user);
+    json_decref(messages);
+    kite_chat_template_free(tmpl);
+    return rc;
+}
+
 static int cmd_run(int argc, char **argv) {
     cli_args a = {0};
     int rc = parse_args(argc, argv, 2, &a, "kite run --help");
@@ -261,6 +316,11 @@ static int cmd_run(int argc, char **argv) {
     if (!a.prompt && !a.prompt_ids) return fail(2, "%s", "kite run needs --prompt TEXT or --prompt-ids IDS (see kite run --help)");
     if (a.prompt && a.prompt_ids) return fail(2, "%s", "give either --prompt or --prompt-ids, not both");
     if (a.positional) return fail(2, "unexpected argument '%s'", a.positional);
+    if (a.chat && !a.prompt) return fail(2, "%s", "--chat renders --prompt TEXT as a user turn; it does not take --prompt-ids");
+    if (!a.chat && (a.system || a.chat_template))
+        return fail(2, "%s", "--system and --chat-template go with --chat (see kite run --help)");
+    if (a.chat && a.no_special)
+        return fail(2, "%s", "--no-special is for raw prompts: with --chat, typed text is always plain text");
 
     kite_model *model = NULL;
     if ((rc = open_model(&a, false, &model))) return rc;
@@ -272,13 +332,17 @@ static int cmd_run(int argc, char **argv) {
     size_t n_prompt = 0;
     if (a.prompt_ids) {
         if ((rc = parse_id_list(a.prompt_ids, &prompt, &n_prompt))) goto done;
+    } else if (a.chat) {
+        if ((rc = chat_prompt_ids(&a, model, &prompt, &n_prompt))) goto done;
     } else {
         size_t len = strlen(a.prompt);
         bool bos = info.add_bos && !a.no_bos;
-        if (kite_tokenize(model, a.prompt, len, bos, false, NULL, 0, &n_prompt, err, sizeof err)) { rc = fail(1, "%s", err); goto done; }
+        /* Special-token text in a raw prompt is a special token (as in HF and llama.cpp) unless --no-special. */
+        bool special = !a.no_special;
+        if (kite_tokenize(model, a.prompt, len, bos, special, NULL, 0, &n_prompt, err, sizeof err)) { rc = fail(1, "%s", err); goto done; }
         prompt = malloc((n_prompt ? n_prompt : 1) * sizeof *prompt);
         if (!prompt) { rc = fail(1, "%s", "out of memory"); goto done; }
-        if (kite_tokenize(model, a.prompt, len, bos, false, prompt, n_prompt, &n_prompt, err, sizeof err)) { rc = fail(1, "%s", err); goto done; }
+        if (kite_tokenize(model, a.prompt, len, bos, special, prompt, n_prompt, &n_prompt, err, sizeof err)) { rc = fail(1, "%s", err); goto done; }
     }
     if (n_prompt == 0) { rc = fail(2, "%s", "the prompt is empty (and the model adds no BOS): nothing to continue from"); goto done; }
 
@@ -421,10 +485,11 @@ done:
 
 /* ---- tokenize --------------------------------------------------------------------------------- */
 static const char TOKENIZE_USAGE[] =
-    "usage: kite tokenize (--model PATH | --tokenizer PATH) [--no-bos] < text\n"
+    "usage: kite tokenize (--model PATH | --tokenizer PATH) [--no-bos] [--no-special] < text\n"
     "\n"
     "Reads UTF-8 text on stdin and prints its token ids on stdout, space-separated.\n"
-    "BOS is added where the model adds one, unless --no-bos.\n";
+    "BOS is added where the model adds one, unless --no-bos. Special-token text (\"<|im_start|>\") becomes\n"
+    "its special token, as Hugging Face and llama.cpp tokenize it, unless --no-special (plain text).\n";
 
 static int cmd_tokenize(int argc, char **argv) {
     cli_args a = {0};
@@ -453,12 +518,12 @@ static int cmd_tokenize(int argc, char **argv) {
     char err[512];
     size_t n = 0;
     int32_t *ids = NULL;
-    bool bos = info.add_bos && !a.no_bos;
-    if (kite_tokenize(model, text, len, bos, false, NULL, 0, &n, err, sizeof err)) {
+    bool bos = info.add_bos && !a.no_bos, special = !a.no_special;
+    if (kite_tokenize(model, text, len, bos, special, NULL, 0, &n, err, sizeof err)) {
         rc = fail(1, "%s", err);
     } else if (!(ids = malloc((n ? n : 1) * sizeof *ids))) {
         rc = fail(1, "%s", "out of memory");
-    } else if (kite_tokenize(model, text, len, bos, false, ids, n, &n, err, sizeof err)) {
+    } else if (kite_tokenize(model, text, len, bos, special, ids, n, &n, err, sizeof err)) {
         rc = fail(1, "%s", err);
     } else {
         for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
@@ -522,11 +587,14 @@ static const char MAIN_USAGE[] =
     "usage: kite <command> [options]\n"
     "\n"
     "commands:\n"
-    "  run        generate text from a prompt\n"
+    "  run        generate text from a prompt (--chat: answer it as a user turn of a chat)\n"
+    "  chat       talk with a model in its own chat template (interactive, multi-turn)\n"
+    "  template   print a conversation rendered through a chat template\n"
     "  tokenize   print the token ids of text read on stdin\n"
     "  inspect    describe a model file\n"
     "  bench      measure prefill, decode and batch speed against the machine's limits\n"
     "  gen-model  write a random-weight model of a real shape (for benchmarks)\n"
+    "  serve      an OpenAI-compatible HTTP server (chat and completions, continuous batching)\n"
     "\n"
     "kite <command> --help describes each command.\n";
 
