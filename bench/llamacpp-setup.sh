@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-bench and llama-batched-bench natively, once, from the source that the npm
+# Builds llama.cpp's llama-bench, llama-batched-bench and llama-server natively, once, from the source that the npm
 # package node-llama-cpp@3.21.1 ships (its llama/gitRelease.bundle), into $KITE_BENCH_CACHE
-# (default ~/.cache/kite-bench). Prints the bin folder on stdout. Sourced or run by bench/vs-llamacpp.
+# (default ~/.cache/kite-bench). Prints the bin folder on stdout. Sourced or run by bench/vs-llamacpp
+# and bench/serve-vs-llamacpp.
 set -euo pipefail
 
 NODE_LLAMA_CPP_VERSION=3.21.1
@@ -13,7 +14,7 @@ mkdir -p "$cache"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
-if [[ -x $build/bin/llama-bench && -x $build/bin/llama-batched-bench ]]; then
+if [[ -x $build/bin/llama-bench && -x $build/bin/llama-batched-bench && -x $build/bin/llama-server ]]; then
     echo "$build/bin"
     exit 0
 fi
@@ -33,11 +34,12 @@ fi
 log "llama.cpp source: $(git -C "$src" describe --tags --always 2>/dev/null || echo unknown) ($(git -C "$src" rev-parse --short HEAD))"
 
 flags=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF
-       -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF)
-# In recent trees llama-bench and llama-batched-bench live under tools/, behind LLAMA_BUILD_TOOLS.
+       -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF)
+# In recent trees llama-bench, llama-batched-bench and llama-server live under tools/, behind
+# LLAMA_BUILD_TOOLS (the server also behind LLAMA_BUILD_SERVER).
 if grep -q LLAMA_BUILD_TOOLS "$src/CMakeLists.txt"; then flags+=(-DLLAMA_BUILD_TOOLS=ON); fi
 log "configuring: cmake ${flags[*]}"
 cmake -S "$src" -B "$build" "${flags[@]}" >&2
-log "building llama-bench and llama-batched-bench (about 4 minutes on 2 cores)"
-cmake --build "$build" -j"$(nproc)" --target llama-bench llama-batched-bench >&2
+log "building llama-bench, llama-batched-bench and llama-server (about 4+ minutes on 2 cores)"
+cmake --build "$build" -j"$(nproc)" --target llama-bench llama-batched-bench llama-server >&2
 echo "$build/bin"
