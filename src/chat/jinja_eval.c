@@ -238,8 +238,10 @@ static jv str_case(rt *r, jstr s, int mode /* 1 upper, 0 lower */, uint32_t line
         size_t k;
         uint32_t cp = cp_at(s.s + i, s.len - i, &k);
         uint32_t m = (uint32_t)(mode ? utf8proc_toupper((utf8proc_int32_t)cp) : utf8proc_tolower((utf8proc_int32_t)cp));
-        if (mode && cp == 0xdf) { /* JS's full mapping: sharp s -> SS */
+        if (mode && cp == 0xdf) { /* JS's full mappings: sharp s -> SS, dotted I -> i + combining dot */
             if (!sb_put(r, &b, "SS", 2, org_at(s, i), line)) return UNDEF;
+        } else if (!mode && cp == 0x130) {
+            if (!sb_put(r, &b, "i\xcc\x87", 3, org_at(s, i), line)) return UNDEF;
         } else {
             char o[4];
             size_t n = enc_utf8(m, o);
@@ -2207,7 +2209,7 @@ static jv from_json(rt *r, const json_t *j, jinja_origin origin, int depth) {
 jinja_limits jinja_default_limits(void) {
     return (jinja_limits){
         .max_output_bytes = 64u << 20,
-        .max_memory_bytes = 1024u << 20,
+        .max_memory_bytes = 256u << 20,
         .max_steps = 50000000,
         .max_depth = 600,
     };

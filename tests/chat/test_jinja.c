@@ -137,7 +137,7 @@ static void test_limits(void **state) {
     assert_int_equal(jinja_compile(&t, loop, strlen(loop), &e), 0);
     lim.max_steps = 1000000;
     assert_int_not_equal(jinja_render(t, NULL, 0, 0, &lim, &out, &mask, &len, &e), 0);
-    assert_non_null(strstr(e.msg, "step budget"));
+    assert_non_null(strstr(e.msg, "budget")); /* steps or memory, whichever runs out first */
     jinja_free(t);
     const char *big = "{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}";
     assert_int_equal(jinja_compile(&t, big, strlen(big), &e), 0);
