@@ -37,11 +37,23 @@ static int open_tokenizer(kite_model *m, const char *model_path, const char *tok
     int st;
     if (tokenizer_path) {
         if (has_suffix(tokenizer_path, ".json")) {
-            char *json = NULL;
-            size_t len = 0;
+            /* A tokenizer_config.json beside it names BOS/EOS and add_bos_token, as in a Hugging Face folder
+             * (Llama-3's tokenizer.json alone has no BOS: its post-processor is plain ByteLevel). */
+            char *json = NULL, *config = NULL;
+            size_t len = 0, config_len = 0;
             if ((st = kite_read_file(tokenizer_path, &json, &len, (size_t)1 << 30, e))) return st;
-            st = kite_tokenizer_from_hf_json(&m->tokenizer, json, len, NULL, 0, e);
+            char config_path[4096];
+            const char *slash = strrchr(tokenizer_path, '/');
+            int dir_len = slash ? (int)(slash - tokenizer_path + 1) : 0;
+            int n = snprintf(config_path, sizeof config_path, "%.*stokenizer_config.json", dir_len, tokenizer_path);
+            if (n > 0 && (size_t)n < sizeof config_path && access(config_path, R_OK) == 0 &&
+                (st = kite_read_file(config_path, &config, &config_len, (size_t)64 << 20, e))) {
+                free(json);
+                return st;
+            }
+            st = kite_tokenizer_from_hf_json(&m->tokenizer, json, len, config, config_len, e);
             free(json);
+            free(config);
         } else {
             kite_mapped_file f;
             if ((st = kite_map_file(&f, tokenizer_path, e))) return st;
