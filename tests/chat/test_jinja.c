@@ -11,12 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
 
 #include "chat/chat_internal.h"
 #include "chat/jinja.h"
+#include "engine/engine.h"
+#include "io/gguf.h"
+#include "io/mmap.h"
 #include "tokenize/tokenizer.h"
 
 static const char *source_dir(void) {
@@ -302,12 +306,117 @@ static void test_masked_encode(void **state) {
     kite_tokenizer_free(tok);
 }
 
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+    fclose(f);
+}
+
+static char *render_opened(const kite_chat_template *t) {
+    kite_chat_params p = kite_chat_default_params();
+    p.messages_json = "[{\"role\":\"user\",\"content\":\"hi\"}]";
+    char *text = NULL;
+    size_t len = 0;
+    char err[512];
+    if (kite_chat_render(t, &p, &text, &len, err, sizeof err)) fail_msg("render: %s", err);
+    return text;
+}
+
+/* kite_chat_template_open finds the template where GGUF and Hugging Face folders keep it; bos_token and
+ * eos_token come from the model's tokenizer. The model is assembled by hand around its source. */
+static void test_open_from_model(void **state) {
+    (void)state;
+    char dir[] = "/tmp/kite_chat_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char gguf_path[256], config_path[256], jinja_path[256];
+    snprintf(gguf_path, sizeof gguf_path, "%s/t.gguf", dir);
+    snprintf(config_path, sizeof config_path, "%s/tokenizer_config.json", dir);
+    snprintf(jinja_path, sizeof jinja_path, "%s/chat_template.jinja", dir);
+    kite_gguf_writer *w = kite_gguf_writer_new();
+    kite_gguf_w_str(w, "general.architecture", "llama");
+    kite_gguf_w_str(w, "tokenizer.chat_template", "gguf default {{ bos_token }}{{ messages[0].content }}{{ eos_token }}");
+    kite_gguf_w_str(w, "tokenizer.chat_template.tool_use", "gguf tool_use");
+    kite_error e = {0};
+    assert_int_equal(kite_gguf_writer_save(w, gguf_path, &e), 0);
+    kite_gguf_writer_free(w);
+
+    kite_model *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    m->tokenizer = qwen3();
+    kite_mapped_file f;
+    assert_int_equal(kite_map_file(&f, gguf_path, &e), 0);
+    assert_int_equal(kite_gguf_open(&m->src.gguf, f.data, f.size, &e), 0);
+    kite_chat_template *t = NULL;
+    char err[512];
+    assert_int_equal(kite_chat_template_open(&t, m, NULL, err, sizeof err), KITE_OK);
+    char *text = render_opened(t);
+    assert_string_equal(text, "gguf default hi<|im_end|>"); /* Qwen3 has no BOS: "" */
+    kite_free(text);
+    kite_chat_template_free(t);
+    assert_int_equal(kite_chat_template_open(&t, m, "tool_use", err, sizeof err), KITE_OK);
+    text = render_opened(t);
+    assert_string_equal(text, "gguf tool_use");
+    kite_free(text);
+    kite_chat_template_free(t);
+    assert_int_equal(kite_chat_template_open(&t, m, "nope", err, sizeof err), KITE_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "tokenizer.chat_template.nope"));
+    kite_gguf_free(m->src.gguf);
+    m->src.gguf = NULL;
+    kite_unmap_file(&f);
+
+    /* a Hugging Face folder: tokenizer_config.json's list of named templates, then chat_template.jinja first */
+    write_text(config_path, "{\"chat_template\": [{\"name\": \"default\", \"template\": \"cfg default\"}, "
+                            "{\"name\": \"rag\", \"template\": \"cfg rag\"}]}");
+    snprintf(m->src.tokenizer_config_json, sizeof m->src.tokenizer_config_json, "%s", config_path);
+    assert_int_equal(kite_chat_template_open(&t, m, NULL, err, sizeof err), KITE_OK);
+    text = render_opened(t);
+    assert_string_equal(text, "cfg default");
+    kite_free(text);
+    kite_chat_template_free(t);
+    assert_int_equal(kite_chat_template_open(&t, m, "rag", err, sizeof err), KITE_OK);
+    text = render_opened(t);
+    assert_string_equal(text, "cfg rag");
+    kite_free(text);
+    kite_chat_template_free(t);
+    write_text(jinja_path, "from jinja file\n");
+    snprintf(m->src.chat_template_jinja, sizeof m->src.chat_template_jinja, "%s", jinja_path);
+    assert_int_equal(kite_chat_template_open(&t, m, NULL, err, sizeof err), KITE_OK);
+    text = render_opened(t);
+    assert_string_equal(text, "from jinja file");
+    kite_free(text);
+    kite_chat_template_free(t);
+    /* a string chat_template; none at all; a malformed one */
+    m->src.chat_template_jinja[0] = 0;
+    write_text(config_path, "{\"chat_template\": \"plain {{ messages|length }}\"}");
+    assert_int_equal(kite_chat_template_open(&t, m, NULL, err, sizeof err), KITE_OK);
+    text = render_opened(t);
+    assert_string_equal(text, "plain 1");
+    kite_free(text);
+    kite_chat_template_free(t);
+    write_text(config_path, "{\"bos_token\": \"<s>\"}");
+    assert_int_equal(kite_chat_template_open(&t, m, NULL, err, sizeof err), KITE_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "no chat template"));
+    write_text(config_path, "{\"chat_template\": 7}");
+    assert_int_equal(kite_chat_template_open(&t, m, NULL, err, sizeof err), KITE_ERR_FORMAT);
+    m->src.tokenizer_config_json[0] = 0;
+    assert_int_equal(kite_chat_template_open(&t, m, NULL, err, sizeof err), KITE_ERR_UNSUPPORTED);
+    assert_null(t);
+    kite_tokenizer_free(m->tokenizer);
+    free(m);
+    remove(gguf_path);
+    remove(config_path);
+    remove(jinja_path);
+    rmdir(dir);
+}
+
 int main(void) {
     setenv("TZ", "UTC", 1);
     tzset();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_cases), cmocka_unit_test(test_error_lines), cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_origin_mask),     cmocka_unit_test(test_public_api),  cmocka_unit_test(test_masked_encode),
+        cmocka_unit_test(test_origin_mask),     cmocka_unit_test(test_public_api),  cmocka_unit_test(test_masked_encode), cmocka_unit_test(test_open_from_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
