@@ -42,6 +42,9 @@ const USAGE = `usage: bench/serve-load [options]
   --seed N             request seed; client i, request k sends seed N + 1000*i + k (default 1)
   --ignore-eos         send "ignore_eos": true (llama-server honours it; servers that ignore unknown
                        fields just stop at EOS, and the report shows the actual token counts)
+  --ban-tokens LIST    send "logit_bias" -100 for these token ids (ranges A-B, comma-separated): for
+                       random-weight models, whose byte-fallback tokens make invalid UTF-8
+                       (llama-server fails such a stream with a 500)
   --prompts SET        mt_bench | spec_bench | a .jsonl file with "turns" (first turn used) or
                        "prompt"/"question"/"problem" fields (default mt_bench, from
                        $KITE_TEST_DATA/data, else ../shared/data next to the repo)
@@ -61,10 +64,22 @@ function fail(msg) {
     process.exit(2);
 }
 
+function parseRanges(name, text) {
+    const ids = [];
+    for (const part of text.split(",")) {
+        const m = /^(\d+)(?:-(\d+))?$/.exec(part.trim());
+        if (!m) fail(`${name}: '${part}' is not an id or a range A-B`);
+        const lo = Number(m[1]), hi = Number(m[2] ?? m[1]);
+        if (hi < lo || hi - lo > 100000) fail(`${name}: bad range '${part}'`);
+        for (let id = lo; id <= hi; id++) ids.push(id);
+    }
+    return ids;
+}
+
 function parseArgs(argv) {
     const o = {
         url: "http://127.0.0.1:8080", api: "completions", concurrency: 4, duration: 30, maxTokens: 64,
-        temperature: 0, seed: 1, ignoreEos: false, prompts: "mt_bench", maxPromptChars: 0, model: null,
+        temperature: 0, seed: 1, ignoreEos: false, banTokens: null, prompts: "mt_bench", maxPromptChars: 0, model: null,
         apiKey: process.env.OPENAI_API_KEY || null, waitReady: 0, requestTimeout: 300, drain: 120,
         requestsOut: null, json: false,
     };
@@ -89,6 +104,7 @@ function parseArgs(argv) {
             case "--temperature": o.temperature = num(a, val()); break;
             case "--seed": o.seed = num(a, val(), { int: true }); break;
             case "--ignore-eos": o.ignoreEos = true; break;
+            case "--ban-tokens": o.banTokens = parseRanges(a, val()); break;
             case "--prompts": o.prompts = val(); break;
             case "--max-prompt-chars": o.maxPromptChars = num(a, val(), { int: true }); break;
             case "--model": o.model = val(); break;
@@ -184,6 +200,7 @@ function requestBody(o, model, prompt, seed) {
     if (o.api === "chat") body.messages = [{ role: "user", content: prompt }];
     else body.prompt = prompt;
     if (o.ignoreEos) body.ignore_eos = true;
+    if (o.banTokens) body.logit_bias = Object.fromEntries(o.banTokens.map((id) => [String(id), -100]));
     return JSON.stringify(body);
 }
 
@@ -327,7 +344,8 @@ function summarize(o, records, t0, tWindowEnd, tAllEnd, promptFile) {
     const tokCounts = sortedMs(served.map(tokensOf));
     return {
         url: o.url, api: o.api, model: o.model, concurrency: o.concurrency, duration_s: o.duration,
-        max_tokens: o.maxTokens, temperature: o.temperature, ignore_eos: o.ignoreEos, prompts: promptFile,
+        max_tokens: o.maxTokens, temperature: o.temperature, ignore_eos: o.ignoreEos,
+        banned_tokens: o.banTokens ? o.banTokens.length : 0, prompts: promptFile,
         max_prompt_chars: o.maxPromptChars,
         requests_served: served.length, requests_429: tooMany, errors: errors.length, error_kinds: errorKinds,
         connection_retries: records.reduce((n, r) => n + r.connection_retries, 0), cut_at_drain_limit: cut,
@@ -348,7 +366,7 @@ function printText(s) {
     const lines = [
         `serve-load: ${s.url} /v1/${s.api === "chat" ? "chat/completions" : "completions"} model=${s.model}, ` +
             `${s.concurrency} clients for ${s.duration_s} s, max_tokens ${s.max_tokens}, temperature ${s.temperature}` +
-            `${s.ignore_eos ? ", ignore_eos" : ""}`,
+            `${s.ignore_eos ? ", ignore_eos" : ""}${s.banned_tokens ? `, ${s.banned_tokens} tokens banned` : ""}`,
         `  prompts             ${s.prompts}${s.max_prompt_chars ? ` (cut to ${s.max_prompt_chars} chars)` : ""}` +
             `${s.prompt_tokens_p50 !== null ? `, p50 ${s.prompt_tokens_p50} prompt tokens` : ""}`,
         `  requests served     ${s.requests_served}   429s ${s.requests_429}   errors ${s.errors}` +
