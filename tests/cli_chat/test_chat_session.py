@@ -78,6 +78,13 @@ t.check("turn 2 reused the whole first exchange (prompt and answer)", reuse2 == 
 t.check("turn 2's prefill = the new turn's token count", pre2 == len(T2) - len(P1) - len(G1), (pre2, len(T2), len(P1), len(G1)))
 t.check("turn 2's context", ctx2 == len(T2) + gen2, (ctx2, len(T2), gen2))
 
+# Speculative decoding changes the speed, never the answers.
+rc, out_draft, err = kite(["chat", "--chat-template", TINY_TEMPLATE, "--system", SYSTEM, "--draft", "ngram"] + MODEL + SAMPLING,
+                          input="\n".join([U1, U2, ""]).encode())
+answers = "\n".join(m["content"] for m in msgs[2::2]) + "\n"
+t.check("--draft ngram gives the same answers", rc == 0 and out_draft.decode("utf-8", errors="replace") == answers,
+        (out_draft, answers, err))
+
 t.check("/reset empties the context", "new conversation\ncontext: 0 of" in stdout, stdout)
 kept = json.load(open(f2, encoding="utf-8"))
 t.check("/reset keeps the --system message", kept == {"messages": [{"role": "system", "content": SYSTEM}]}, kept)
