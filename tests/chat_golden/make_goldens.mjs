@@ -12,16 +12,13 @@
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { createRequire } from "node:module";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const oracle = path.join(here, "../oracle/node_modules");
-const require = createRequire(path.join(oracle, "x.js"));
 const { Template, Environment } = await import(path.join(oracle, "@huggingface/jinja/dist/index.js"));
 const { TokenizerLoader } = await import(path.join(oracle, "@lenml/tokenizers/dist/main.mjs"));
 const jinjaVersion = JSON.parse(fs.readFileSync(path.join(oracle, "@huggingface/jinja/package.json"), "utf8")).version;
 const lenmlVersion = JSON.parse(fs.readFileSync(path.join(oracle, "@lenml/tokenizers/package.json"), "utf8")).version;
-void require;
 
 const check = process.argv.includes("--check");
 const committedPath = path.join(here, "goldens.json");
