@@ -105,16 +105,16 @@ int kite_cli_check_messages(const json_t *messages, const char *what, char *err,
     return KITE_OK;
 }
 
-int kite_cli_load_conversation(const char *path, json_t **messages, json_t **tools, char *err, size_t err_size) {
+int kite_cli_parse_conversation(const char *text, size_t len, const char *what, json_t **messages, json_t **tools,
+                                char *err, size_t err_size) {
     *messages = NULL;
     if (tools) *tools = NULL;
     json_error_t je;
     /* Duplicate keys are refused: which one a template would see is not defined. */
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!root) {
-        if (je.line < 0) snprintf(err, err_size, "cannot read %s: %s", path, je.text);
-        else snprintf(err, err_size, "%s:%d:%d: invalid JSON: %s", path, je.line, je.column, je.text);
-        return je.line < 0 ? KITE_ERR_IO : KITE_ERR_FORMAT;
+        snprintf(err, err_size, "%s:%d:%d: invalid JSON: %s", what, je.line, je.column, je.text);
+        return KITE_ERR_FORMAT;
     }
     json_t *msgs = NULL, *tl = NULL;
     if (json_is_array(root)) {
@@ -123,22 +123,22 @@ int kite_cli_load_conversation(const char *path, json_t **messages, json_t **too
         msgs = json_object_get(root, "messages");
         tl = json_object_get(root, "tools");
         if (!msgs) {
-            snprintf(err, err_size, "%s: the object has no \"messages\" array", path);
+            snprintf(err, err_size, "%s: the object has no \"messages\" array", what);
             json_decref(root);
             return KITE_ERR_FORMAT;
         }
         if (tl && !json_is_array(tl) && !json_is_null(tl)) {
-            snprintf(err, err_size, "%s: \"tools\" must be an array of tool definitions", path);
+            snprintf(err, err_size, "%s: \"tools\" must be an array of tool definitions", what);
             json_decref(root);
             return KITE_ERR_FORMAT;
         }
         if (json_is_null(tl)) tl = NULL;
     } else {
-        snprintf(err, err_size, "%s: expected an array of messages or an object with \"messages\"", path);
+        snprintf(err, err_size, "%s: expected an array of messages or an object with \"messages\"", what);
         json_decref(root);
         return KITE_ERR_FORMAT;
     }
-    int st = kite_cli_check_messages(msgs, path, err, err_size);
+    int st = kite_cli_check_messages(msgs, what, err, err_size);
     if (st) {
         json_decref(root);
         return st;
@@ -147,6 +147,17 @@ int kite_cli_load_conversation(const char *path, json_t **messages, json_t **too
     if (tools && tl) *tools = json_incref(tl);
     json_decref(root);
     return KITE_OK;
+}
+
+int kite_cli_load_conversation(const char *path, json_t **messages, json_t **tools, char *err, size_t err_size) {
+    *messages = NULL;
+    if (tools) *tools = NULL;
+    size_t len = 0;
+    char *text = kite_cli_read_file(path, &len, err, err_size);
+    if (!text) return KITE_ERR_IO;
+    int st = kite_cli_parse_conversation(text, len, path, messages, tools, err, err_size);
+    free(text);
+    return st;
 }
 
 char *kite_cli_json_text(const json_t *value) {

@@ -22,6 +22,12 @@ int kite_cli_open_template(kite_chat_template **out, const kite_model *model, co
  * carries tool_calls). what names the source in messages ("conv.json"). */
 int kite_cli_check_messages(const json_t *messages, const char *what, char *err, size_t err_size);
 
+/* Parses a conversation (text[0..len), named what in messages): a JSON array of messages, or an object
+ * with "messages" and optionally "tools", checked as kite_cli_check_messages does. Bad JSON names
+ * what, the line and the column. *tools gets the "tools" array or NULL (both new references). */
+int kite_cli_parse_conversation(const char *text, size_t len, const char *what, json_t **messages, json_t **tools,
+                                char *err, size_t err_size);
+
 /* Loads a conversation file: a JSON array of messages, or an object with "messages" and optionally
  * "tools". Bad JSON names the file, line and column. *tools gets the "tools" array or NULL (both new
  * references). Returns 0 or a kite_status. */
