@@ -308,15 +308,12 @@ static void admit(struct kite_server *s, serve_request *r, uint64_t tick) {
     bool copied = false;
     if (src) {
         int32_t n = src_common < limit ? src_common : limit;
-        if (n > keep) {
-            if (kite_session_copy_prefix(dst->session, src->session, n, err, sizeof err) == KITE_OK) {
-                keep = n;
-                copied = true;
-            } else {
-                kite_log(KITE_LOG_WARN, "serve: prefix copy from slot %d failed: %s", src->index, err);
-                kite_session_reset(dst->session);
-                keep = 0;
-            }
+        /* The engine may refuse a source that is busy (mid-generation); dst then keeps its own prefix. */
+        if (n > keep && kite_session_copy_prefix(dst->session, src->session, n, err, sizeof err) == KITE_OK) {
+            keep = n;
+            copied = true;
+        } else if (n > keep) {
+            kite_log(KITE_LOG_DEBUG, "serve: no prefix copy from slot %d: %s", src->index, err);
         }
     }
     if (!copied && kite_session_truncate(dst->session, keep, err, sizeof err) != KITE_OK) {

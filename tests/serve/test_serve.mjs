@@ -426,6 +426,44 @@ test('exactness under load: 8 concurrent requests give the tokens each gets alon
   }
 });
 
+test('prefix cache: K/V kept in a free slot (or copied from a busy one) gives the tokens of a fresh prefill', async () => {
+  const shared = STORY.repeat(3);
+  const long = { model: NAME, prompt: shared + ' Then', max_tokens: 3500, temperature: 0, ignore_eos: true };
+  const probe = { model: NAME, prompt: shared + ' Later that day', max_tokens: 30, temperature: 0.8, seed: 21, logprobs: 0 };
+  const fresh = await startServer(['--parallel', '1', '--ctx', '4096']);
+  let expected;
+  try {
+    expected = await fresh.client.completions.create(probe);
+  } finally {
+    await stopServer(fresh);
+  }
+  const two = await startServer(['--parallel', '2', '--ctx', '4096']);
+  try {
+    const abort = new AbortController();
+    const stream = await two.client.completions.create({ ...long, stream: true }, { signal: abort.signal });
+    const it = stream[Symbol.asyncIterator]();
+    await it.next(); // the long request holds slot 0 with the shared prefix in its context
+    const copied = await two.client.completions.create(probe);
+    const again = await two.client.completions.create(probe); // now a free slot holds it
+    abort.abort();
+    for (const got of [copied, again]) {
+      assert.equal(got.choices[0].text, expected.choices[0].text);
+      assert.deepEqual(got.choices[0].logprobs.tokens, expected.choices[0].logprobs.tokens);
+      assert.deepEqual(got.usage, expected.usage);
+    }
+    const text = await (await fetch(`${two.base}/metrics`, { headers: auth })).text();
+    const metric = (name) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)[1]);
+    // the second probe starts from the first one's K/V in its free slot (the first one may copy from the
+    // busy slot where the engine allows it: kite_session_copy_prefix refuses a busy source today)
+    const hits = metric('kite_prefix_cache_hits_total'), copies = metric('kite_prefix_cache_copies_total');
+    assert.ok(hits >= 1 + copies, `${hits} hits, ${copies} copies`);
+    // the repeated probe reuses all of its prompt but the last token (which runs to give the logits)
+    assert.ok(metric('kite_prefix_cache_reused_tokens_total') >= expected.usage.prompt_tokens - 1, text);
+  } finally {
+    await stopServer(two);
+  }
+});
+
 // ---- SIGTERM during a request: it completes (or is cancelled cleanly), exit 0 -----------------------
 test('SIGTERM while a stream runs: the stream ends cleanly and the process exits 0', async () => {
   const stream = await main.client.chat.completions.create(chatReq('A long story, please.', {
