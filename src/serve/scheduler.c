@@ -195,6 +195,9 @@ static bool on_token(int32_t id, const char *text, size_t text_len, void *user_d
 /* Ends a request: the closing events of a stream, then done. Takes the scheduler's reference. */
 static void finish_request(struct kite_server *s, serve_request *r) {
     int32_t prompt = (int32_t)r->n_prompt, completion = r->completion_tokens;
+    kite_log(KITE_LOG_INFO, "serve: %s: %d prompt tokens (%d from the prefix cache), %d generated, %s%s, %.0f ms", r->id,
+             prompt, r->n_reused, completion, r->error_status ? "error: " : "",
+             r->error_status ? r->error.message : r->finish_reason, (serve_now() - r->t_received) * 1000.0);
     if (r->oa.stream) {
         pthread_mutex_lock(&r->mu);
         if (r->error_status) {

@@ -23,8 +23,8 @@ const KEY = 'sk-kite-test-0123456789';
 const STORY = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park.';
 
 // ---- the server process ------------------------------------------------------------------------
-async function startServer(extra = [], { key = KEY } = {}) {
-  const args = ['serve', '--model', MODEL, '--port', '0', '--chat-template', TEMPLATE, '--model-name', NAME,
+async function startServer(extra = [], { key = KEY, template = TEMPLATE } = {}) {
+  const args = ['serve', '--model', MODEL, '--port', '0', ...(template ? ['--chat-template', template] : []), '--model-name', NAME,
                 '--threads', '1', ...(key ? ['--api-key', key] : []), ...extra];
   const proc = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
@@ -376,6 +376,32 @@ test('a request past --timeout-ms is cancelled with 504 (stream: an error event)
   } finally {
     await stopServer(quick);
   }
+});
+
+test('a model without a chat template: chat answers 400 saying so, completions work; CLI usage errors', async () => {
+  const bare = await startServer(['--parallel', '1'], { key: null, template: null });
+  try {
+    const r = await post(bare.base, '/v1/chat/completions', chatReq('hi'), {});
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.code, 'no_chat_template');
+    assert.match(r.json.error.message, /--chat-template/);
+    const ok = await post(bare.base, '/v1/completions', { prompt: 'The cat', max_tokens: 3 }, {});
+    assert.equal(ok.status, 200, ok.text);
+    assert.equal(ok.json.model, NAME);
+  } finally {
+    await stopServer(bare);
+  }
+  const run = (args) => new Promise((resolve) => execFile(BIN, ['serve', ...args], (err, stdout, stderr) =>
+    resolve({ code: err ? err.code : 0, stdout, stderr })));
+  const help = await run(['--help']);
+  assert.equal(help.code, 0);
+  assert.match(help.stdout, /usage: kite serve --model PATH/);
+  const bad = await run(['--model', MODEL, '--parallel', 'many']);
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /--parallel expects/);
+  const host = await run(['--model', MODEL, '--host', 'not-an-address', '--port', '0']);
+  assert.equal(host.code, 1);
+  assert.match(host.stderr, /--host must be an IPv4 or IPv6 address/);
 });
 
 // ---- exactness under load ----------------------------------------------------------------------
