@@ -92,6 +92,27 @@ rc, out, err = kite(["template", "--chat-template", write("plain.jinja", "{{ mes
                      "--messages", write("one.json", [{"role": "user", "content": "no newline"}])])
 t.check("no newline added", rc == 0 and out == b"no newline", f"rc={rc} {out!r} {err}")
 
+# The model's own template: a Hugging Face folder (TinyStories-656K's files, linked) with a
+# chat_template.jinja; bos_token and eos_token then come from the model's tokenizer. --chat-template
+# given as well overrides it.
+from cli_chat_util import THINK_TEMPLATE, TINY_TEMPLATE  # noqa: E402
+folder = os.path.join(tmp, "hf-model")
+os.mkdir(folder)
+for name in os.listdir(TINY):
+    if not name.endswith(".gguf"):
+        os.symlink(os.path.join(TINY, name), os.path.join(folder, name))
+tiny_source = open(TINY_TEMPLATE, encoding="utf-8").read()
+with open(os.path.join(folder, "chat_template.jinja"), "w", encoding="utf-8") as f:
+    f.write(tiny_source)
+tiny_specials = special_tokens(os.path.join(TINY, "tokenizer_config.json"))
+conv = CONVERSATIONS["multi-turn"]
+for label, extra, source in [("the model's chat_template.jinja, its bos/eos tokens", [], tiny_source),
+                             ("--chat-template overrides the model's", ["--chat-template", THINK_TEMPLATE],
+                              open(THINK_TEMPLATE, encoding="utf-8").read())]:
+    want = jinja_render(source, dict(tiny_specials, messages=conv, add_generation_prompt=True))
+    rc, out, err = kite(["template", "--model", folder, "--messages", write("conv.json", conv)] + extra)
+    t.check(label, rc == 0 and out.decode() == want, f"rc={rc} {err}\n  kite: {out!r}\n  jinja: {want!r}")
+
 
 def expect_error(label, args, status, pattern=None):
     rc, out, err = kite(args)
