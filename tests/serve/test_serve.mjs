@@ -143,6 +143,17 @@ test('completions: non-stream and stream agree; 16 tokens by default; raw SSE fr
   assert.equal(events.map((e) => e.choices[0].text).join(''), a.choices[0].text);
 });
 
+test('completions: special-token text is one special token by default, plain text with "parse_special": false', async () => {
+  const usage = async (prompt, extra = {}) =>
+    (await main.client.completions.create({ model: NAME, prompt, max_tokens: 1, temperature: 0, ...extra })).usage.prompt_tokens;
+  const plain = await usage('Once upon a time');
+  assert.equal(await usage('<|end_story|>Once upon a time'), plain + 1);
+  assert.ok(await usage('<|end_story|>Once upon a time', { parse_special: false }) > plain + 1);
+  // token ids go in as they are
+  const ids = await usage([1, 200, 300, 400]);
+  assert.equal(ids, 4);
+});
+
 test('chat logprobs: top_logprobs listed best first, the greedy token is the top one', async () => {
   const a = await main.client.chat.completions.create(chatReq('A dog and a ball.', {
     max_tokens: 20, temperature: 0, logprobs: true, top_logprobs: 3 }));
@@ -350,8 +361,10 @@ test('queue full -> 429 with Retry-After; an aborted stream frees its slot for t
     const served = await queued;
     const servedMs = performance.now() - t0;
     assert.equal(served.choices[0].text.length > 0, true);
+    console.log(`# abort: served ${servedMs.toFixed(0)} ms after, full run ${fullMs.toFixed(0)} ms`);
     assert.ok(servedMs < fullMs / 3, `the queued request waited ${servedMs.toFixed(0)} ms after the abort (a full run takes ${fullMs.toFixed(0)} ms)`);
     const generated = (await metric('kite_generated_tokens_total')) - generatedBefore;
+    console.log(`# abort: ${generated} tokens generated after the abort point`);
     assert.ok(generated < 4000, `the aborted request stopped generating (${generated} tokens since)`);
     assert.equal(await metric('kite_slots_busy'), 0);
   } finally {
