@@ -2014,7 +2014,8 @@ static bool exec_for(rt *r, const jnode *nd, jenv *env, sb *out) {
     for (size_t i = 0; i < n; i++) {
         if (++r->steps > r->lim.max_steps) return fail(r, nd->line, "the template ran longer than its step budget (%lld)", (long long)r->lim.max_steps), false;
         jobj *loop = obj_new(r);
-        if (!loop) return false;
+        if (!loop || !(loop->keys = al(r, 9 * sizeof(jstr))) || !(loop->vals = al(r, 9 * sizeof(jv)))) return false;
+        loop->cap = 9; /* the nine loop variables, without regrowing */
         bool ok = obj_set(r, loop, litz("index"), mkint((double)i + 1)) && obj_set(r, loop, litz("index0"), mkint((double)i)) &&
                   obj_set(r, loop, litz("revindex"), mkint((double)(n - i))) && obj_set(r, loop, litz("revindex0"), mkint((double)(n - i - 1))) &&
                   obj_set(r, loop, litz("first"), mkbool(i == 0)) && obj_set(r, loop, litz("last"), mkbool(i == n - 1)) &&
