@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <langinfo.h>
 #include <locale.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -661,6 +662,31 @@ enum { INTERRUPT_MARKER = 0x1f };
 static const int INTERRUPT_KEYS[] = {0x05 /* ^E: to the end */, 0x16 /* ^V: quote the next key */, INTERRUPT_MARKER, '\n'};
 static size_t g_pending_keys; /* keys of INTERRUPT_KEYS still to deliver */
 
+/* Waits until a key can be read (1) or a Ctrl-C came (0); -1 on an error. SIGINT stays blocked from
+ * the flag test until ppoll waits, so a Ctrl-C is never lost between them, whether it came while
+ * waiting or while libedit was busy. */
+static int wait_for_key(void) {
+    sigset_t sigint, old;
+    sigemptyset(&sigint);
+    sigaddset(&sigint, SIGINT);
+    sigprocmask(SIG_BLOCK, &sigint, &old);
+    int result = 0;
+    while (!g_interrupted) {
+        struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+        int n = ppoll(&p, 1, NULL, &old);
+        if (n > 0) {
+            result = 1;
+            break;
+        }
+        if (n < 0 && errno != EINTR) {
+            result = -1;
+            break;
+        }
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return result;
+}
+
 /* libedit's key reader (rl_getc_function): one character, as a code point (UTF-8 decoded here, since
  * libedit takes the returned value as a wide character); -1 at the end of input. */
 static int read_key(FILE *unused) {
@@ -670,6 +696,13 @@ static int read_key(FILE *unused) {
     unsigned char bytes[4];
     size_t have = 0, need = 1;
     while (have < need) {
+        int ready = have == 0 ? wait_for_key() : 1;
+        if (ready < 0) return -1;
+        if (ready == 0) {
+            g_interrupted = 0;
+            g_pending_keys = n_keys - 1;
+            return INTERRUPT_KEYS[0];
+        }
         ssize_t got = read(STDIN_FILENO, bytes + have, 1);
         if (got == 1) {
             if (have == 0) {
@@ -681,13 +714,7 @@ static int read_key(FILE *unused) {
             have++;
             continue;
         }
-        if (got == 0) return -1;
-        if (errno != EINTR) return -1;
-        if (g_interrupted) {
-            g_interrupted = 0;
-            g_pending_keys = n_keys - 1;
-            return INTERRUPT_KEYS[0];
-        }
+        if (got == 0 || errno != EINTR) return -1;
     }
     if (need == 1) return bytes[0] < 0x80 ? bytes[0] : 0xFFFD;
     uint32_t cp = bytes[0] & (0x7F >> need);
