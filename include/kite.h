@@ -237,7 +237,8 @@ const int32_t *kite_session_tokens(const kite_session *session, int32_t *n);
 /* Makes dst's context the first n_tokens tokens of src's (K/V copied, no model pass): dst then
  * continues as if it had processed them itself, bit for bit. Both sessions must belong to the same
  * model and have the same KV type; n_tokens <= both contexts (kite_session_n_past(src), n_ctx of
- * dst). dst's own context is replaced. A server's prefix cache: a request sharing a prompt prefix
+ * dst). dst's own context is replaced; dst must not be busy, src may be (between kite_batch_step
+ * calls, on the thread that steps it). A server's prefix cache: a request sharing a prompt prefix
  * with another session's context starts from that session's K/V. */
 int kite_session_copy_prefix(kite_session *dst, const kite_session *src, int32_t n_tokens, char *err, size_t err_size);
 

@@ -543,8 +543,10 @@ int kite_session_copy_prefix(kite_session *dst, const kite_session *src, int32_t
     if (dst->kv.f32 != src->kv.f32)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_copy_prefix: the sessions' KV caches differ in type"),
                kite_error_export(&e, err, err_size);
-    if (dst->gen.busy || src->gen.busy)
-        return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_copy_prefix: a session is busy"), kite_error_export(&e, err, err_size);
+    /* A busy source is fine between batch steps: its committed rows do not move until its next pass. */
+    if (dst->gen.busy)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_copy_prefix: the destination session is busy"),
+               kite_error_export(&e, err, err_size);
     int32_t visible = kite_session_n_past(src);
     if (n_tokens < 0 || n_tokens > visible || n_tokens > dst->n_ctx)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "cannot copy %d tokens: the source holds %d and the destination's context is %d",

@@ -328,6 +328,24 @@ static void test_copy_prefix(void **state) {
     assert_memory_equal(toks, ids, 30 * sizeof *ids);
     assert_int_equal(kite_eval(copy, ids + 30, n - 30, got, err, sizeof err), KITE_OK);
     assert_memory_equal(got, want + 30 * V, sizeof(float) * V * (n - 30));
+    /* From a donor busy with a generation (between steps): the same logits. */
+    kite_batch *batch;
+    assert_int_equal(kite_batch_open(&batch, m, NULL, err, sizeof err), KITE_OK);
+    kite_gen_params gp = kite_model_gen_params(m);
+    gp.max_tokens = 50;
+    gp.ignore_eos = true;
+    kite_session *busy_donor;
+    assert_int_equal(kite_session_open(&busy_donor, m, NULL, err, sizeof err), KITE_OK);
+    assert_int_equal(kite_session_start(busy_donor, ids, 45, &gp, NULL, NULL, err, sizeof err), KITE_OK);
+    for (int i = 0; i < 4; i++) assert_int_equal(kite_batch_step(batch, &busy_donor, 1, err, sizeof err), KITE_OK);
+    assert_true(kite_session_busy(busy_donor));
+    assert_int_equal(kite_session_copy_prefix(copy, busy_donor, 44, err, sizeof err), KITE_OK);
+    assert_int_equal(kite_eval(copy, ids + 44, n - 44, got, err, sizeof err), KITE_OK);
+    assert_memory_equal(got, want + 44 * V, sizeof(float) * V * (n - 44));
+    /* A busy destination is refused. */
+    assert_int_not_equal(kite_session_copy_prefix(busy_donor, copy, 10, err, sizeof err), KITE_OK);
+    kite_session_free(busy_donor);
+    kite_batch_free(batch);
     /* Refused: more than the donor holds, another KV type. */
     assert_int_not_equal(kite_session_copy_prefix(copy, donor, 41, err, sizeof err), KITE_OK);
     kite_session_params sp = kite_session_default_params();
