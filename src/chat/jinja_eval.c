@@ -735,15 +735,22 @@ static int eval_args(rt *r, jnode *const *list, size_t n, jenv *env, args *out) 
     return 0;
 }
 
-static jv kwarg(const args *a, const char *name) {
-    if (!a->kw) return UNDEF;
+/* kwargs.get(name) ?? dflt: an argument given as an undefined variable is present (the reference's
+ * UndefinedValue object is not nullish), so only a missing one takes the default */
+static jv kwarg(const args *a, const char *name, jv dflt) {
+    if (!a->kw) return dflt;
     jv *v = obj_get(a->kw, litz(name));
-    return v ? *v : UNDEF;
+    return v ? *v : dflt;
 }
-/* args.at(i) ?? kwargs.get(name) ?? undefined */
-static jv arg_or_kw(const args *a, size_t i, const char *name) {
+/* args.at(i) ?? kwargs.get(name) ?? dflt */
+static jv arg_or_kw(const args *a, size_t i, const char *name, jv dflt) {
     if (i < a->n_pos) return a->pos[i];
-    return kwarg(a, name);
+    return kwarg(a, name, dflt);
+}
+/* JS truthiness of a RuntimeValue's .value (arrays and maps are objects: always true) */
+static bool js_truthy(jv v) {
+    if (v.kind >= V_ARRAY) return true;
+    return v.kind == V_STR ? v.s.len > 0 : v.kind == V_BOOL ? v.b : (v.kind == V_INT || v.kind == V_FLOAT) ? (v.n != 0 && !isnan(v.n)) : false;
 }
 
 /* The function's argument list as the reference hands it to functions: positional values plus, when
@@ -918,12 +925,9 @@ static jv str_replace(rt *r, jstr s, jstr from, jstr to, double count, bool has_
 }
 
 static jv str_split(rt *r, jstr s, jv sep, jv maxsplit, uint32_t line) {
-    if (!(sep.kind == V_STR || sep.kind == V_NULL || sep.kind == V_UNDEF)) return fail(r, line, "sep argument must be a string or null"), UNDEF;
-    double max = -1;
-    if (maxsplit.kind != V_UNDEF) {
-        if (maxsplit.kind != V_INT) return fail(r, line, "maxsplit argument must be a number"), UNDEF;
-        max = maxsplit.n;
-    }
+    if (!(sep.kind == V_STR || sep.kind == V_NULL)) return fail(r, line, "sep argument must be a string or null"), UNDEF;
+    if (maxsplit.kind != V_INT) return fail(r, line, "maxsplit argument must be a number"), UNDEF;
+    double max = maxsplit.n;
     jarr *out = arr_new(r, 0);
     if (!out) return UNDEF;
     if (sep.kind != V_STR) {
@@ -1001,8 +1005,8 @@ static jv call_method(rt *r, jv self, const char *name, args *a, uint32_t line) 
             return fail(r, line, "%s() argument must be a string or tuple of strings", name), UNDEF;
         }
         if (!strcmp(name, "split")) {
-            jv sep = a->n_pos > 0 ? a->pos[0] : a->kw ? kwargs_value(a->kw) : UNDEF;
-            jv max = a->n_pos > 1 ? a->pos[1] : (a->n_pos == 1 && a->kw) ? kwargs_value(a->kw) : UNDEF;
+            jv sep = a->n_pos > 0 ? a->pos[0] : a->kw ? kwargs_value(a->kw) : NUL;
+            jv max = a->n_pos > 1 ? a->pos[1] : (a->n_pos == 1 && a->kw) ? kwargs_value(a->kw) : mkint(-1);
             return str_split(r, s, sep, max, line);
         }
         if (!strcmp(name, "replace")) {
@@ -1013,10 +1017,7 @@ static jv call_method(rt *r, jv self, const char *name, args *a, uint32_t line) 
             jv count = NUL;
             if (n > 2) {
                 if (a->n_pos > 2) count = a->pos[2];
-                else {
-                    count = kwarg(a, "count");
-                    if (count.kind == V_UNDEF) count = NUL;
-                }
+                else count = kwarg(a, "count", NUL);
             }
             if (count.kind != V_INT && count.kind != V_NULL) return fail(r, line, "replace() count argument must be a number or null"), UNDEF;
             return str_replace(r, s, from.s, to.s, count.n, count.kind == V_INT, line);
@@ -1028,8 +1029,8 @@ static jv call_method(rt *r, jv self, const char *name, args *a, uint32_t line) 
             if (key.kind != V_STR) return fail(r, line, "Object key must be a string: got %s", TYPE_NAMES[key.kind]), UNDEF;
             jv *v = obj_get(o, key.s);
             if (v) return *v;
-            jv def = a->n_pos > 1 ? a->pos[1] : (a->n_pos == 1 && a->kw) ? kwargs_value(a->kw) : UNDEF;
-            return def.kind == V_UNDEF ? NUL : def;
+            if (a->n_pos > 1) return a->pos[1];
+            return (a->n_pos == 1 && a->kw) ? kwargs_value(a->kw) : NUL;
         }
         if (!strcmp(name, "items")) return obj_items(r, o);
         if (!strcmp(name, "keys") || !strcmp(name, "values")) {
@@ -1040,13 +1041,12 @@ static jv call_method(rt *r, jv self, const char *name, args *a, uint32_t line) 
             return mkarr(out);
         }
         if (!strcmp(name, "dictsort")) {
-            jv cs = arg_or_kw(a, 0, "case_sensitive"), by = arg_or_kw(a, 1, "by"), rev = arg_or_kw(a, 2, "reverse");
-            if (cs.kind == V_UNDEF) cs = mkbool(false);
+            /* positionalArgs exclude the keyword arguments value */
+            jv cs = arg_or_kw(a, 0, "case_sensitive", mkbool(false)), by = arg_or_kw(a, 1, "by", mkstr(litz("key"))),
+               rev = arg_or_kw(a, 2, "reverse", mkbool(false));
             if (cs.kind != V_BOOL) return fail(r, line, "case_sensitive must be a boolean"), UNDEF;
-            if (by.kind == V_UNDEF) by = mkstr(litz("key"));
             if (by.kind != V_STR) return fail(r, line, "by must be a string"), UNDEF;
             if (!str_is(by.s, "key") && !str_is(by.s, "value")) return fail(r, line, "by must be either 'key' or 'value'"), UNDEF;
-            if (rev.kind == V_UNDEF) rev = mkbool(false);
             if (rev.kind != V_BOOL) return fail(r, line, "reverse must be a boolean"), UNDEF;
             jv items = obj_items(r, o);
             if (r->failed) return UNDEF;
@@ -1056,7 +1056,7 @@ static jv call_method(rt *r, jv self, const char *name, args *a, uint32_t line) 
                 jv x = it->v[i];
                 size_t j = i;
                 while (j > 0) {
-                    int c;
+                    int c = 0;
                     if (compare_values(r, it->v[j - 1].a->v[idx], x.a->v[idx], cs.b, &c, line)) return UNDEF;
                     if (rev.b) c = -c;
                     if (c <= 0) break;
@@ -1544,7 +1544,7 @@ static int sort_values(sort_ctx *c, jv *v, size_t n) {
             size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
             size_t i = lo, j = mid, k = lo;
             while (i < mid && j < hi) {
-                int cmp;
+                int cmp = 0;
                 if (compare_values(c->r, sort_key(c, v[i]), sort_key(c, v[j]), c->case_sensitive, &cmp, c->line)) return -1;
                 if (c->reverse) cmp = -cmp;
                 tmp[k++] = cmp <= 0 ? v[i++] : v[j++];
@@ -1679,26 +1679,26 @@ static jv apply_filter(rt *r, jv operand, const jnode *f, jenv *env) {
     if (str_is(name, "tojson")) {
         if (eval_args(r, f->list, f->n, env, &a)) return UNDEF;
         json_opts o = {0};
-        jv indent = kwarg(&a, "indent");
-        if (!(indent.kind == V_INT || indent.kind == V_NULL || indent.kind == V_UNDEF)) return fail(r, line, "If set, indent must be a number"), UNDEF;
+        jv indent = kwarg(&a, "indent", NUL);
+        if (!(indent.kind == V_INT || indent.kind == V_NULL)) return fail(r, line, "If set, indent must be a number"), UNDEF;
         if (indent.kind == V_INT) {
             if (indent.n < 0) return fail(r, line, "Invalid count value: %d", (int)indent.n), UNDEF;
             if (indent.n > 64) return fail(r, line, "indent %g is too large", indent.n), UNDEF;
             o.indent = (int)indent.n;
         }
-        jv ea = kwarg(&a, "ensure_ascii");
-        if (!(ea.kind == V_BOOL || ea.kind == V_UNDEF)) return fail(r, line, "If set, ensure_ascii must be a boolean"), UNDEF;
+        jv ea = kwarg(&a, "ensure_ascii", mkbool(false));
+        if (ea.kind != V_BOOL) return fail(r, line, "If set, ensure_ascii must be a boolean"), UNDEF;
         o.ensure_ascii = ea.kind == V_BOOL && ea.b;
-        jv sk = kwarg(&a, "sort_keys");
-        if (!(sk.kind == V_BOOL || sk.kind == V_UNDEF)) return fail(r, line, "If set, sort_keys must be a boolean"), UNDEF;
+        jv sk = kwarg(&a, "sort_keys", mkbool(false));
+        if (sk.kind != V_BOOL) return fail(r, line, "If set, sort_keys must be a boolean"), UNDEF;
         o.sort_keys = sk.kind == V_BOOL && sk.b;
-        jv seps = kwarg(&a, "separators");
+        jv seps = kwarg(&a, "separators", NUL);
         if (seps.kind == V_ARRAY) {
             if (seps.a->n != 2 || seps.a->v[0].kind != V_STR || seps.a->v[1].kind != V_STR) return fail(r, line, "separators must be a tuple of two strings"), UNDEF;
             o.has_seps = true;
             o.item_sep = seps.a->v[0].s;
             o.key_sep = seps.a->v[1].s;
-        } else if (!(seps.kind == V_NULL || seps.kind == V_UNDEF))
+        } else if (seps.kind != V_NULL)
             return fail(r, line, "If set, separators must be a tuple of two strings"), UNDEF;
         sb b = {0};
         if (!to_json(r, &b, operand, &o, 0, true, line)) return UNDEF;
@@ -1708,8 +1708,7 @@ static jv apply_filter(rt *r, jv operand, const jnode *f, jenv *env) {
         if (operand.kind != V_STR && operand.kind != V_ARRAY)
             return fail(r, line, "Cannot apply filter \"join\" to type: %s", TYPE_NAMES[operand.kind]), UNDEF;
         if (eval_args(r, f->list, f->n, env, &a)) return UNDEF;
-        jv sep = arg_or_kw(&a, 0, "separator");
-        if (sep.kind == V_UNDEF) sep = mkstr(litz(""));
+        jv sep = arg_or_kw(&a, 0, "separator", mkstr(litz("")));
         if (sep.kind != V_STR) return fail(r, line, "separator must be a string"), UNDEF;
         sb b = {0};
         if (operand.kind == V_STR) {
@@ -1731,8 +1730,7 @@ static jv apply_filter(rt *r, jv operand, const jnode *f, jenv *env) {
     if (str_is(name, "int") || str_is(name, "float")) {
         bool is_int = str_is(name, "int");
         if (eval_args(r, f->list, f->n, env, &a)) return UNDEF;
-        jv def = arg_or_kw(&a, 0, "default");
-        if (def.kind == V_UNDEF) def = is_int ? mkint(0) : mkfloat(0);
+        jv def = arg_or_kw(&a, 0, "default", is_int ? mkint(0) : mkfloat(0));
         if (operand.kind == V_STR) {
             double v = is_int ? parse_int(operand.s) : parse_float(operand.s);
             return isnan(v) ? def : is_int ? mkint(v) : mkfloat(v);
@@ -1744,8 +1742,7 @@ static jv apply_filter(rt *r, jv operand, const jnode *f, jenv *env) {
     if (str_is(name, "default")) {
         if (eval_args(r, f->list, f->n, env, &a)) return UNDEF;
         jv def = a.n_pos > 0 ? a.pos[0] : mkstr(litz(""));
-        jv boolean = a.n_pos > 1 ? a.pos[1] : kwarg(&a, "boolean");
-        if (boolean.kind == V_UNDEF) boolean = mkbool(false);
+        jv boolean = a.n_pos > 1 ? a.pos[1] : kwarg(&a, "boolean", mkbool(false));
         if (boolean.kind != V_BOOL) return fail(r, line, "`default` filter flag must be a boolean"), UNDEF;
         if (operand.kind == V_UNDEF || (boolean.b && !truthy(operand))) return def;
         return operand;
@@ -1754,12 +1751,11 @@ static jv apply_filter(rt *r, jv operand, const jnode *f, jenv *env) {
         jarr *arr = operand.a;
         if (str_is(name, "sort")) {
             if (eval_args(r, f->list, f->n, env, &a)) return UNDEF;
-            jv rev = arg_or_kw(&a, 0, "reverse"), cs = arg_or_kw(&a, 1, "case_sensitive"), attr = arg_or_kw(&a, 2, "attribute");
-            if (rev.kind == V_UNDEF) rev = mkbool(false);
+            jv rev = arg_or_kw(&a, 0, "reverse", mkbool(false)), cs = arg_or_kw(&a, 1, "case_sensitive", mkbool(false)),
+               attr = arg_or_kw(&a, 2, "attribute", NUL);
             if (rev.kind != V_BOOL) return fail(r, line, "reverse must be a boolean"), UNDEF;
-            if (cs.kind == V_UNDEF) cs = mkbool(false);
             if (cs.kind != V_BOOL) return fail(r, line, "case_sensitive must be a boolean"), UNDEF;
-            if (!(attr.kind == V_STR || attr.kind == V_INT || attr.kind == V_NULL || attr.kind == V_UNDEF))
+            if (!(attr.kind == V_STR || attr.kind == V_INT || attr.kind == V_NULL))
                 return fail(r, line, "attribute must be a string, integer, or null"), UNDEF;
             jarr *o = arr_new(r, arr->n);
             if (!o) return UNDEF;
@@ -1800,7 +1796,7 @@ static jv apply_filter(rt *r, jv operand, const jnode *f, jenv *env) {
             jv *attr = a.kw ? obj_get(a.kw, litz("attribute")) : NULL;
             if (!attr) return fail(r, line, "`map` expressions without `attribute` set are not currently supported."), UNDEF;
             if (attr->kind != V_STR) return fail(r, line, "attribute must be a string"), UNDEF;
-            jv def = kwarg(&a, "default");
+            jv def = kwarg(&a, "default", UNDEF);
             jarr *o = arr_new(r, arr->n);
             if (!o) return UNDEF;
             for (size_t i = 0; i < arr->n; i++) {
@@ -1816,13 +1812,12 @@ static jv apply_filter(rt *r, jv operand, const jnode *f, jenv *env) {
     if (operand.kind == V_STR) {
         if (str_is(name, "indent")) {
             if (eval_args(r, f->list, f->n, env, &a)) return UNDEF;
-            jv width = arg_or_kw(&a, 0, "width"), first = arg_or_kw(&a, 1, "first"), blank = arg_or_kw(&a, 2, "blank");
-            if (width.kind == V_UNDEF) width = mkint(4);
+            jv width = arg_or_kw(&a, 0, "width", mkint(4)), first = arg_or_kw(&a, 1, "first", mkbool(false)),
+               blank = arg_or_kw(&a, 2, "blank", mkbool(false));
             if (width.kind != V_INT) return fail(r, line, "width must be a number"), UNDEF;
             if (width.n < 0) return fail(r, line, "Invalid count value: %g", width.n), UNDEF;
             if (width.n > 1024) return fail(r, line, "indent width %g is too large", width.n), UNDEF;
-            return indent_str(r, operand.s, width.n, truthy(first) && first.kind != V_ARRAY ? true : first.kind == V_ARRAY || first.kind >= V_OBJECT,
-                              truthy(blank) && blank.kind != V_ARRAY ? true : blank.kind == V_ARRAY || blank.kind >= V_OBJECT, line);
+            return indent_str(r, operand.s, width.n, js_truthy(first), js_truthy(blank), line);
         }
         if (str_is(name, "replace")) {
             if (eval_args(r, f->list, f->n, env, &a)) return UNDEF;
