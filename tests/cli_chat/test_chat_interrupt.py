@@ -11,6 +11,7 @@ import re
 import select
 import sys
 import tempfile
+import termios
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -45,6 +46,18 @@ def read_until(pattern, timeout=60.0, start=0):
                 return None
             output += data
     return re.search(pattern, output[start:])
+
+
+def wait_for_line_editing(timeout=10.0):
+    """libedit prints the prompt, then puts the terminal in raw mode: text typed in between is echoed by
+    the kernel and a Ctrl-C flushes it, as on any terminal. A person cannot type within that
+    millisecond; the test waits for raw mode (no ECHO) instead."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not termios.tcgetattr(fd)[3] & termios.ECHO:
+            return True
+        time.sleep(0.002)
+    return False
 
 
 def send(data):
@@ -96,7 +109,7 @@ t.check("the second turn reused at least the first prompt",
         stats1 is not None and stats2 is not None and stats2[2] >= stats1[1] and stats2[1] > 0, (stats1, stats2))
 
 send(f"/save {saved}\r".encode())
-read_until(rb"saved 4 messages", 30, mark)
+read_until(rb"saved 4 messages[^\r\n]*\r?\n> ", 30, mark)
 try:
     msgs = json.load(open(saved, encoding="utf-8"))["messages"]
 except (OSError, ValueError, KeyError) as e:
@@ -105,6 +118,7 @@ t.check("typed UTF-8 text is kept", len(msgs) == 4 and msgs[2].get("content") ==
 
 # Ctrl-C on a typed line drops the line, and the chat stays.
 mark = len(output)
+wait_for_line_editing()
 send(b"this line is dropped")
 read_until(rb"dropped", 10, mark)
 send(b"\x03")
