@@ -367,6 +367,22 @@ test('queue full -> 429 with Retry-After; an aborted stream frees its slot for t
     console.log(`# abort: ${generated} tokens generated after the abort point`);
     assert.ok(generated < 4000, `the aborted request stopped generating (${generated} tokens since)`);
     assert.equal(await metric('kite_slots_busy'), 0);
+
+    // a non-stream request whose client leaves is cancelled too
+    const before = await metric('kite_generated_tokens_total');
+    const gone = new AbortController();
+    const pending = fetch(`${one.base}/v1/completions`, { method: 'POST', signal: gone.signal,
+      headers: { 'content-type': 'application/json', ...auth }, body: JSON.stringify(long) }).catch((e) => e);
+    for (let i = 0; i < 200 && (await metric('kite_slots_busy')) < 1; i++) await new Promise((r) => setTimeout(r, 5));
+    gone.abort();
+    assert.equal((await pending).name, 'AbortError');
+    let busy = 1;
+    for (let i = 0; i < 100 && busy; i++) {
+      await new Promise((r) => setTimeout(r, 5));
+      busy = await metric('kite_slots_busy');
+    }
+    assert.equal(busy, 0, 'the slot is free soon after the client left');
+    assert.ok((await metric('kite_generated_tokens_total')) - before < 4000);
   } finally {
     await stopServer(one);
   }
