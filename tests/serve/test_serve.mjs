@@ -437,7 +437,7 @@ test('a model without a chat template: chat answers 400 saying so, completions w
 const LOAD = [
   { kind: 'chat', body: chatReq('Tell me about a red ball.', { max_tokens: 48, temperature: 0 }) },
   { kind: 'completion', body: { prompt: 'Once upon a time', max_tokens: 64, temperature: 0 } },
-  { kind: 'completion', body: { prompt: STORY.repeat(4), max_tokens: 40, temperature: 0.9, top_p: 0.9, seed: 11 } },
+  { kind: 'completion', body: { prompt: STORY.repeat(24), max_tokens: 40, temperature: 0.9, top_p: 0.9, seed: 11 } }, // prefilled in chunks
   { kind: 'chat', body: chatReq('A story about a brave little fox who lived in the forest.', { max_tokens: 56, temperature: 1.0, seed: 3 }) },
   { kind: 'completion', body: { prompt: 'The dog ran', max_tokens: 64, temperature: 0.7, top_k: 40, seed: 5, stop: ['.', '!'] } },
   { kind: 'completion', body: { prompt: STORY.repeat(2) + ' One day', max_tokens: 50, temperature: 0, stop: ['the park'] } },
@@ -463,6 +463,7 @@ test('exactness under load: 8 concurrent requests give the tokens each gets alon
   } finally {
     await stopServer(single);
   }
+  assert.ok(alone[2].usage.prompt_tokens > 256, 'one prompt is longer than a pass of 8 sessions (256 rows)');
   for (const extra of [[], ['--draft', 'ngram']]) {
     const eight = await startServer(['--parallel', '8', ...extra]);
     try {
