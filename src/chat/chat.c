@@ -93,7 +93,8 @@ static int template_from_config(const char *path, const char *name, char **text,
     int rc = kite_read_file(path, &data, &size, MAX_CONFIG_BYTES, e);
     if (rc) return rc;
     json_error_t jerr;
-    json_t *root = json_loadb(data, size, 0, &jerr);
+    /* Integers as reals: HF configs carry model_max_length = 1e30-ish integers, past what jansson holds. */
+    json_t *root = json_loadb(data, size, JSON_DECODE_INT_AS_REAL, &jerr);
     free(data);
     if (!root || !json_is_object(root)) {
         json_decref(root);
