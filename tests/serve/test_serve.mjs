@@ -521,23 +521,32 @@ test('prefix cache: K/V kept in a free slot (or copied from a busy one) gives th
 });
 
 // ---- SIGTERM during a request: it completes (or is cancelled cleanly), exit 0 -----------------------
-test('SIGTERM while a stream runs: the stream ends cleanly and the process exits 0', async () => {
-  const stream = await main.client.chat.completions.create(chatReq('A long story, please.', {
-    max_tokens: 300, temperature: 0, ignore_eos: true, stream: true, stream_options: { include_usage: true } }));
+test('SIGTERM while a stream runs: new requests get 503, the stream ends cleanly, the process exits 0', async () => {
+  await stopServer(main); // the main server stops idle
+  const server = await startServer(['--parallel', '2', '--ctx', '4096']);
+  const stream = await server.client.chat.completions.create(chatReq('A long story, please.', {
+    max_tokens: 3000, temperature: 0, ignore_eos: true, stream: true, stream_options: { include_usage: true } }));
   const it = stream[Symbol.asyncIterator]();
   const first = await it.next();
   assert.equal(first.value.choices[0].delta.role, 'assistant');
-  main.proc.kill('SIGTERM');
+  server.proc.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 50));
+  const health = await fetch(`${server.base}/health`);
+  assert.equal(health.status, 503);
+  assert.deepEqual(await health.json(), { status: 'shutting down' });
+  const refused = await post(server.base, '/v1/completions', { model: NAME, prompt: 'x', max_tokens: 1 });
+  assert.equal(refused.status, 503);
+  assert.equal(refused.json.error.code, 'shutting_down');
   let finish = null, usage = null;
   for (let r = await it.next(); !r.done; r = await it.next()) {
     finish = r.value.choices[0]?.finish_reason ?? finish;
     usage = r.value.usage ?? usage;
   }
   assert.equal(finish, 'length', 'the request in flight ran to its end');
-  assert.equal(usage.completion_tokens, 300);
-  const { code, signal } = await main.exited;
+  assert.equal(usage.completion_tokens, 3000);
+  const { code, signal } = await server.exited;
   assert.equal(signal, null);
-  assert.equal(code, 0, main.stderr());
-  assert.match(main.stderr(), /kite serve: stopped/);
-  assert.doesNotMatch(main.stderr(), new RegExp(KEY));
+  assert.equal(code, 0, server.stderr());
+  assert.match(server.stderr(), /kite serve: stopped/);
+  assert.doesNotMatch(server.stderr(), new RegExp(KEY));
 });
