@@ -1134,26 +1134,32 @@ static jv call_function(rt *r, jv fn, args *a, jenv *env, uint32_t line) {
         return UNDEF;
     }
     case F_RANGE: {
-        double v[3] = {0, 0, 1};
-        size_t n = a->n_pos;
-        if (n == 0 || n > 3) return fail(r, line, "range() takes 1 to 3 numeric arguments"), UNDEF;
-        for (size_t i = 0; i < n; i++) {
-            if (!is_num(a->pos[i])) return fail(r, line, "range() arguments must be numbers"), UNDEF;
-            v[i] = a->pos[i].n;
+        /* range(start, stop, step = 1) on the arguments' raw values: a missing or undefined stop makes
+           start the stop; what is not a number compares as NaN, which gives an empty list */
+        jv in[3] = {UNDEF, UNDEF, UNDEF};
+        for (size_t i = 0; i < a->n_pos && i < 3; i++) in[i] = a->pos[i];
+        if (a->kw && a->n_pos < 3) in[a->n_pos] = kwargs_value(a->kw);
+        double v[3];
+        for (int i = 0; i < 3; i++) {
+            jv x = in[i];
+            v[i] = is_num(x) ? x.n : x.kind == V_BOOL ? x.b : x.kind == V_NULL ? 0 : x.kind == V_STR ? js_to_number(x.s) : NAN;
         }
-        double start = 0, stop, step = 1;
-        if (n == 1) stop = v[0];
-        else {
-            start = v[0];
-            stop = v[1];
-            if (n == 3) step = v[2];
+        double start = v[0], stop = v[1], step = in[2].kind == V_UNDEF ? 1 : v[2];
+        if (in[1].kind == V_UNDEF) {
+            stop = in[0].kind == V_UNDEF ? NAN : start;
+            start = 0;
         }
+        if (in[0].kind == V_STR || in[1].kind == V_STR || in[2].kind == V_STR)
+            return fail(r, line, "range() arguments must be numbers"), UNDEF; /* JS would mix in string concatenation */
         if (step == 0) return fail(r, line, "range() step must not be zero"), UNDEF;
         double count = step > 0 ? ceil((stop - start) / step) : ceil((start - stop) / -step);
+        if (isnan(count) || count < 0) count = 0;
         if (!(count <= (double)r->lim.max_steps)) return fail(r, line, "range() is too long"), UNDEF;
         jarr *out = arr_new(r, count > 0 ? (size_t)count : 0);
         if (!out) return UNDEF;
         for (double i = start; step > 0 ? i < stop : i > stop; i += step) {
+            if ((double)out->n > count + 1) /* a step too small to move i at its magnitude */
+                return fail(r, line, "range() does not advance (step %g at %g)", step, i), UNDEF;
             bool integral = i == floor(i);
             if (!arr_push(r, out, integral ? mkint(i) : mkfloat(i))) return UNDEF;
         }
@@ -1233,7 +1239,7 @@ static int slice_bounds(double n, jv start, jv stop, jv step, double *s0, double
     *s0 = a;
     *s1 = b;
     *st = step_v;
-    return dir == 0 ? -1 : 0; /* a zero step loops forever in the reference */
+    return dir == 0 ? -1 : 0; /* a zero step: the reference's loop condition 0 < 0 is false at once */
 }
 
 static jv eval_slice(rt *r, jv obj, const jnode *sl, jenv *env, uint32_t line) {
@@ -1257,7 +1263,7 @@ static jv eval_slice(rt *r, jv obj, const jnode *sl, jenv *env, uint32_t line) {
         offs[n] = obj.s.len;
     }
     double a, b, st;
-    if (slice_bounds((double)n, start, stop, step, &a, &b, &st)) return fail(r, line, "slice step cannot be zero"), UNDEF;
+    if (slice_bounds((double)n, start, stop, step, &a, &b, &st)) return obj.kind == V_ARRAY ? mkarr(arr_new(r, 0)) : mkstr(lit("", 0));
     double dir = st > 0 ? 1 : -1;
     if (obj.kind == V_ARRAY) {
         jarr *out = arr_new(r, 0);
@@ -1683,7 +1689,7 @@ static jv apply_filter(rt *r, jv operand, const jnode *f, jenv *env) {
         if (!(indent.kind == V_INT || indent.kind == V_NULL)) return fail(r, line, "If set, indent must be a number"), UNDEF;
         if (indent.kind == V_INT) {
             if (indent.n < 0) return fail(r, line, "Invalid count value: %d", (int)indent.n), UNDEF;
-            if (indent.n > 64) return fail(r, line, "indent %g is too large", indent.n), UNDEF;
+            if (indent.n > 100000) return fail(r, line, "indent %g is too large", indent.n), UNDEF;
             o.indent = (int)indent.n;
         }
         jv ea = kwarg(&a, "ensure_ascii", mkbool(false));

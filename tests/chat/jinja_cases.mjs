@@ -147,6 +147,12 @@ const cases = [
   ["err_break_outside", "{% break %}", {}],
   ["err_bad_escape", "{{ '\\q' }}", {}],
   ["err_dup_param", "{% macro m(a, a) %}{% endmacro %}", {}],
+  ["slice_step_zero", "{{ [1, 2][::0] }}|{{ 'ab'[::0] }}|", {}],
+  ["range_odd_args", "{{ range() }} {{ range(undefined_r) }} {{ range(none) }} {{ range(2.5) }} {{ range(0, -5, -2) }} {{ range(true) }}", {}],
+  ["explicit_undefined_args", "{{ 'a b'|indent(2, undefined_f) }}|{{ [2, 1]|sort(undefined_r is defined) }}|{{ d.get('x', undefined_d) is none }}|{{ d.get('x') is none }}", { d: {} }],
+  ["err_undefined_kwarg", "{{ {'a': 1}|tojson(sort_keys=undefined_s) }}", {}],
+  ["err_split_undefined_sep", "{{ 'a b'.split(undefined_s) }}", {}],
+  ["big_indent", "{{ {'a': [1]}|tojson(indent=12) }}", {}],
   // errors
   ["err_unknown_filter", "line1\n{{ 'x'|nosuchfilter }}", {}],
   ["err_syntax_unclosed", "a\nb\n{% if x %}\nc", {}],
