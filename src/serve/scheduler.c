@@ -311,7 +311,7 @@ static void admit(struct kite_server *s, serve_request *r, uint64_t tick) {
     bool copied = false;
     if (src) {
         int32_t n = src_common < limit ? src_common : limit;
-        /* The engine may refuse a source that is busy (mid-generation); dst then keeps its own prefix. */
+        /* A refused copy (it should not happen) leaves dst with its own prefix. */
         if (n > keep && kite_session_copy_prefix(dst->session, src->session, n, err, sizeof err) == KITE_OK) {
             keep = n;
             copied = true;
