@@ -1679,7 +1679,9 @@ static jv apply_filter(rt *r, jv operand, const jnode *f, jenv *env) {
         }
         return fail(r, line, "Cannot apply filter \"%.*s\" to type: %s", (int)name.len, name.s, TYPE_NAMES[operand.kind]), UNDEF;
     }
-    if (f->type != N_CALL || f->a->type != N_IDENT) return fail(r, line, "Unknown filter"), UNDEF;
+    if (f->type != N_CALL) return fail(r, line, "Unknown filter: %s", f->type == N_MEMBER ? "MemberExpression" : "Expression"), UNDEF;
+    if (f->a->type != N_IDENT)
+        return fail(r, line, "Unknown filter: %s", f->a->type == N_MEMBER ? "MemberExpression" : f->a->type == N_CALL ? "CallExpression" : "Expression"), UNDEF;
     jstr name = lit(f->a->str, f->a->len);
     args a;
     if (str_is(name, "tojson")) {
