@@ -183,7 +183,8 @@ int kite_chat_template_open(kite_chat_template **out, const kite_model *model, c
 /* Parses one of the caller's JSON inputs; what names it in messages. */
 static int parse_input(const char *json, const char *what, json_t **out, kite_error *e) {
     json_error_t jerr;
-    *out = json_loads(json, 0, &jerr);
+    /* numbers as doubles, as JSON.parse reads them for the reference (a huge integer is not an error) */
+    *out = json_loads(json, JSON_DECODE_INT_AS_REAL, &jerr);
     if (!*out) return kite_fail(e, KITE_ERR_INVALID_ARG, "%s is not valid JSON (line %d column %d: %s)", what, jerr.line, jerr.column, jerr.text);
     return KITE_OK;
 }

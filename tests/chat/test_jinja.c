@@ -220,6 +220,17 @@ static void test_public_api(void **state) {
     assert_string_equal(text, "<user>hi<assistant>truetruefalse2026");
     assert_int_equal(len, strlen(text));
     kite_free(text);
+    /* numbers as the reference reads them with JSON.parse: doubles, integral ones printing as integers
+       (the expected text is what @huggingface/jinja prints for the same messages) */
+    p.messages_json = "[{\"role\":\"user\",\"content\":\"hi\",\"n\":[1.0,1e300,100000000000000000000000,2.5]}]";
+    const char *nsrc = "{{ messages[0].n }}";
+    kite_chat_template *tn = NULL;
+    assert_int_equal(kite_chat_template_from_text(&tn, nsrc, strlen(nsrc), NULL, err, sizeof err), KITE_OK);
+    assert_int_equal(kite_chat_render(tn, &p, &text, &len, err, sizeof err), KITE_OK);
+    assert_string_equal(text, "[1, 1e+300, 1e+23, 2.5]");
+    kite_free(text);
+    kite_chat_template_free(tn);
+    p.messages_json = "[{\"role\":\"user\",\"content\":\"hi\"}]";
     p.add_generation_prompt = false;
     p.tools_json = "[]";
     assert_int_equal(kite_chat_render(t, &p, &text, &len, err, sizeof err), KITE_OK);
