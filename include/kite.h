@@ -426,7 +426,7 @@ typedef struct kite_server_params {
     const char *host;              /* address to bind; NULL = "127.0.0.1" (loopback) */
     int32_t port;                  /* 0 = 8080 */
     const char *api_key;           /* NULL = none; else requests need "Authorization: Bearer KEY" */
-    const char *model_name;        /* the id /v1/models lists and responses carry; NULL = the file's name */
+    const char *model_name;        /* the id /v1/models lists and responses carry; NULL = "kite" */
     int32_t n_parallel;            /* requests decoded together (sessions); 0 = 4 */
     int32_t n_ctx;                 /* context per session; 0 = the model's (capped at 4096) */
     int32_t n_threads;             /* 0 = the model's setting */
