@@ -3,6 +3,7 @@
  * the reference fails. Then what only kite has: errors naming the template line, per-byte origin of
  * the rendered text, the public API (context variables, bad messages), and masked tokenization with
  * the real Qwen3 tokenizer (a forged <|im_start|> in content stays plain text). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -450,12 +451,55 @@ static void test_open_from_model(void **state) {
     rmdir(dir);
 }
 
+/* One compiled template rendered from several threads at once: each render owns its memory, so every
+ * thread gets the same text (run under the sanitizers, a shared write would show). */
+typedef struct render_job {
+    const kite_chat_template *t;
+    const char *want;
+    int mismatches;
+} render_job;
+
+static void *render_many(void *arg) {
+    render_job *job = arg;
+    kite_chat_params p = kite_chat_default_params();
+    p.messages_json = "[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":\"hello there\"}]";
+    for (int i = 0; i < 200; i++) {
+        char *text = NULL;
+        size_t len = 0;
+        char err[256];
+        if (kite_chat_render(job->t, &p, &text, &len, err, sizeof err) || strcmp(text, job->want) != 0) job->mismatches++;
+        kite_free(text);
+    }
+    return NULL;
+}
+
+static void test_concurrent_renders(void **state) {
+    (void)state;
+    const char *src = "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}<|im_start|>{{ m.role }}\n"
+                      "{{ m.content|trim|upper }}{{ m.content.split(' ')|tojson }}<|im_end|>\n{% endfor %}{{ ns.n }}";
+    kite_chat_template *t = NULL;
+    char err[256];
+    assert_int_equal(kite_chat_template_from_text(&t, src, strlen(src), NULL, err, sizeof err), KITE_OK);
+    const char *want = "<|im_start|>system\nS[\"s\"]<|im_end|>\n<|im_start|>user\nHELLO THERE[\"hello\", \"there\"]<|im_end|>\n2";
+    render_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (render_job){t, want, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, render_many, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(jobs[i].mismatches, 0);
+    }
+    kite_chat_template_free(t);
+}
+
 int main(void) {
     setenv("TZ", "UTC", 1);
     tzset();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_cases), cmocka_unit_test(test_error_lines), cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_origin_mask),     cmocka_unit_test(test_public_api),  cmocka_unit_test(test_masked_encode), cmocka_unit_test(test_open_from_model),
+        cmocka_unit_test(test_origin_mask),     cmocka_unit_test(test_public_api),  cmocka_unit_test(test_masked_encode), cmocka_unit_test(test_open_from_model), cmocka_unit_test(test_concurrent_renders),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
