@@ -480,6 +480,7 @@ static void test_concurrent_renders(void **state) {
     kite_chat_template *t = NULL;
     char err[256];
     assert_int_equal(kite_chat_template_from_text(&t, src, strlen(src), NULL, err, sizeof err), KITE_OK);
+    /* what @huggingface/jinja renders for the same template and messages */
     const char *want = "<|im_start|>system\nS[\"s\"]<|im_end|>\n<|im_start|>user\nHELLO THERE[\"hello\", \"there\"]<|im_end|>\n2";
     render_job jobs[4];
     pthread_t th[4];
