@@ -96,9 +96,10 @@ static int template_from_config(const char *path, const char *name, char **text,
     /* Integers as reals: HF configs carry model_max_length = 1e30-ish integers, past what jansson holds. */
     json_t *root = json_loadb(data, size, JSON_DECODE_INT_AS_REAL, &jerr);
     free(data);
-    if (!root || !json_is_object(root)) {
+    if (!root) return kite_fail(e, KITE_ERR_FORMAT, "%s: not valid JSON (line %d: %s)", path, jerr.line, jerr.text);
+    if (!json_is_object(root)) {
         json_decref(root);
-        return kite_fail(e, KITE_ERR_FORMAT, "%s: not a JSON object (line %d: %s)", path, jerr.line, jerr.text);
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: the top level is not a JSON object", path);
     }
     json_t *ct = json_object_get(root, "chat_template");
     const char *want = name ? name : "default";
