@@ -1413,7 +1413,9 @@ static jnode *parse_primary(parser *p) {
         nd->n2 = vals.n;
         return nd;
     }
-    default: return PFAIL(p, "Unexpected token: %s", TOKEN_NAMES[t->type]);
+    default: /* the token is consumed: name its own line, not the next token's */
+        lex_fail(p->lx, t->line, "Unexpected token: %s", TOKEN_NAMES[t->type]);
+        return NULL;
     }
 }
 
