@@ -122,6 +122,8 @@ static void test_error_lines(void **state) {
     /* lines survive the preprocessing that removes newlines (trim_blocks) */
     expect_error("{% if true %}\n{% if true %}\n{% endif %}\n{{ undefined_v - 1 }}{% endif %}", "chat template line 4: Cannot perform operation - on undefined values");
     expect_error("{{ x }", "chat template line 1");
+    /* An unexpected token names its own line, not the next token's (trim_blocks ate the newline after it). */
+    expect_error("{%- for m in messages %}\n{{ m.role }}\n{% if %}\n{% endfor %}\n", "chat template line 3: Unexpected token: CloseStatement");
 }
 
 static void test_limits(void **state) {
