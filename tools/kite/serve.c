@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat_common.h"
 #include "kite.h"
 
 int kite_cmd_serve(int argc, char **argv);
@@ -91,35 +92,6 @@ static void default_model_name(const char *path, char *out, size_t size) {
     snprintf(out, size, "%.*s", (int)n, base);
 }
 
-static char *read_file(const char *path, const char **why) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *why = strerror(errno);
-        return NULL;
-    }
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (len + 1 >= cap) {
-            char *b = cap < (64u << 20) ? realloc(buf, cap * 2) : NULL;
-            if (!b) {
-                free(buf);
-                buf = NULL;
-                *why = "too large";
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
-        size_t n = fread(buf + len, 1, cap - 1 - len, f);
-        len += n;
-        if (n == 0) break;
-    }
-    fclose(f);
-    if (buf) buf[len] = 0;
-    return buf;
-}
-
 int kite_cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tokenizer = NULL, *draft = NULL, *template_path = NULL, *cache_type = NULL;
     kite_server_params sp = kite_server_default_params();
@@ -174,10 +146,10 @@ int kite_cmd_serve(int argc, char **argv) {
     char err[512];
     char *template_text = NULL;
     if (template_path) {
-        const char *why = NULL;
-        template_text = read_file(template_path, &why);
+        size_t template_len = 0;
+        template_text = kite_cli_read_file(template_path, &template_len, err, sizeof err);
         if (!template_text) {
-            fprintf(stderr, "kite serve: error: cannot read --chat-template %s: %s\n", template_path, why);
+            fprintf(stderr, "kite serve: error: --chat-template: %s\n", err);
             return 1;
         }
         sp.chat_template = template_text;
