@@ -424,7 +424,7 @@ typedef struct kite_server kite_server;
 
 typedef struct kite_server_params {
     const char *host;              /* address to bind; NULL = "127.0.0.1" (loopback) */
-    int32_t port;                  /* 0 = 8080 */
+    int32_t port;                  /* 0 = 8080; -1 = a free port the system picks (kite_server_port) */
     const char *api_key;           /* NULL = none; else requests need "Authorization: Bearer KEY" */
     const char *model_name;        /* the id /v1/models lists and responses carry; NULL = "kite" */
     int32_t n_parallel;            /* requests decoded together (sessions); 0 = 4 */
