@@ -376,6 +376,13 @@ typedef struct kite_stats {
     double verify_ms;         /* time spent in verification passes */
     int64_t drafted_by_depth[KITE_MAX_DRAFT];  /* drafted nodes at depth d+1 */
     int64_t accepted_by_depth[KITE_MAX_DRAFT]; /* accepted nodes at depth d+1 */
+    /* Constrained decoding (zero without a grammar). */
+    double grammar_ms;        /* time the target's sampling spent on the grammar: masks (looked up or computed)
+                                 applied to the logits, and the matcher advanced past each token */
+    int64_t grammar_masks;    /* masks computed by walking the vocabulary trie (first visits of a grammar
+                                 state; drafting's masks included) */
+    double grammar_mask_ms;   /* time those walks took */
+    int64_t grammar_mask_hits; /* masks answered from the generation's per-state cache */
 } kite_stats;
 
 void kite_session_stats(const kite_session *session, kite_stats *stats);

@@ -45,7 +45,16 @@ int kite_grammar_to_gbnf(kite_grammar_kind kind, const char *text, size_t len, c
     kite_error e = {0};
     if (!gbnf) return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_grammar_to_gbnf: gbnf must not be NULL"), kite_error_export(&e, err, err_size);
     size_t n = 0;
-    grammar_text(kind, text, len, gbnf, &n, &e);
+    if (!grammar_text(kind, text, len, gbnf, &n, &e)) {
+        /* What it prints must parse (a GBNF file given as such is checked). */
+        kite_gbnf *g = NULL;
+        if (kite_gbnf_parse(*gbnf, n, NULL, &g, &e)) {
+            free(*gbnf);
+            *gbnf = NULL;
+            n = 0;
+        }
+        kite_gbnf_free(g);
+    }
     if (gbnf_len) *gbnf_len = n;
     return kite_error_export(&e, err, err_size);
 }

@@ -299,6 +299,7 @@ static bool grammar_advance(kite_session *s, int32_t id, bool end, bool last, bo
 static bool grammar_mask(kite_session *s, float *logits) {
     kite_generation *g = &s->gen;
     if (!g->gmask) return true;
+    double t0 = kite_now_ms();
     int32_t n_allowed = 0;
     const uint64_t *bits = kite_gmask_allowed(g->gmask, g->gstate, g->prev, &n_allowed, &g->error);
     if (!bits || n_allowed == 0) {
@@ -308,6 +309,7 @@ static bool grammar_mask(kite_session *s, float *logits) {
         return false;
     }
     kite_gmask_apply(bits, logits, s->model->n_vocab);
+    s->stats.grammar_ms += kite_now_ms() - t0;
     return true;
 }
 
@@ -341,7 +343,11 @@ static void emit(kite_session *s, int32_t id, const float *logits) {
     if (g->n_pending > sizeof g->pending) g->n_pending = 0; /* cannot happen for valid text: drop, never overflow */
     memcpy(g->pending, text + ready, g->n_pending);
     bool grammar_done = false, grammar_failed = false;
-    if (g->gmask) grammar_done = grammar_advance(s, id, end, last, &grammar_failed);
+    if (g->gmask) {
+        double t0 = kite_now_ms();
+        grammar_done = grammar_advance(s, id, end, last, &grammar_failed);
+        s->stats.grammar_ms += kite_now_ms() - t0;
+    }
     if (grammar_done || grammar_failed) {
         last = true;
         ready = total; /* flush what is held: nothing follows */
@@ -605,6 +611,13 @@ static void gen_end(kite_session *s, int st, const kite_error *e) {
     g->active = false;
     g->busy = false;
     g->n_held = 0;
+    if (g->gmask) {
+        kite_gmask_stats gs;
+        kite_gmask_get_stats(g->gmask, &gs);
+        s->stats.grammar_masks += gs.computed;
+        s->stats.grammar_mask_ms += gs.compute_ms;
+        s->stats.grammar_mask_hits += gs.hits;
+    }
     kite_gmask_free(g->gmask);
     g->gmask = NULL;
 }
