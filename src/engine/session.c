@@ -464,15 +464,19 @@ static int pass_draft(kite_session *s, int32_t max_nodes, kite_pass *ps, kite_er
         /* Text the grammar forces is drafted for free (the walk verifies it like any draft). */
         int32_t ids[KITE_MAX_DRAFT];
         ps->forced = kite_gmask_forced_tokens(g->gmask, g->gstate, s->unfed_token, ids, max_budget);
-        if (ps->forced > 0) kite_spec_draft_chain(&ps->tree, s->unfed_token, ids, ps->forced);
+        if (ps->forced > 0) {
+            /* A draft model continues after the forced text, within the room left. */
+            ps->budget = sp->params.drafter == KITE_DRAFT_MODEL && max_budget > ps->forced
+                             ? kite_spec_choose_budget(sp, s, max_budget - ps->forced)
+                             : 0;
+            int rc = kite_spec_draft_after(sp, s, s->unfed_token, ids, ps->forced, ps->budget, &g->params, &ps->tree, e);
+            if (rc) return rc;
+        }
     }
     if (!ps->forced) {
         ps->budget = sp->params.drafter == KITE_DRAFT_NONE || max_budget == 0 ? 0 : kite_spec_choose_budget(sp, s, max_budget);
         int rc = kite_spec_draft(sp, s, s->unfed_token, ps->budget, &g->params, &ps->tree, e);
         if (rc) return rc;
-    } else {
-        ps->budget = 0;
-        sp->last_catch_up_ms = 0.0;
     }
     ps->t1 = kite_now_ms();
     ps->pos0 = P;

@@ -347,13 +347,22 @@ const uint64_t *kite_gmask_allowed(kite_gmask *gm, int32_t state, int32_t prev, 
 }
 
 void kite_gmask_apply(const uint64_t *bits, float *logits, int32_t n_vocab) {
-    for (int32_t w = 0; w * 64 < n_vocab; w++) {
-        uint64_t word = bits[w];
-        if (word == ~(uint64_t)0) continue;
-        int32_t base = w * 64, lim = n_vocab - base < 64 ? n_vocab - base : 64;
-        for (int32_t i = 0; i < lim; i++)
-            if (!((word >> i) & 1u)) logits[base + i] = -INFINITY;
+    /* Only the refused tokens are visited: one ctz per refused bit, whole words skipped when all pass. */
+    int32_t full = n_vocab / 64;
+    for (int32_t w = 0; w < full; w++) {
+        uint64_t refused = ~bits[w];
+        float *row = logits + (size_t)w * 64;
+        if (refused == ~(uint64_t)0) {
+            for (int i = 0; i < 64; i++) row[i] = -INFINITY;
+            continue;
+        }
+        while (refused) {
+            row[__builtin_ctzll(refused)] = -INFINITY;
+            refused &= refused - 1;
+        }
     }
+    for (int32_t i = full * 64; i < n_vocab; i++)
+        if (!kite_gmask_bit(bits, i)) logits[i] = -INFINITY;
 }
 
 int32_t kite_gmask_advance(kite_gmask *gm, int32_t state, int32_t prev, int32_t id) {

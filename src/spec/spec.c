@@ -506,9 +506,11 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
     int rc = kite_spec_catch_up(st, s, e); /* after plain steps; the prompt itself was fed by kite_prompt */
     if (rc) return rc;
     st->last_catch_up_ms = kite_now_ms() - t0;
-    /* Root. */
-    kite_forward(&d->model->weights, &d->kv, &d->scratch, d->pool, &root, t->parent, 0, 1, P, st->draft_logits, true);
-    t->fed[0] = true;
+    /* The root, and the chain the caller put below it (a grammar's forced text), in one pass. */
+    (void)root;
+    int32_t n0 = t->n;
+    kite_forward(&d->model->weights, &d->kv, &d->scratch, d->pool, t->token, t->parent, 0, n0, P, st->draft_logits, true);
+    for (int32_t j = 0; j < n0; j++) t->fed[j] = true;
     int32_t width = st->params.tree_width;
     bool rejection = st->params.verify == KITE_VERIFY_REJECTION;
     uint64_t seed = rejection ? gp->seed ^ SEED_DRAFT_SAMPLE : gp->seed;
@@ -519,13 +521,14 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
     if (penalties && gp->penalty_last_n != 0) window = gp->penalty_last_n < 0 || gp->penalty_last_n > P ? P : gp->penalty_last_n;
     typedef struct { int32_t parent; int32_t rank; int32_t token; float logq; float q; float log_reach; } cand;
     cand cands[(KITE_MAX_DRAFT + 1) * 8]; /* each node adds at most 8 candidates, once */
-    float log_reach[KITE_MAX_DRAFT + 1];  /* per node: log of its estimated chance to be on the accepted path */
-    log_reach[0] = 0.0f;
+    float log_reach[KITE_MAX_DRAFT + 1] = {0}; /* per node: log of its estimated chance to be on the accepted path */
     int32_t n_cands = 0;
     int32_t next_rank[KITE_MAX_DRAFT + 1] = {0}; /* per node: rank of its next child to add */
-    int32_t expand_first = 0, expand_end = 1; /* nodes run last round: their children become candidates */
-    int32_t gstate[KITE_MAX_DRAFT + 1];       /* under a grammar: the matcher state after each node */
+    int32_t expand_first = n0 - 1, expand_end = n0; /* nodes run last round: their children become candidates */
+    int32_t gstate[KITE_MAX_DRAFT + 1];              /* under a grammar: the matcher state after each node */
     gstate[0] = st->groot;
+    for (int32_t j = 1; j < n0; j++)
+        gstate[j] = st->gmask ? kite_gmask_advance(st->gmask, gstate[j - 1], t->token[j - 1], t->token[j]) : 0;
     while (t->n - 1 < budget) {
         for (int32_t j = expand_first; j < expand_end; j++) {
             const uint64_t *allowed = NULL;
@@ -640,8 +643,19 @@ void kite_spec_draft_chain(kite_draft_tree *t, int32_t root, const int32_t *ids,
 
 int kite_spec_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
                     kite_draft_tree *t, kite_error *e) {
-    tree_root(t, root);
+    return kite_spec_draft_after(st, s, root, NULL, 0, budget, gp, t, e);
+}
+
+int kite_spec_draft_after(kite_spec_state *st, kite_session *s, int32_t root, const int32_t *prefix, int32_t n_prefix,
+                          int32_t budget, const kite_gen_params *gp, kite_draft_tree *t, kite_error *e) {
+    kite_spec_draft_chain(t, root, prefix, n_prefix);
     st->last_catch_up_ms = 0.0;
+    if (n_prefix > 0) {
+        /* Only the draft model continues a forced chain: it sees the chain's tokens in the same pass. */
+        if (budget <= 0 || st->params.drafter != KITE_DRAFT_MODEL) return KITE_OK;
+        if (budget > KITE_MAX_DRAFT - (t->n - 1)) budget = KITE_MAX_DRAFT - (t->n - 1);
+        return budget > 0 ? draft_model(st, s, root, t->n - 1 + budget, gp, t, e) : KITE_OK;
+    }
     if (budget <= 0) return KITE_OK;
     switch (st->params.drafter) {
     case KITE_DRAFT_NGRAM: draft_ngram(st, s, root, budget, t); break;

@@ -77,6 +77,11 @@ int kite_spec_catch_up(kite_spec_state *st, struct kite_session *s, kite_error *
 /* Builds the tree for a pass rooted at `root` (position = the session's committed length). */
 int kite_spec_draft(kite_spec_state *st, struct kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
                     kite_draft_tree *t, kite_error *e);
+/* kite_spec_draft below a chain root -> prefix[0] -> ... -> prefix[n_prefix - 1] drafted by the caller (a
+ * grammar's forced text): the draft model continues it with up to budget more tokens (the other
+ * drafters leave the chain as it is). */
+int kite_spec_draft_after(kite_spec_state *st, struct kite_session *s, int32_t root, const int32_t *prefix, int32_t n_prefix,
+                          int32_t budget, const kite_gen_params *gp, kite_draft_tree *t, kite_error *e);
 /* A chain root -> ids[0] -> ... -> ids[n - 1] (n <= KITE_MAX_DRAFT), drafted by the caller (a grammar's
  * forced text). */
 void kite_spec_draft_chain(kite_draft_tree *t, int32_t root, const int32_t *ids, int32_t n);

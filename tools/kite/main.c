@@ -502,6 +502,12 @@ static int cmd_run(int argc, char **argv) {
             json_object_set_new(js, "draft_ms", json_real(stats.draft_ms));
             json_object_set_new(js, "verify_ms", json_real(stats.verify_ms));
         }
+        if (grammar) {
+            json_object_set_new(js, "grammar_ms", json_real(stats.grammar_ms));
+            json_object_set_new(js, "grammar_masks", json_integer(stats.grammar_masks));
+            json_object_set_new(js, "grammar_mask_ms", json_real(stats.grammar_mask_ms));
+            json_object_set_new(js, "grammar_mask_hits", json_integer(stats.grammar_mask_hits));
+        }
         json_object_set_new(root, "stats", js);
         char *dump = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
         if (dump) puts(dump);
