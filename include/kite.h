@@ -109,6 +109,9 @@ typedef struct kite_tensor_desc {
 /* index in [0, info.n_tensors). */
 int kite_model_tensor(const kite_model *model, int32_t index, kite_tensor_desc *desc);
 
+/* A compiled grammar bound to one model's vocabulary (kite_grammar_open below). */
+typedef struct kite_grammar kite_grammar;
+
 /* Sampling defaults the model ships with (generation_config.json); fields not given keep kite's. */
 typedef struct kite_logit_bias { int32_t token; float bias; } kite_logit_bias;
 
@@ -137,6 +140,15 @@ typedef struct kite_gen_params {
     /* Log-probabilities: when set, kite_session_token_logprobs answers inside the token callback. */
     bool logprobs;
     int32_t top_logprobs;      /* alternatives to report, 0 .. KITE_MAX_TOP_LOGPROBS */
+    /* Constrained decoding (borrowed during generation; NULL = unconstrained): every token is sampled
+     * from the tokens whose text the grammar allows next (the others' logits set to -inf before the
+     * processors above), at every drafted node too, so speculation stays exact. End tokens are allowed
+     * exactly where the text is a complete sentence; generation ends (KITE_FINISH_STOP) where the
+     * grammar allows nothing more, even for a model without an end token. Under ignore_eos, end tokens
+     * are not allowed at all. Log-probabilities stay those of the raw logits. A text the vocabulary
+     * cannot continue (it lacks bytes the grammar needs) ends with KITE_ERR_UNSUPPORTED. Stop strings
+     * and max_tokens still apply. The grammar must belong to the session's model. */
+    const kite_grammar *grammar;
 } kite_gen_params;
 
 kite_gen_params kite_gen_default_params(void);
@@ -286,6 +298,27 @@ int32_t kite_session_pending_prompt(const kite_session *session);
  * work at its next step. */
 int kite_batch_step(kite_batch *batch, kite_session *const *sessions, size_t n, char *err, size_t err_size);
 
+/* ---- grammars (constrained decoding) ---------------------------------------------------------- */
+typedef enum kite_grammar_kind {
+    KITE_GRAMMAR_GBNF = 0,         /* llama.cpp GBNF text, start rule "root" */
+    KITE_GRAMMAR_JSON_SCHEMA = 1,  /* a JSON Schema (text): output is JSON that validates against it */
+    KITE_GRAMMAR_REGEX = 2,        /* a regular expression the whole output must match */
+    KITE_GRAMMAR_JSON = 3,         /* any JSON object (response_format json_object); text ignored */
+} kite_grammar_kind;
+
+/* Compiles text[0..len) of the given kind into a grammar for model's vocabulary (the model's token
+ * index is built on first use and kept with the model, so later grammars cost only their parse). The
+ * grammar is immutable and may be shared by sessions on many threads; it must not outlive the model.
+ * Errors name the position of bad input (line:column for GBNF, a JSON pointer for a schema, a byte
+ * offset for a regex). */
+int kite_grammar_open(kite_grammar **out, const kite_model *model, kite_grammar_kind kind, const char *text, size_t len,
+                      char *err, size_t err_size);
+void kite_grammar_free(kite_grammar *grammar);
+/* The GBNF a schema or regex compiles to (the text itself for KITE_GRAMMAR_GBNF), for `kite grammar`
+ * and debugging: *gbnf (NUL-terminated, *gbnf_len bytes) is the caller's, freed with kite_free. */
+int kite_grammar_to_gbnf(kite_grammar_kind kind, const char *text, size_t len, char **gbnf, size_t *gbnf_len, char *err,
+                         size_t err_size);
+
 /* ---- speculative decoding -------------------------------------------------------------------- */
 /* A drafter proposes a chain or a tree of tokens; the model verifies all of them in one batched pass
  * and keeps the longest path that matches its own choices. Greedy output is token-identical to plain
@@ -316,6 +349,9 @@ typedef struct kite_spec_params {
     const int32_t *oracle_ids;    /* KITE_DRAFT_ORACLE: the continuation to replay (borrowed) */
     size_t n_oracle_ids;
     float oracle_error_rate;      /* in [0, 1] */
+    bool no_forced_drafts;        /* under a grammar, do not draft the text the grammar forces (for
+                                     comparison): by default, where the grammar allows exactly one byte
+                                     sequence (keys, punctuation), its tokens are drafted for free */
 } kite_spec_params;
 
 kite_spec_params kite_spec_default_params(void);
@@ -340,6 +376,13 @@ typedef struct kite_stats {
     double verify_ms;         /* time spent in verification passes */
     int64_t drafted_by_depth[KITE_MAX_DRAFT];  /* drafted nodes at depth d+1 */
     int64_t accepted_by_depth[KITE_MAX_DRAFT]; /* accepted nodes at depth d+1 */
+    /* Constrained decoding (zero without a grammar). */
+    double grammar_ms;        /* time the target's sampling spent on the grammar: masks (looked up or computed)
+                                 applied to the logits, and the matcher advanced past each token */
+    int64_t grammar_masks;    /* masks computed by walking the vocabulary trie (first visits of a grammar
+                                 state; drafting's masks included) */
+    double grammar_mask_ms;   /* time those walks took */
+    int64_t grammar_mask_hits; /* masks answered from the generation's per-state cache */
 } kite_stats;
 
 void kite_session_stats(const kite_session *session, kite_stats *stats);

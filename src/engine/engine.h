@@ -30,6 +30,16 @@ struct kite_model {
     double learned_accept[KITE_MAX_DRAFT];
     int32_t learned_observed[KITE_MAX_DRAFT];
     double learned_draft_ms;                /* and its drafting cost per drafted token */
+    /* Grammar masks: the vocabulary's byte trie, built by the first kite_grammar_open (under vocab_lock). */
+    pthread_mutex_t vocab_lock;
+    struct kite_vocab_index *vocab_index;
+};
+
+/* A grammar bound to a model (engine/grammar.c). */
+struct kite_grammar {
+    const kite_model *model;
+    struct kite_gbnf *gbnf;
+    const struct kite_vocab_index *vocab;   /* the model's */
 };
 
 enum { KITE_PREFILL_CHUNK = 64 }; /* tokens per forward pass while processing a prompt */
@@ -56,6 +66,8 @@ typedef struct kite_generation {
     float *sample_buf;          /* [n_vocab] */
     kite_error error;           /* a failure inside emission (out of memory) */
     kite_error result;          /* status of the latest ended generation */
+    struct kite_gmask *gmask;   /* params.grammar's matcher and mask cache for this generation, or NULL */
+    int32_t gstate;             /* matcher state after the text generated so far (KITE_GSTATE_ENDED after an end token) */
     /* kite_session_start: the prompt queued for batch steps. */
     int32_t *queue;             /* [cap_queue] */
     size_t n_queue, queue_done, cap_queue;
@@ -68,6 +80,7 @@ typedef struct kite_generation {
 typedef struct kite_pass {
     kite_draft_tree tree;
     int32_t budget;             /* drafted tokens asked of the drafter */
+    int32_t forced;             /* > 0: the tree is this many tokens of the grammar's forced text, not the drafter's */
     int32_t pos0;               /* committed context before the pass */
     double t0, t1;              /* drafting start and end, ms */
 } kite_pass;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "grammar/mask.h"
 #include "quant/types.h"
 
 kite_model_params kite_model_default_params(void) {
@@ -105,6 +106,7 @@ int kite_model_open(kite_model **out, const char *path, const kite_model_params 
     }
     m->vocab_only = params->vocab_only;
     pthread_mutex_init(&m->cost_lock, NULL);
+    pthread_mutex_init(&m->vocab_lock, NULL);
     int st = KITE_OK;
     if (path) {
         if ((st = open_source(&m->src, path, &e))) { free(m); return kite_error_export(&e, err, err_size); }
@@ -131,6 +133,8 @@ void kite_model_free(kite_model *m) {
     kite_weights_free(&m->weights);
     kite_source_close(&m->src);
     pthread_mutex_destroy(&m->cost_lock);
+    pthread_mutex_destroy(&m->vocab_lock);
+    kite_vocab_index_free(m->vocab_index);
     free(m);
 }
 

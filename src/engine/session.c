@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "engine/engine.h"
+#include "grammar/mask.h"
 #include "sample/sampler.h"
 
 double kite_now_ms(void) {
@@ -85,6 +86,7 @@ void kite_session_free(kite_session *s) {
     free(s->gen.sample_buf);
     free(s->gen.held);
     free(s->gen.queue);
+    kite_gmask_free(s->gen.gmask);
     free(s);
 }
 
@@ -257,6 +259,62 @@ static void deliver(kite_session *s, int32_t id, const char *text, size_t len) {
     }
 }
 
+/* ---- generation: the grammar ----------------------------------------------------------------------- */
+
+/* Moves the grammar's live state past token id (end: an end token; last: no token follows anyway).
+ * Returns true when the text is complete and nothing can follow it (the grammar allows no further byte,
+ * or no token of the vocabulary continues it); *failed on an error (g->error says which). Checking the
+ * next mask here, not at the next sampling, lets this token's emission flush the held text. */
+static bool grammar_advance(kite_session *s, int32_t id, bool end, bool last, bool *failed) {
+    kite_generation *g = &s->gen;
+    int32_t next = end ? KITE_GSTATE_ENDED : kite_gmask_advance(g->gmask, g->gstate, g->prev, id);
+    if (next == KITE_GSTATE_LIMIT || next == KITE_GSTATE_DEAD) {
+        const kite_error *me = kite_gmatch_error(kite_gmask_matcher(g->gmask));
+        if (next == KITE_GSTATE_LIMIT && me && me->status) g->error = *me;
+        else kite_fail(&g->error, KITE_ERR_INVALID_ARG, "grammar: token %d is not allowed after %lld generated tokens", id,
+                       (long long)g->generated - 1);
+        *failed = true;
+        return false;
+    }
+    g->gstate = next;
+    if (end || last) return false;
+    if (kite_gmask_done(g->gmask, next)) return true;
+    int32_t n_allowed = 0;
+    if (!kite_gmask_allowed(g->gmask, next, id, &n_allowed, &g->error)) {
+        *failed = true;
+        return false;
+    }
+    if (n_allowed > 0) return false;
+    if (kite_gmatch_accepting(kite_gmask_matcher(g->gmask), next)) return true;
+    kite_fail(&g->error, KITE_ERR_UNSUPPORTED,
+              "grammar: no token of the vocabulary continues the text after %lld generated tokens (the vocabulary lacks "
+              "bytes the grammar needs next)",
+              (long long)g->generated);
+    *failed = true;
+    return false;
+}
+
+/* Sets the logits of the tokens the grammar does not allow at the live state to -inf. False when none
+ * is allowed (the generation is then over: grammar_advance or gen_begin has said why). */
+static bool grammar_mask(kite_session *s, float *logits) {
+    kite_generation *g = &s->gen;
+    if (!g->gmask) return true;
+    double t0 = kite_now_ms();
+    int32_t n_allowed = 0;
+    const uint64_t *bits = kite_gmask_allowed(g->gmask, g->gstate, g->prev, &n_allowed, &g->error);
+    if (!bits || n_allowed == 0) {
+        if (!bits) g->finish = KITE_FINISH_ERROR;
+        else if (g->finish == KITE_FINISH_NONE) g->finish = KITE_FINISH_STOP;
+        g->stop = true;
+        return false;
+    }
+    kite_gmask_apply(bits, logits, s->model->n_vocab);
+    s->stats.grammar_ms += kite_now_ms() - t0;
+    return true;
+}
+
+static bool mask_for_walk(void *user_data, float *logits) { return grammar_mask(user_data, logits); }
+
 /* Emits one generated token: counters, end and length checks, text assembly across UTF-8 boundaries,
  * stop strings, the callback. logits: the raw logits the token was chosen from (log-probabilities). */
 static void emit(kite_session *s, int32_t id, const float *logits) {
@@ -284,13 +342,25 @@ static void emit(kite_session *s, int32_t id, const float *logits) {
     g->n_pending = total - ready;
     if (g->n_pending > sizeof g->pending) g->n_pending = 0; /* cannot happen for valid text: drop, never overflow */
     memcpy(g->pending, text + ready, g->n_pending);
+    bool grammar_done = false, grammar_failed = false;
+    if (g->gmask) {
+        double t0 = kite_now_ms();
+        grammar_done = grammar_advance(s, id, end, last, &grammar_failed);
+        s->stats.grammar_ms += kite_now_ms() - t0;
+    }
+    if (grammar_done || grammar_failed) {
+        last = true;
+        ready = total; /* flush what is held: nothing follows */
+        g->n_pending = 0;
+    }
     g->prev = id;
     /* The newest token is run lazily (by the next pass, prompt or generate call), so the last one of
      * a reply costs nothing unless the conversation goes on. */
     s->unfed_token = id;
     g->cur_logits = logits;
     g->cur_id = id;
-    if (end) g->finish = KITE_FINISH_STOP;
+    if (grammar_failed) g->finish = KITE_FINISH_ERROR;
+    else if (end || grammar_done) g->finish = KITE_FINISH_STOP;
     else if (last) g->finish = KITE_FINISH_LENGTH;
     g->stop = last;
 
@@ -384,10 +454,30 @@ static int pass_draft(kite_session *s, int32_t max_nodes, kite_pass *ps, kite_er
     int32_t max_budget = KITE_MAX_DRAFT < room ? KITE_MAX_DRAFT : room;
     if (max_budget > max_nodes - 1) max_budget = max_nodes - 1;
     if (max_budget < 0) max_budget = 0;
-    ps->budget = sp->params.drafter == KITE_DRAFT_NONE || max_budget == 0 ? 0 : kite_spec_choose_budget(sp, s, max_budget);
+    kite_generation *g = &s->gen;
+    ps->forced = 0;
     ps->t0 = kite_now_ms();
-    int rc = kite_spec_draft(sp, s, s->unfed_token, ps->budget, &s->gen.params, &ps->tree, e);
-    if (rc) return rc;
+    /* Under a grammar the drafter drafts only allowed tokens, from the live state after the root. */
+    sp->gmask = g->gmask;
+    sp->groot = g->gstate;
+    if (g->gmask && sp->params.drafter != KITE_DRAFT_NONE && !sp->params.no_forced_drafts && max_budget > 0) {
+        /* Text the grammar forces is drafted for free (the walk verifies it like any draft). */
+        int32_t ids[KITE_MAX_DRAFT];
+        ps->forced = kite_gmask_forced_tokens(g->gmask, g->gstate, s->unfed_token, ids, max_budget);
+        if (ps->forced > 0) {
+            /* A draft model continues after the forced text, within the room left. */
+            ps->budget = sp->params.drafter == KITE_DRAFT_MODEL && max_budget > ps->forced
+                             ? kite_spec_choose_budget(sp, s, max_budget - ps->forced)
+                             : 0;
+            int rc = kite_spec_draft_after(sp, s, s->unfed_token, ids, ps->forced, ps->budget, &g->params, &ps->tree, e);
+            if (rc) return rc;
+        }
+    }
+    if (!ps->forced) {
+        ps->budget = sp->params.drafter == KITE_DRAFT_NONE || max_budget == 0 ? 0 : kite_spec_choose_budget(sp, s, max_budget);
+        int rc = kite_spec_draft(sp, s, s->unfed_token, ps->budget, &g->params, &ps->tree, e);
+        if (rc) return rc;
+    }
     ps->t1 = kite_now_ms();
     ps->pos0 = P;
     s->unfed_token = -1;
@@ -405,16 +495,17 @@ static void pass_walk(kite_session *s, kite_pass *ps, const float *tree_logits) 
     int32_t P = ps->pos0;
     int32_t path[KITE_MAX_DRAFT + 1];
     int32_t n_path = kite_spec_walk(sp, &s->gen.params, tree, tree_logits, m->n_vocab, s->history, P, s->gen.sample_buf,
-                                    emit_for_walk, s, path);
+                                    emit_for_walk, s->gen.gmask ? mask_for_walk : NULL, s, path);
     kite_kv_commit(&s->kv, m->weights.hp.n_layers, P, path, n_path);
     s->n_past = P + n_path;
     s->have_logits = false; /* the logits of the new root are not computed yet */
     if (sp->params.drafter != KITE_DRAFT_NONE) {
         kite_spec_commit(sp, tree, path, n_path, P);
-        kite_spec_observe(sp, tree, path, n_path);
+        /* The grammar's forced text says nothing about the drafter: the controller does not learn from it. */
+        if (!ps->forced) kite_spec_observe(sp, tree, path, n_path);
         if (ps->budget > 0) /* catching up is not drafting */
             kite_spec_observe_draft_cost(sp, (ps->t1 - ps->t0 - sp->last_catch_up_ms) / ps->budget);
-        if (tree->n > 1) kite_spec_learned_store(sp, s->model); /* after both estimates moved */
+        if (tree->n > 1 && !ps->forced) kite_spec_learned_store(sp, s->model); /* after both estimates moved */
         double t3 = kite_now_ms();
         s->stats.target_passes++;
         s->stats.drafted += tree->n - 1;
@@ -432,6 +523,8 @@ static int gen_check(kite_session *s, const kite_gen_params *params, kite_error 
     if (kite_gen_params_check(params, s->model->n_vocab, e->msg, sizeof e->msg)) return e->status = KITE_ERR_INVALID_ARG;
     if (params->max_tokens < 0) return kite_fail(e, KITE_ERR_INVALID_ARG, "max_tokens must be >= 0, got %d", params->max_tokens);
     if (s->gen.busy) return kite_fail(e, KITE_ERR_INVALID_ARG, "the session is busy with work queued by kite_session_start");
+    if (params->grammar && params->grammar->model != s->model)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "the grammar was opened for another model (its vocabulary may differ)");
     return KITE_OK;
 }
 
@@ -454,7 +547,38 @@ static int gen_begin(kite_session *s, const kite_gen_params *params, kite_token_
     g->t_first = 0;
     g->prev = s->unfed_token >= 0 ? s->unfed_token : s->n_past > 0 ? s->history[s->n_past - 1] : -1;
     s->spec.gen_start_pos = s->n_past + (s->unfed_token >= 0 ? 1 : 0);
-    if (params->max_tokens == 0) {
+    kite_gmask_free(g->gmask);
+    g->gmask = NULL;
+    if (params->grammar) {
+        const kite_grammar *gr = params->grammar;
+        int st = kite_gmask_new(gr->gbnf, gr->vocab, s->model->tokenizer, !params->ignore_eos, 0, &g->gmask, e);
+        if (st) {
+            g->active = false;
+            return st;
+        }
+        g->gstate = kite_gmask_start(g->gmask);
+        int32_t n_allowed = 0;
+        if (g->gstate < 0) {
+            const kite_error *me = kite_gmatch_error(kite_gmask_matcher(g->gmask));
+            if (me && me->status) *e = *me;
+            else kite_fail(e, KITE_ERR_INVALID_ARG, "grammar: no start state");
+        } else if (!kite_gmask_allowed(g->gmask, g->gstate, g->prev, &n_allowed, e)) {
+            /* e says why */
+        } else if (n_allowed == 0 && !kite_gmatch_accepting(kite_gmask_matcher(g->gmask), g->gstate)) {
+            kite_fail(e, KITE_ERR_UNSUPPORTED, "grammar: no token of the vocabulary can begin the text (the vocabulary lacks "
+                                               "bytes the grammar needs first)");
+        } else if (n_allowed == 0 || kite_gmask_done(g->gmask, g->gstate)) {
+            g->stop = true; /* only the empty text is allowed */
+            g->finish = KITE_FINISH_STOP;
+        }
+        if (e->status) {
+            kite_gmask_free(g->gmask);
+            g->gmask = NULL;
+            g->active = false;
+            return e->status;
+        }
+    }
+    if (params->max_tokens == 0 && !g->stop) {
         g->stop = true;
         g->finish = KITE_FINISH_LENGTH;
     }
@@ -467,6 +591,7 @@ static void gen_first(kite_session *s) {
     if (g->stop || s->unfed_token >= 0) return;
     int32_t V = s->model->n_vocab;
     memcpy(g->sample_buf, s->logits, sizeof(float) * (size_t)V);
+    if (!grammar_mask(s, g->sample_buf)) return;
     emit(s, kite_sample(&g->params, g->sample_buf, V, s->history, (size_t)s->n_past, s->n_past), s->logits);
 }
 
@@ -490,6 +615,15 @@ static void gen_end(kite_session *s, int st, const kite_error *e) {
     g->active = false;
     g->busy = false;
     g->n_held = 0;
+    if (g->gmask) {
+        kite_gmask_stats gs;
+        kite_gmask_get_stats(g->gmask, &gs);
+        s->stats.grammar_masks += gs.computed;
+        s->stats.grammar_mask_ms += gs.compute_ms;
+        s->stats.grammar_mask_hits += gs.hits;
+    }
+    kite_gmask_free(g->gmask);
+    g->gmask = NULL;
 }
 
 int kite_generate(kite_session *s, const kite_gen_params *params, kite_token_fn on_token, void *user_data, char *err,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "grammar/mask.h"
 #include "sample/sampler.h"
 
 /* Distinct noise streams derived from the user's seed, so the rejection verifier's coin flips and
@@ -451,9 +452,10 @@ static void draft_oracle(kite_spec_state *st, kite_session *s, int32_t budget, u
 /* Draft-model logits processed like the target's (same penalties over the node's own history, same
  * masks), as log-probabilities at the sampling temperature (T = 1 when greedy). */
 static void draft_logq(kite_spec_state *st, kite_session *d, const kite_gen_params *gp, const float *logits,
-                       const int32_t *history, size_t n_history, float *logq) {
+                       const uint64_t *allowed, const int32_t *history, size_t n_history, float *logq) {
     int32_t V = d->model->n_vocab;
     memcpy(logq, logits, sizeof(float) * (size_t)V);
+    if (allowed) kite_gmask_apply(allowed, logq, V); /* the grammar's mask at the node, as the target's */
     kite_process_logits(gp, logq, V, history, n_history);
     float T = gp->temperature > 0 ? gp->temperature : 1.0f;
     float mx = -INFINITY;
@@ -504,9 +506,11 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
     int rc = kite_spec_catch_up(st, s, e); /* after plain steps; the prompt itself was fed by kite_prompt */
     if (rc) return rc;
     st->last_catch_up_ms = kite_now_ms() - t0;
-    /* Root. */
-    kite_forward(&d->model->weights, &d->kv, &d->scratch, d->pool, &root, t->parent, 0, 1, P, st->draft_logits, true);
-    t->fed[0] = true;
+    /* The root, and the chain the caller put below it (a grammar's forced text), in one pass. */
+    (void)root;
+    int32_t n0 = t->n;
+    kite_forward(&d->model->weights, &d->kv, &d->scratch, d->pool, t->token, t->parent, 0, n0, P, st->draft_logits, true);
+    for (int32_t j = 0; j < n0; j++) t->fed[j] = true;
     int32_t width = st->params.tree_width;
     bool rejection = st->params.verify == KITE_VERIFY_REJECTION;
     uint64_t seed = rejection ? gp->seed ^ SEED_DRAFT_SAMPLE : gp->seed;
@@ -517,19 +521,29 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
     if (penalties && gp->penalty_last_n != 0) window = gp->penalty_last_n < 0 || gp->penalty_last_n > P ? P : gp->penalty_last_n;
     typedef struct { int32_t parent; int32_t rank; int32_t token; float logq; float q; float log_reach; } cand;
     cand cands[(KITE_MAX_DRAFT + 1) * 8]; /* each node adds at most 8 candidates, once */
-    float log_reach[KITE_MAX_DRAFT + 1];  /* per node: log of its estimated chance to be on the accepted path */
-    log_reach[0] = 0.0f;
+    float log_reach[KITE_MAX_DRAFT + 1] = {0}; /* per node: log of its estimated chance to be on the accepted path */
     int32_t n_cands = 0;
     int32_t next_rank[KITE_MAX_DRAFT + 1] = {0}; /* per node: rank of its next child to add */
-    int32_t expand_first = 0, expand_end = 1; /* nodes run last round: their children become candidates */
+    int32_t expand_first = n0 - 1, expand_end = n0; /* nodes run last round: their children become candidates */
+    int32_t gstate[KITE_MAX_DRAFT + 1];              /* under a grammar: the matcher state after each node */
+    gstate[0] = st->groot;
+    for (int32_t j = 1; j < n0; j++)
+        gstate[j] = st->gmask ? kite_gmask_advance(st->gmask, gstate[j - 1], t->token[j - 1], t->token[j]) : 0;
     while (t->n - 1 < budget) {
         for (int32_t j = expand_first; j < expand_end; j++) {
+            const uint64_t *allowed = NULL;
+            if (st->gmask) {
+                int32_t n_allowed = 0;
+                kite_error ignored = {0}; /* a matcher limit here only stops this branch; the walk reports it if it matters */
+                allowed = gstate[j] >= 0 ? kite_gmask_allowed(st->gmask, gstate[j], t->token[j], &n_allowed, &ignored) : NULL;
+                if (!allowed || n_allowed == 0) continue;
+            }
             int32_t nh = window, path_len = t->depth[j] + 1;
             memcpy(st->hist, s->history + P - window, sizeof(int32_t) * (size_t)window);
             nh += path_len;
             for (int32_t k = j, at = nh - 1; k >= 0; k = t->parent[k]) st->hist[at--] = t->token[k];
             float *logq = st->draft_q + (size_t)j * V;
-            draft_logq(st, d, gp, st->draft_logits + (size_t)j * V, st->hist, (size_t)nh, logq);
+            draft_logq(st, d, gp, st->draft_logits + (size_t)j * V, allowed, st->hist, (size_t)nh, logq);
             int64_t pos = (int64_t)P + t->depth[j] + 1;
             /* Top-C by score, C small: repeated selection. */
             int32_t picked[8];
@@ -575,6 +589,10 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
             next_rank[cands[best].parent]++;
             int32_t node = tree_add(t, cands[best].parent, cands[best].token, cands[best].logq, cands[best].q);
             log_reach[node] = cands[best].log_reach;
+            if (st->gmask) {
+                int32_t p = cands[best].parent;
+                gstate[node] = kite_gmask_advance(st->gmask, gstate[p], t->token[p], cands[best].token);
+            }
             memmove(cands + best, cands + best + 1, sizeof(cand) * (size_t)(n_cands - best - 1));
             n_cands--;
         }
@@ -590,17 +608,63 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
     return KITE_OK;
 }
 
+/* Drops every node whose token the grammar does not allow at its parent's state, with its subtree
+ * (an n-gram or oracle chain is cut at its first invalid token). Node order is kept, so parents stay
+ * before their children. */
+static void tree_constrain(kite_spec_state *st, kite_draft_tree *t) {
+    int32_t state[KITE_MAX_DRAFT + 1], remap[KITE_MAX_DRAFT + 1];
+    state[0] = st->groot;
+    remap[0] = 0;
+    int32_t n = 1;
+    for (int32_t j = 1; j < t->n; j++) {
+        remap[j] = -1;
+        int32_t p = t->parent[j];
+        if (remap[p] < 0 || state[p] < 0) continue; /* under a dropped node, or after an end token */
+        int32_t next = kite_gmask_advance(st->gmask, state[p], t->token[p], t->token[j]);
+        if (next < 0 && next != KITE_GSTATE_ENDED) continue;
+        state[j] = next;
+        remap[j] = n;
+        t->token[n] = t->token[j];
+        t->parent[n] = remap[p];
+        t->depth[n] = t->depth[j];
+        t->logq[n] = t->logq[j];
+        t->q_token[n] = t->q_token[j];
+        t->fed[n] = t->fed[j];
+        n++;
+    }
+    t->n = n;
+}
+
+void kite_spec_draft_chain(kite_draft_tree *t, int32_t root, const int32_t *ids, int32_t n) {
+    tree_root(t, root);
+    int32_t parent = 0;
+    for (int32_t i = 0; i < n && i < KITE_MAX_DRAFT; i++) parent = tree_add(t, parent, ids[i], 0.0f, 1.0f);
+}
+
 int kite_spec_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
                     kite_draft_tree *t, kite_error *e) {
-    tree_root(t, root);
+    return kite_spec_draft_after(st, s, root, NULL, 0, budget, gp, t, e);
+}
+
+int kite_spec_draft_after(kite_spec_state *st, kite_session *s, int32_t root, const int32_t *prefix, int32_t n_prefix,
+                          int32_t budget, const kite_gen_params *gp, kite_draft_tree *t, kite_error *e) {
+    kite_spec_draft_chain(t, root, prefix, n_prefix);
     st->last_catch_up_ms = 0.0;
+    if (n_prefix > 0) {
+        /* Only the draft model continues a forced chain: it sees the chain's tokens in the same pass. */
+        if (budget <= 0 || st->params.drafter != KITE_DRAFT_MODEL) return KITE_OK;
+        if (budget > KITE_MAX_DRAFT - (t->n - 1)) budget = KITE_MAX_DRAFT - (t->n - 1);
+        return budget > 0 ? draft_model(st, s, root, t->n - 1 + budget, gp, t, e) : KITE_OK;
+    }
     if (budget <= 0) return KITE_OK;
     switch (st->params.drafter) {
-    case KITE_DRAFT_NGRAM: draft_ngram(st, s, root, budget, t); return KITE_OK;
-    case KITE_DRAFT_ORACLE: draft_oracle(st, s, budget, gp->seed, t); return KITE_OK;
-    case KITE_DRAFT_MODEL: return draft_model(st, s, root, budget, gp, t, e);
+    case KITE_DRAFT_NGRAM: draft_ngram(st, s, root, budget, t); break;
+    case KITE_DRAFT_ORACLE: draft_oracle(st, s, budget, gp->seed, t); break;
+    case KITE_DRAFT_MODEL: return draft_model(st, s, root, budget, gp, t, e); /* masks as it drafts */
     default: return KITE_OK;
     }
+    if (st->gmask) tree_constrain(st, t);
+    return KITE_OK;
 }
 
 void kite_spec_commit(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path, int32_t pos0) {
@@ -660,8 +724,8 @@ int32_t kite_spec_rejection_step(kite_spec_state *st, const kite_gen_params *gp,
 /* ---- the walk --------------------------------------------------------------------------------------- */
 
 int32_t kite_spec_walk(kite_spec_state *st, const kite_gen_params *gp, const kite_draft_tree *t, const float *tree_logits,
-                       int32_t V, int32_t *history, int32_t P, float *sample_buf, kite_spec_emit_fn emit, void *user_data,
-                       int32_t *path) {
+                       int32_t V, int32_t *history, int32_t P, float *sample_buf, kite_spec_emit_fn emit,
+                       kite_spec_mask_fn mask, void *user_data, int32_t *path) {
     bool rejection = st->params.verify == KITE_VERIFY_REJECTION && gp->temperature > 0 && t->n > 1;
     int32_t n_path = 0, node = 0;
     for (;;) {
@@ -670,6 +734,15 @@ int32_t kite_spec_walk(kite_spec_state *st, const kite_gen_params *gp, const kit
         int64_t pos = (int64_t)P + t->depth[node] + 1; /* where the sampled token will sit */
         const float *row = tree_logits + (size_t)node * V;
         int32_t child = -1, y;
+        const float *target = row; /* the logits sampled from: the row, or its masked copy */
+        if (mask) {
+            memcpy(sample_buf, row, sizeof(float) * (size_t)V);
+            if (!mask(user_data, sample_buf)) {
+                if (n_path > 1) n_path--;
+                break;
+            }
+            target = sample_buf;
+        }
         if (rejection) {
             for (int32_t j = node + 1; j < t->n; j++)
                 if (t->parent[j] == node) { child = j; break; }
@@ -677,10 +750,10 @@ int32_t kite_spec_walk(kite_spec_state *st, const kite_gen_params *gp, const kit
         if (child >= 0) {
             bool accepted = false;
             const float *draft_logq = st->params.drafter == KITE_DRAFT_MODEL ? st->draft_q + (size_t)node * V : NULL;
-            y = kite_spec_rejection_step(st, gp, row, V, history, (size_t)pos, pos, t->token[child], draft_logq, &accepted);
+            y = kite_spec_rejection_step(st, gp, target, V, history, (size_t)pos, pos, t->token[child], draft_logq, &accepted);
             if (!accepted) child = -1;
         } else {
-            memcpy(sample_buf, row, sizeof(float) * (size_t)V);
+            if (!mask) memcpy(sample_buf, row, sizeof(float) * (size_t)V);
             y = kite_sample(gp, sample_buf, V, history, (size_t)pos, pos);
             for (int32_t j = node + 1; j < t->n; j++)
                 if (t->parent[j] == node && t->token[j] == y) { child = j; break; }

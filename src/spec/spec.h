@@ -8,6 +8,7 @@
 #include "base/error.h"
 
 struct kite_session;
+struct kite_gmask;
 
 /* A tree of drafted tokens. Node 0 is the root: the last emitted token, not yet run by the target,
  * at absolute position pos0. A chain is a tree with one child per node. */
@@ -49,6 +50,10 @@ typedef struct kite_spec_state {
     bool choice_could_pay;              /* drafting would pay at this cost if every draft were accepted */
     double last_catch_up_ms;            /* of the last kite_spec_draft: feeding the draft model the tokens
                                            decoded plainly since it last drafted (not drafting proper) */
+    /* The grammar the next draft must follow (set by the session before each pass; NULL = none):
+     * every drafted token is allowed at its parent's state, the root's being groot. */
+    struct kite_gmask *gmask;
+    int32_t groot;
 } kite_spec_state;
 
 int kite_spec_init(kite_spec_state *st, struct kite_session *s, const kite_spec_params *p, kite_error *e);
@@ -72,6 +77,14 @@ int kite_spec_catch_up(kite_spec_state *st, struct kite_session *s, kite_error *
 /* Builds the tree for a pass rooted at `root` (position = the session's committed length). */
 int kite_spec_draft(kite_spec_state *st, struct kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
                     kite_draft_tree *t, kite_error *e);
+/* kite_spec_draft below a chain root -> prefix[0] -> ... -> prefix[n_prefix - 1] drafted by the caller (a
+ * grammar's forced text): the draft model continues it with up to budget more tokens (the other
+ * drafters leave the chain as it is). */
+int kite_spec_draft_after(kite_spec_state *st, struct kite_session *s, int32_t root, const int32_t *prefix, int32_t n_prefix,
+                          int32_t budget, const kite_gen_params *gp, kite_draft_tree *t, kite_error *e);
+/* A chain root -> ids[0] -> ... -> ids[n - 1] (n <= KITE_MAX_DRAFT), drafted by the caller (a grammar's
+ * forced text). */
+void kite_spec_draft_chain(kite_draft_tree *t, int32_t root, const int32_t *ids, int32_t n);
 /* Keeps the draft model's cache in step with the accepted path of the last pass. */
 void kite_spec_commit(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path, int32_t pos0);
 
@@ -79,6 +92,11 @@ void kite_spec_commit(kite_spec_state *st, const kite_draft_tree *t, const int32
  * log-probabilities); returns false to end the walk there (an end token, max_tokens, a stop string,
  * or the caller's callback said stop). */
 typedef bool (*kite_spec_emit_fn)(void *user_data, int32_t token, const float *logits);
+/* Called by the walk before it samples at a node, with a copy of the target's logits there ([V]): sets
+ * the logits of the tokens a constraint (a grammar, whose live state the emit callback advanced to
+ * this node) does not allow to -inf. Returns false when no token may follow: the walk ends there
+ * without sampling. */
+typedef bool (*kite_spec_mask_fn)(void *user_data, float *logits);
 
 /* The verification walk (docs/SPECULATIVE.md): from the root, samples the target's token y at node n
  * exactly as plain decoding samples position P + depth(n) + 1 (same processors over the committed
@@ -89,11 +107,14 @@ typedef bool (*kite_spec_emit_fn)(void *user_data, int32_t token, const float *l
  *   history:     [P + t->n] tokens; [0, P) committed; the walk writes the path's tokens at [P, ...)
  *   sample_buf:  [V] scratch
  *   path:        [t->n] gets the visited nodes, root first (their K/V are the ones to keep)
- * Returns the number of nodes on the path (>= 1), which is also the number of tokens emitted.
+ *   mask:        NULL, or applied to the logits at every node before sampling (user_data is emit's)
+ * Returns the number of nodes on the path (>= 1), which is also the number of tokens emitted, except
+ * when mask refuses every token: at the root nothing is emitted (1 is returned); at a later node the
+ * node is dropped from the path (its token was emitted and is the one the cache has not run).
  * Kept apart from the session so tests can drive it with synthetic logits. */
 int32_t kite_spec_walk(kite_spec_state *st, const kite_gen_params *gp, const kite_draft_tree *t, const float *tree_logits,
-                       int32_t V, int32_t *history, int32_t P, float *sample_buf, kite_spec_emit_fn emit, void *user_data,
-                       int32_t *path);
+                       int32_t V, int32_t *history, int32_t P, float *sample_buf, kite_spec_emit_fn emit,
+                       kite_spec_mask_fn mask, void *user_data, int32_t *path);
 
 /* Standard speculative sampling at one chain node: accepts the drafted token x with probability
  * min(1, p(x) / q(x)), else returns a sample of normalize(max(0, p - q)). p = softmax(processed

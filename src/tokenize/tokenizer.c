@@ -539,6 +539,8 @@ static bool drops_prefix_space(const kite_tokenizer *t, int32_t prev_id) {
     return ty == KITE_TOKEN_CONTROL || ty == KITE_TOKEN_USER_DEFINED || ty == KITE_TOKEN_UNKNOWN;
 }
 
+bool kite_tokenizer_drops_space_after(const kite_tokenizer *t, int32_t prev_id) { return t && drops_prefix_space(t, prev_id); }
+
 int32_t kite_tokenizer_piece(const kite_tokenizer *t, int32_t prev_id, int32_t id, char *buf, size_t cap) {
     if (!t || id < 0 || id >= t->n_vocab) return -1;
     const char *p = t->piece_pool + t->piece_off[id];

@@ -73,6 +73,10 @@ int kite_tokenizer_encode_masked(const kite_tokenizer *t, const char *text, size
  * prev_id: the token before (-1 at the start), so SentencePiece can drop the space it added in
  * front of the first word, as llama.cpp does. */
 int32_t kite_tokenizer_piece(const kite_tokenizer *t, int32_t prev_id, int32_t id, char *buf, size_t cap);
+/* Whether kite_tokenizer_piece drops the leading space of the token after prev_id (SentencePiece's
+ * dummy prefix after BOS or a control token; never for byte-level BPE). Grammar masks use it to know
+ * which spelling of a space-led token the output will get. */
+bool kite_tokenizer_drops_space_after(const kite_tokenizer *t, int32_t prev_id);
 
 /* Whole-sequence decode into a malloc'd NUL-terminated string (length in *len): the pieces back to back,
  * without HF's clean_up_tokenization_spaces, so that decode(encode(text)) == text. Thread-safe, like

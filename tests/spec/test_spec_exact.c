@@ -113,6 +113,7 @@ static bool collect(int32_t id, const char *text, size_t len, void *user) {
 }
 
 static int32_t g_threads = 1;
+static kite_finish_reason g_last_finish; /* of the latest generate() */
 
 static kite_session *open_session(kite_model *m, int32_t n_ctx) {
     kite_session_params sp = kite_session_default_params();
@@ -141,6 +142,7 @@ static void generate(kite_model *m, const kite_spec_params *spec, const int32_t 
     r->status = kite_generate(s, gp, collect, r, r->err, sizeof r->err);
     kite_session_stats(s, &r->stats);
     r->n_past = kite_session_n_past(s);
+    g_last_finish = kite_session_finish_reason(s);
     kite_session_free(s);
 }
 
@@ -273,6 +275,69 @@ static void exact_for_pair(pair *p) {
 
 static void test_exact_tok512(void **state) { (void)state; exact_for_pair(&g_pairs[0]); }
 static void test_exact_656k(void **state) { (void)state; exact_for_pair(&g_pairs[1]); }
+
+/* ---- under a grammar ------------------------------------------------------------------------------------- */
+
+/* A record of free text (the stories' own words), a closed set of values and forced keys and
+ * punctuation (no braces: TinyStories-656K's vocabulary has no '{'): every drafter, with and without the forced-text drafts, gives plain constrained
+ * decoding's tokens and finish reason. The grammar ends the text (finish stop) before max_tokens in
+ * most runs, so the ends of generation are exercised too. */
+static const char STORY_GRAMMAR[] =
+    "root ::= \"Hero: \" name \", mood: \" (\"happy\" | \"sad\" | \"brave\") \". Story: \\\"\" text \"\\\"\"\n"
+    "name ::= [A-Z] [a-z]{1,12}\n"
+    "text ::= [A-Za-z] [a-zA-Z ,.!']{0,120}\n";
+
+static void exact_under_grammar(pair *p) {
+    char err[512];
+    kite_grammar *g = NULL;
+    if (kite_grammar_open(&g, p->target, KITE_GRAMMAR_GBNF, STORY_GRAMMAR, strlen(STORY_GRAMMAR), err, sizeof err))
+        fail_msg("%s: grammar: %s", p->name, err);
+    int64_t drafted = 0, accepted = 0, stops = 0;
+    static const int32_t budgets[] = {1, 2, 5, 12, 32};
+    for (int cfg = 0; cfg < N_CONFIGS; cfg++) {
+        kite_gen_params gp = gen_config(cfg, 160);
+        gp.grammar = g;
+        gp.ignore_eos = cfg % 2 == 1; /* end tokens allowed at the end (or not) */
+        run_result plain, got;
+        generate(p->target, NULL, p->prompt[0], p->n_prompt[0], &gp, 0, &plain);
+        kite_finish_reason plain_finish = g_last_finish;
+        assert_int_equal(plain.status, KITE_OK);
+        assert_true(plain.n > 10);
+        stops += plain_finish == KITE_FINISH_STOP;
+        for (size_t bi = 0; bi < sizeof budgets / sizeof budgets[0]; bi++) {
+            int32_t b = budgets[bi];
+            for (int forced = 0; forced < 2; forced++) {
+                for (int d = 0; d < 5; d++) {
+                    /* n-gram chain and tree, draft model chain and tree, the perfect oracle */
+                    kite_drafter dr = d < 2 ? KITE_DRAFT_NGRAM : d < 4 ? KITE_DRAFT_MODEL : KITE_DRAFT_ORACLE;
+                    kite_spec_params sp = spec_of(dr, b, d == 1 ? 3 : d == 3 ? 4 : 1);
+                    sp.draft_model = p->draft;
+                    sp.oracle_ids = plain.ids, sp.n_oracle_ids = (size_t)plain.n;
+                    sp.no_forced_drafts = !forced;
+                    generate(p->target, &sp, p->prompt[0], p->n_prompt[0], &gp, 0, &got);
+                    char what[160];
+                    snprintf(what, sizeof what, "%s grammar cfg %d drafter %d budget %d forced %d", p->name, cfg, d, b, forced);
+                    assert_prefix_ids(&plain, &got, plain.n, what);
+                    if (g_last_finish != plain_finish) fail_msg("%s: finish %d, plain %d", what, g_last_finish, plain_finish);
+                    /* A perfect oracle without forced drafts still needs exactly the passes of a free run. */
+                    if (d == 4 && !forced && got.stats.target_passes != ceil_div(plain.n - 1, b + 1))
+                        fail_msg("%s: %lld passes, want %lld", what, (long long)got.stats.target_passes,
+                                 (long long)ceil_div(plain.n - 1, b + 1));
+                    drafted += got.stats.drafted, accepted += got.stats.accepted;
+                }
+            }
+        }
+    }
+    print_message("%s under a grammar: %lld of %lld drafted tokens accepted, %lld of %d plain runs ended by the grammar\n",
+                  p->name, (long long)accepted, (long long)drafted, (long long)stops, N_CONFIGS);
+    assert_true(accepted > 0);
+    kite_grammar_free(g);
+}
+
+static void test_exact_under_grammar(void **state) {
+    (void)state;
+    for (int i = 0; i < 2; i++) exact_under_grammar(&g_pairs[i]);
+}
 
 /* ---- a model drafting for itself: q = p, so every drafted token is accepted ---------------------------- */
 
@@ -691,6 +756,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_tok512),
         cmocka_unit_test(test_exact_656k),
+        cmocka_unit_test(test_exact_under_grammar),
         cmocka_unit_test(test_self_draft_always_accepted),
         cmocka_unit_test(test_first_token_from_prompt),
         cmocka_unit_test(test_end_token_inside_accepted_path),

@@ -211,7 +211,7 @@ static void check_tree(walk_env *env, const bool *in, const int32_t *order, int3
         emit_log log = {.stop_at = stop};
         float buf[MAX_V];
         int32_t path[KITE_MAX_DRAFT + 1];
-        int32_t n_path = kite_spec_walk(&env->st, &env->wc->gp, &t, tree_logits, ft->V, history, P0, buf, log_emit, &log, path);
+        int32_t n_path = kite_spec_walk(&env->st, &env->wc->gp, &t, tree_logits, ft->V, history, P0, buf, log_emit, NULL, &log, path);
         int want = stop == 0 ? k + 1 : stop;
         if (n_path != want || log.n != want)
             fail_msg("%s: tree of %d nodes, match %d, stop %d: %d path nodes, %d tokens", env->wc->name, t.n, k, stop, n_path,
@@ -434,7 +434,7 @@ static void sim_generate(gen_sim *g) {
         }
         float buf[JV];
         int32_t path[KITE_MAX_DRAFT + 1];
-        int32_t n_path = kite_spec_walk(&g->st, &g->gp, &t, tree_logits, JV, history, P, buf, sim_emit, g, path);
+        int32_t n_path = kite_spec_walk(&g->st, &g->gp, &t, tree_logits, JV, history, P, buf, sim_emit, NULL, g, path);
         P += n_path;
         root = g->out[g->n_out - 1];
     }

@@ -46,6 +46,11 @@ typedef struct cli_args {
     int32_t spec_tree;
     const char *spec_verify;
     const char *cache_type;   /* f16 | f32 */
+    const char *grammar_file; /* --grammar FILE.gbnf */
+    const char *schema_file;  /* --json-schema FILE.json */
+    const char *regex;        /* --regex TEXT */
+    bool json_object;         /* --json-object: any JSON object */
+    bool no_forced_drafts;    /* --no-forced-drafts */
 } cli_args;
 
 static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
@@ -79,6 +84,8 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) { a->quiet = true; continue; }
         if (!strcmp(opt, "--no-special")) { a->no_special = true; continue; }
         if (!strcmp(opt, "--chat")) { a->chat = true; continue; }
+        if (!strcmp(opt, "--json-object")) { a->json_object = true; continue; }
+        if (!strcmp(opt, "--no-forced-drafts")) { a->no_forced_drafts = true; continue; }
         if (opt[0] != '-' || opt[1] != '-') {
             if (a->positional) return fail(2, "unexpected argument '%s'", opt);
             a->positional = opt;
@@ -121,6 +128,9 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         if (!strcmp(opt, "--cache-type")) { a->cache_type = val; continue; }
         if (!strcmp(opt, "--system")) { a->system = val; continue; }
         if (!strcmp(opt, "--chat-template")) { a->chat_template = val; continue; }
+        if (!strcmp(opt, "--grammar")) { a->grammar_file = val; continue; }
+        if (!strcmp(opt, "--json-schema")) { a->schema_file = val; continue; }
+        if (!strcmp(opt, "--regex")) { a->regex = val; continue; }
         if (!strcmp(opt, "--spec-budget") && !strcmp(val, "auto")) { a->spec_budget = 0; continue; }
         INT_OPT("--max-tokens", max_tokens, 0, INT32_MAX, a->have_max_tokens = true)
         INT_OPT("--top-k", top_k, 0, INT32_MAX, a->have_top_k = true)
@@ -212,6 +222,12 @@ static const char RUN_USAGE[] =
     "  --spec-tree C           children per draft node (1 = a chain, default)\n"
     "  --spec-verify MODE      gumbel (default; identical to plain sampling with the same seed) or\n"
     "                          rejection (standard speculative sampling, same distribution only)\n"
+    "  --grammar FILE.gbnf     constrain the output to a GBNF grammar (llama.cpp's syntax, rule root)\n"
+    "  --json-schema FILE.json constrain the output to JSON that validates against the schema\n"
+    "  --regex TEXT            constrain the whole output to match the regular expression\n"
+    "  --json-object           constrain the output to a JSON object\n"
+    "                          (with a constraint, generation ends where the grammar allows nothing more)\n"
+    "  --no-forced-drafts      with --draft and a constraint: do not draft the text the grammar forces\n"
     "  --json                  print one JSON object (prompt_ids, ids, text, stats) instead of the text\n"
     "  --quiet, -q             no statistics and no progress bar on stderr\n";
 
@@ -305,6 +321,29 @@ done:
     return rc;
 }
 
+/* The constraint the options ask for (none: *out stays NULL). */
+static int open_grammar(const cli_args *a, const kite_model *model, kite_grammar **out) {
+    *out = NULL;
+    kite_grammar_kind kind;
+    const char *file = NULL, *text = NULL;
+    if (a->grammar_file) kind = KITE_GRAMMAR_GBNF, file = a->grammar_file;
+    else if (a->schema_file) kind = KITE_GRAMMAR_JSON_SCHEMA, file = a->schema_file;
+    else if (a->regex) kind = KITE_GRAMMAR_REGEX, text = a->regex;
+    else if (a->json_object) kind = KITE_GRAMMAR_JSON, text = "";
+    else return 0;
+    char err[1024];
+    char *content = NULL;
+    size_t len = text ? strlen(text) : 0;
+    if (file && !(content = kite_cli_read_file(file, &len, err, sizeof err))) return fail(1, "%s", err);
+    int st = kite_grammar_open(out, model, kind, file ? content : text, len, err, sizeof err);
+    free(content);
+    if (st) {
+        fprintf(stderr, "%s: error: %s%s%s\n", g_prog, file ? file : "", file ? ": " : "", err);
+        return 1;
+    }
+    return 0;
+}
+
 static int cmd_run(int argc, char **argv) {
     cli_args a = {0};
     int rc = parse_args(argc, argv, 2, &a, "kite run --help");
@@ -322,12 +361,17 @@ static int cmd_run(int argc, char **argv) {
     if (a.chat && a.no_special)
         return fail(2, "%s", "--no-special is for raw prompts: with --chat, typed text is always plain text");
 
+    if ((a.grammar_file != NULL) + (a.schema_file != NULL) + (a.regex != NULL) + a.json_object > 1)
+        return fail(2, "%s", "give one of --grammar, --json-schema, --regex and --json-object");
+    if (a.no_forced_drafts && !a.draft) return fail(2, "%s", "--no-forced-drafts goes with --draft");
+
     kite_model *model = NULL;
     if ((rc = open_model(&a, false, &model))) return rc;
     kite_model_info info;
     kite_model_get_info(model, &info);
+    kite_grammar *grammar = NULL;
 
-    char err[512];
+    char err[1024];
     int32_t *prompt = NULL;
     size_t n_prompt = 0;
     if (a.prompt_ids) {
@@ -357,6 +401,9 @@ static int cmd_run(int argc, char **argv) {
     if (a.have_frequency) gp.frequency_penalty = a.frequency_penalty;
     if (a.have_seed) gp.seed = a.seed;
     gp.ignore_eos = a.ignore_eos;
+
+    if ((rc = open_grammar(&a, model, &grammar))) goto done;
+    gp.grammar = grammar;
 
     kite_session_params sp = kite_session_default_params();
     sp.n_ctx = a.ctx;
@@ -400,6 +447,7 @@ static int cmd_run(int argc, char **argv) {
             goto done;
         }
         spec.verify = a.spec_verify && !strcmp(a.spec_verify, "rejection") ? KITE_VERIFY_REJECTION : KITE_VERIFY_GUMBEL;
+        spec.no_forced_drafts = a.no_forced_drafts;
         if (kite_session_set_spec(session, &spec, err, sizeof err)) {
             rc = fail(1, "%s", err);
             kite_session_free(session);
@@ -454,6 +502,12 @@ static int cmd_run(int argc, char **argv) {
             json_object_set_new(js, "draft_ms", json_real(stats.draft_ms));
             json_object_set_new(js, "verify_ms", json_real(stats.verify_ms));
         }
+        if (grammar) {
+            json_object_set_new(js, "grammar_ms", json_real(stats.grammar_ms));
+            json_object_set_new(js, "grammar_masks", json_integer(stats.grammar_masks));
+            json_object_set_new(js, "grammar_mask_ms", json_real(stats.grammar_mask_ms));
+            json_object_set_new(js, "grammar_mask_hits", json_integer(stats.grammar_mask_hits));
+        }
         json_object_set_new(root, "stats", js);
         char *dump = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
         if (dump) puts(dump);
@@ -479,6 +533,7 @@ static int cmd_run(int argc, char **argv) {
     kite_model_free(draft_model);
 done:
     free(prompt);
+    kite_grammar_free(grammar);
     kite_model_free(model);
     return rc;
 }
@@ -595,6 +650,7 @@ static const char MAIN_USAGE[] =
     "  bench      measure prefill, decode and batch speed against the machine's limits\n"
     "  gen-model  write a random-weight model of a real shape (for benchmarks)\n"
     "  serve      an OpenAI-compatible HTTP server (chat and completions, continuous batching)\n"
+    "  grammar    print the GBNF grammar a JSON schema or a regular expression compiles to\n"
     "\n"
     "kite <command> --help describes each command.\n";
 
@@ -603,6 +659,7 @@ int kite_cmd_gen_model(int argc, char **argv); /* bench.c */
 int kite_cmd_template(int argc, char **argv);  /* template.c */
 int kite_cmd_chat(int argc, char **argv);      /* chat.c */
 int kite_cmd_serve(int argc, char **argv);     /* serve.c */
+int kite_cmd_grammar(int argc, char **argv);   /* grammar.c */
 
 /* The library's log lines on stderr, at or above the level KITE_LOG names (debug, info, warn (the
  * default), error, off); the library itself never prints. */
@@ -651,6 +708,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "template")) return kite_cmd_template(argc, argv);
     if (!strcmp(cmd, "chat")) return kite_cmd_chat(argc, argv);
     if (!strcmp(cmd, "serve")) return kite_cmd_serve(argc, argv);
+    if (!strcmp(cmd, "grammar")) return kite_cmd_grammar(argc, argv);
     fprintf(stderr, "%s: error: unknown command '%s'\n\n%s", g_prog, cmd, MAIN_USAGE);
     return 2;
 }
