@@ -11,13 +11,16 @@ import { fileURLToPath } from "node:url";
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(path.join(here, "..", "oracle", "package.json"));
 const Ajv = require("ajv");
+const Ajv2020 = require("ajv/dist/2020");
 const addFormats = require("ajv-formats");
 
 const cases = JSON.parse(readFileSync(process.argv[2], "utf8"));
 let checked = 0, failures = 0;
 for (const c of cases) {
   // strict off: schemas may carry annotations ajv does not know; formats per ajv-formats ("full" mode).
-  const ajv = new Ajv({ strict: false, allErrors: false, validateFormats: true });
+  // draft 2020-12 when the schema says so (prefixItems), else ajv's default draft 7.
+  const is2020 = typeof c.schema === "object" && c.schema !== null && String(c.schema.$schema ?? "").includes("2020-12");
+  const ajv = new (is2020 ? Ajv2020 : Ajv)({ strict: false, allErrors: false, validateFormats: true });
   addFormats(ajv);
   let validate;
   try {
