@@ -1410,7 +1410,7 @@ static void step(kite_tool_stream *s, unsigned char c) {
             bool consumed = true;
             jresult r = js_byte(&s->js, c, &consumed);
             if (s->js.nomem) s->nomem = true;
-            if (consumed && s->holding && !buf_putc(&s->hold, (char)c)) s->nomem = true;
+            if (r != JRES_ERROR && consumed && s->holding && !buf_putc(&s->hold, (char)c)) s->nomem = true;
             if (r == JRES_ERROR) {
                 if (s->holding) {
                     fail_region(s, s->js.error); /* c is read again as content */

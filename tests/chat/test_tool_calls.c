@@ -292,7 +292,7 @@ static void test_detect_case_templates(void **state) {
 static void test_detect_golden_templates(void **state) {
     (void)state;
     static const struct { const char *name; kite_tool_format format; bool think; } want[] = {
-        {"chatglm3", KITE_TOOL_FORMAT_GENERIC, false},      {"cogito", KITE_TOOL_FORMAT_HERMES, true},
+        {"chatglm3", KITE_TOOL_FORMAT_GENERIC, false},      {"cogito", KITE_TOOL_FORMAT_HERMES, false},
         {"command_r_plus", KITE_TOOL_FORMAT_GENERIC, false}, {"command_r_plus_tool_use", KITE_TOOL_FORMAT_GENERIC, false},
         {"deepseek_r1", KITE_TOOL_FORMAT_DEEPSEEK, true},   {"deepseek_v3", KITE_TOOL_FORMAT_DEEPSEEK, false},
         {"gemma3", KITE_TOOL_FORMAT_GENERIC, false},         {"glm4", KITE_TOOL_FORMAT_GENERIC, false},

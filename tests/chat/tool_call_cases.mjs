@@ -26,7 +26,7 @@ const ollamaVersion = JSON.parse(readFileSync(join(modules, "@huggingface/ollama
 const GOLDEN = {
   qwen2_5: { format: "hermes", think: false },
   qwen3: { format: "hermes", think: true },
-  cogito: { format: "hermes", think: true },
+  cogito: { format: "hermes", think: false }, // thinks, but its template shows no <think>
   llama3_2: { format: "llama3", think: false },
   mistral_nemo: { format: "mistral", think: false },
   deepseek_v3: { format: "deepseek", think: false },
@@ -36,7 +36,7 @@ const OLLAMA = {
   "library/llama3.1:8b": { name: "llama3_1", format: "llama3", think: false },
   "library/deepseek-r1:latest": { name: "deepseek_r1_0528", format: "deepseek", think: true },
   "library/deepseek-v3.1:latest": { name: "deepseek_v3_1", format: "deepseek_v3_1", think: true },
-  "library/qwq:32b": { name: "qwq", format: "hermes", think: true },
+  "library/qwq:32b": { name: "qwq", format: "hermes", think: false },
 };
 const SPECIAL = {
   qwen2_5: {}, qwen3: {}, cogito: {}, qwq: {},
