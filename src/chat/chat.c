@@ -17,6 +17,7 @@ struct kite_chat_template {
     bool has_fixed_time;
     int64_t fixed_time;
     jinja_limits limits;
+    kite_tool_template_info tool_info; /* the tool-call format and reasoning markup its source shows */
 };
 
 enum { MAX_TEMPLATE_BYTES = 4 << 20, MAX_CONFIG_BYTES = 64 << 20 };
@@ -55,6 +56,7 @@ static int make_template(kite_chat_template **out, const char *source, size_t le
         free(t);
         return rc;
     }
+    t->tool_info = kite_tool_detect(source, len, NULL, 0);
     const kite_tokenizer *tok = model ? model->tokenizer : NULL;
     t->bos_token = dup_token(model, tok ? kite_tokenizer_bos(tok) : -1);
     t->eos_token = dup_token(model, tok ? kite_tokenizer_eos(tok) : -1);
@@ -76,6 +78,10 @@ int kite_chat_template_from_text(kite_chat_template **out, const char *source, s
     }
     make_template(out, source ? source : "", source_len, model, &e);
     return kite_error_export(&e, err, err_size);
+}
+
+kite_tool_template_info kite_chat_template_tool_info(const kite_chat_template *tmpl) {
+    return tmpl ? tmpl->tool_info : (kite_tool_template_info){.format = KITE_TOOL_FORMAT_NONE};
 }
 
 void kite_chat_template_free(kite_chat_template *tmpl) {

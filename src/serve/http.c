@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "chat/chat_internal.h"
+#include "chat/tool_grammar.h"
 #include "serve/server.h"
 
 /* How long kite_server_wait lets in-flight requests finish before it cancels them. */
@@ -162,7 +164,14 @@ json_t *serve_response_body(const serve_request *r) {
     if (chat) {
         json_t *message = json_object();
         json_object_set_new(message, "role", json_string("assistant"));
+        /* OpenAI's shape: a reply that only calls tools has content null */
+        if (r->n_tool_calls > 0 && r->content.len == 0) {
+            json_decref(text);
+            text = json_null();
+        }
         json_object_set_new(message, "content", text);
+        if (r->reasoning.len) json_object_set_new(message, "reasoning_content", serve_json_text(r->reasoning.data, r->reasoning.len));
+        if (r->tool_calls) json_object_set_new(message, "tool_calls", json_incref(r->tool_calls));
         json_object_set_new(choice, "message", message);
     } else {
         json_object_set_new(choice, "text", text);
@@ -248,6 +257,7 @@ static void build_gen_params(kite_server *s, serve_request *r) {
     g.n_stop = oa->n_stop;
     g.logprobs = oa->logprobs;
     g.top_logprobs = clamp_i32(oa->top_logprobs, 0, KITE_MAX_TOP_LOGPROBS);
+    g.grammar = r->grammar;
     r->gen = g;
 }
 
@@ -318,6 +328,65 @@ static int tokenize_request(kite_server *s, serve_request *r, kite_openai_error 
     return 0;
 }
 
+/* The grammar the request's output must follow (response_format, grammar, a forced tool call) and the
+ * parser of a chat reply's parts. Returns 0 or an HTTP status with *e. */
+static int prepare_output(kite_server *s, serve_request *r, kite_openai_error *e) {
+    const kite_openai_request *oa = &r->oa;
+    char err[512];
+    kite_error ke = {0};
+    bool chat = oa->endpoint == KITE_OPENAI_CHAT;
+    bool calls = chat && oa->n_tools > 0 && oa->tool_choice != KITE_OPENAI_TOOLS_NONE;
+    kite_tool_format format = calls ? s->tool_info.format : KITE_TOOL_FORMAT_NONE;
+    const char *param = oa->format == KITE_OPENAI_FORMAT_GRAMMAR ? "grammar"
+                        : oa->format == KITE_OPENAI_FORMAT_JSON_SCHEMA ? "response_format.json_schema.schema"
+                                                                        : "response_format";
+    int rc = KITE_OK;
+    switch (oa->format) {
+    case KITE_OPENAI_FORMAT_TEXT: break;
+    case KITE_OPENAI_FORMAT_JSON_OBJECT: rc = kite_grammar_open(&r->grammar, s->model, KITE_GRAMMAR_JSON, NULL, 0, err, sizeof err); break;
+    case KITE_OPENAI_FORMAT_JSON_SCHEMA:
+        rc = kite_grammar_open(&r->grammar, s->model, KITE_GRAMMAR_JSON_SCHEMA, oa->format_text, strlen(oa->format_text), err,
+                               sizeof err);
+        break;
+    case KITE_OPENAI_FORMAT_GRAMMAR:
+        rc = kite_grammar_open(&r->grammar, s->model, KITE_GRAMMAR_GBNF, oa->format_text, strlen(oa->format_text), err, sizeof err);
+        break;
+    }
+    if (!rc && calls && oa->tool_choice >= KITE_OPENAI_TOOLS_REQUIRED) {
+        param = "tool_choice";
+        char *gbnf = NULL;
+        size_t n = 0;
+        if (format == KITE_TOOL_FORMAT_NONE || format == KITE_TOOL_FORMAT_HARMONY) {
+            /* harmony's markup is control tokens, which a byte grammar cannot write */
+            snprintf(err, sizeof err, "this model's chat template (tool-call format '%s') cannot be made to call a tool",
+                     kite_tool_format_name(format));
+            rc = KITE_ERR_UNSUPPORTED;
+        } else if ((rc = kite_tool_grammar(format, oa->tools_json, oa->tool_choice_name, &gbnf, &n, &ke))) {
+            snprintf(err, sizeof err, "%s", ke.msg);
+        } else {
+            rc = kite_grammar_open(&r->grammar, s->model, KITE_GRAMMAR_GBNF, gbnf, n, err, sizeof err);
+        }
+        free(gbnf);
+    }
+    if (rc)
+        return kite_openai_set_error(e, rc == KITE_ERR_NOMEM ? 500 : 400, rc == KITE_ERR_NOMEM ? "server_error" : "invalid_request_error",
+                                     param, NULL, "%s", err);
+    if (chat && (calls || s->tool_info.think)) {
+        kite_tool_parse_options po = kite_tool_parse_default_options(format);
+        po.think = s->tool_info.think;
+        po.id_seed = next_random(s);
+        /* a generation prompt that opens <think> (DeepSeek-R1's newer templates) starts the reply inside it */
+        char tail[256];
+        size_t from = r->n_prompt > 16 ? r->n_prompt - 16 : 0, n_tail = 0;
+        if (po.think && kite_detokenize(s->model, r->prompt_ids + from, r->n_prompt - from, tail, sizeof tail, &n_tail, err, sizeof err) == KITE_OK &&
+            n_tail <= sizeof tail)
+            po.starts_in_think = kite_tool_prompt_opens_think(tail, n_tail);
+        if (kite_tool_stream_new(&po, &r->replies, &ke))
+            return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "%s", ke.msg);
+    }
+    return 0;
+}
+
 static serve_request *request_new(kite_server *s) {
     serve_request *r = calloc(1, sizeof *r);
     if (!r) return NULL;
@@ -343,6 +412,7 @@ static enum MHD_Result handle_completion(kite_server *s, struct MHD_Connection *
                                    "The model '%.200s' does not exist; this server serves '%.200s'", r->oa.model,
                                    s->model_name);
     if (rc == 0) rc = tokenize_request(s, r, &e);
+    if (rc == 0) rc = prepare_output(s, r, &e);
     if (rc) {
         serve_request_unref(r);
         return send_error(s, conn, c, &e);
@@ -639,6 +709,7 @@ int kite_server_open(kite_server **out, kite_model *model, const kite_server_par
         snprintf(s->tmpl_error, sizeof s->tmpl_error, "%.200s", msg);
         kite_log(KITE_LOG_WARN, "serve: no chat template, /v1/chat/completions will answer 400: %s", msg);
     }
+    s->tool_info = kite_chat_template_tool_info(s->tmpl);
 
     /* The slots and the batch that steps them. */
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);

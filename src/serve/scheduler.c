@@ -23,7 +23,11 @@ void serve_request_unref(serve_request *r) {
     else free(r->prompt_ids);
     serve_buf_free(&r->out);
     serve_buf_free(&r->content);
+    serve_buf_free(&r->reasoning);
+    json_decref(r->tool_calls);
     json_decref(r->logprobs);
+    kite_grammar_free(r->grammar);
+    kite_tool_stream_free(r->replies);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -142,6 +146,71 @@ static void completion_logprobs_add(const struct kite_server *s, json_t *l, cons
     serve_buf_free(&raw);
 }
 
+/* A chat reply's parts as the tool-call parser finds them: content, reasoning and calls, appended to the
+ * non-stream answer or sent as OpenAI's deltas. */
+static bool on_reply_event(const kite_tool_event *ev, void *user_data) {
+    serve_request *r = user_data;
+    if (!r->oa.stream) {
+        switch (ev->kind) {
+        case KITE_TOOL_EVENT_CONTENT: serve_buf_append(&r->content, ev->text, ev->len); break;
+        case KITE_TOOL_EVENT_REASONING: serve_buf_append(&r->reasoning, ev->text, ev->len); break;
+        case KITE_TOOL_EVENT_CALL_START: {
+            if (!r->tool_calls) r->tool_calls = json_array();
+            json_t *call = json_object(), *fn = json_object();
+            json_object_set_new(call, "id", json_string(ev->id));
+            json_object_set_new(call, "type", json_string("function"));
+            json_object_set_new(fn, "name", json_string(ev->name));
+            json_object_set_new(fn, "arguments", json_string(""));
+            json_object_set_new(call, "function", fn);
+            json_array_append_new(r->tool_calls, call);
+            r->n_tool_calls++;
+            break;
+        }
+        case KITE_TOOL_EVENT_ARGUMENTS: {
+            json_t *fn = json_object_get(json_array_get(r->tool_calls, (size_t)ev->index), "function");
+            json_t *args = json_object_get(fn, "arguments");
+            if (!args) break;
+            serve_buf joined = {0};
+            serve_buf_append(&joined, json_string_value(args), json_string_length(args));
+            serve_buf_append(&joined, ev->text, ev->len);
+            json_object_set_new(fn, "arguments", serve_json_text(joined.data ? joined.data : "", joined.len));
+            serve_buf_free(&joined);
+            break;
+        }
+        case KITE_TOOL_EVENT_CALL_END: break;
+        }
+        return true;
+    }
+    json_t *delta = json_object();
+    switch (ev->kind) {
+    case KITE_TOOL_EVENT_CONTENT: json_object_set_new(delta, "content", serve_json_text(ev->text, ev->len)); break;
+    case KITE_TOOL_EVENT_REASONING: json_object_set_new(delta, "reasoning_content", serve_json_text(ev->text, ev->len)); break;
+    case KITE_TOOL_EVENT_CALL_START:
+    case KITE_TOOL_EVENT_ARGUMENTS: {
+        /* OpenAI's shape: the first delta of a call carries its index, id, type and name with empty
+         * arguments; the next ones the index and more of the arguments */
+        json_t *calls = json_array(), *call = json_object(), *fn = json_object();
+        json_object_set_new(call, "index", json_integer(ev->index));
+        if (ev->kind == KITE_TOOL_EVENT_CALL_START) {
+            json_object_set_new(call, "id", json_string(ev->id));
+            json_object_set_new(call, "type", json_string("function"));
+            json_object_set_new(fn, "name", json_string(ev->name));
+            json_object_set_new(fn, "arguments", json_string(""));
+            r->n_tool_calls++;
+        } else {
+            json_object_set_new(fn, "arguments", serve_json_text(ev->text, ev->len));
+        }
+        json_object_set_new(call, "function", fn);
+        json_array_append_new(calls, call);
+        json_object_set_new(delta, "tool_calls", calls);
+        break;
+    }
+    case KITE_TOOL_EVENT_CALL_END: json_decref(delta); return true;
+    }
+    send_event(r, chunk(r, chunk_choice(r, delta, NULL, NULL)));
+    return true;
+}
+
 static bool on_token(int32_t id, const char *text, size_t text_len, void *user_data) {
     serve_request *r = user_data;
     struct kite_server *s = r->server;
@@ -155,7 +224,8 @@ static bool on_token(int32_t id, const char *text, size_t text_len, void *user_d
     r->text_offset += text_len;
     if (!r->oa.stream) {
         /* Non-stream: only the scheduler touches these until done is set under the lock. */
-        serve_buf_append(&r->content, text, text_len);
+        if (r->replies) kite_tool_stream_feed(r->replies, text, text_len, on_reply_event, r, NULL);
+        else serve_buf_append(&r->content, text, text_len);
         if (have_lp) {
             if (is_chat(r)) json_array_append_new(json_object_get(r->logprobs, "content"), chat_logprob_entry(s, &lp));
             else completion_logprobs_add(s, r->logprobs, &lp, offset);
@@ -181,6 +251,16 @@ static bool on_token(int32_t id, const char *text, size_t text_len, void *user_d
             logprobs = completion_logprobs_new();
             completion_logprobs_add(s, logprobs, &lp, offset);
         }
+    }
+    if (r->replies) {
+        /* the parser decides what each piece of text is; log-probabilities go in a delta of their own */
+        if (text_len) kite_tool_stream_feed(r->replies, text, text_len, on_reply_event, r, NULL);
+        if (logprobs) {
+            json_t *delta = json_object();
+            json_object_set_new(delta, "content", json_string(""));
+            send_event(r, chunk(r, chunk_choice(r, delta, logprobs, NULL)));
+        }
+        return true;
     }
     json_t *piece = serve_json_text(text, text_len);
     json_t *payload = piece;
@@ -376,7 +456,19 @@ static void finish_slot(struct kite_server *s, serve_slot *slot) {
     } else if (atomic_load(&r->cancelled)) {
         fail_request(s, r, 503, "server_error", "cancelled", "the request was cancelled");
     } else if (status == KITE_OK || status == KITE_ERR_CONTEXT_FULL) {
-        r->finish_reason = reason == KITE_FINISH_STOP ? "stop" : "length";
+        if (r->replies) {
+            if (is_chat(r) && r->oa.stream && !r->sent_role) { /* the role comes first, even before held text */
+                json_t *delta = json_object();
+                json_object_set_new(delta, "role", json_string("assistant"));
+                json_object_set_new(delta, "content", json_string(""));
+                send_event(r, chunk(r, chunk_choice(r, delta, NULL, NULL)));
+                r->sent_role = true;
+            }
+            kite_tool_stream_finish(r->replies, on_reply_event, r, NULL);
+            const char *problem = kite_tool_stream_problem(r->replies);
+            if (problem) kite_log(KITE_LOG_INFO, "serve: %s: tool-call markup: %s", r->id, problem);
+        }
+        r->finish_reason = reason == KITE_FINISH_STOP ? (r->n_tool_calls > 0 ? "tool_calls" : "stop") : "length";
         finish_request(s, r);
     } else {
         kite_log(KITE_LOG_WARN, "serve: %s failed: %s", r->id, err);

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat/tool_calls.h"
 #include "kite.h"
 #include "serve/openai.h"
 
@@ -89,7 +90,10 @@ struct serve_request {
     int32_t *prompt_ids;             /* the whole prompt (kite_free'd when from kite_chat_tokenize: see ids_from_lib) */
     size_t n_prompt;
     bool ids_from_lib;
-    kite_gen_params gen;             /* stop and logit_bias point into oa */
+    kite_gen_params gen;             /* stop and logit_bias point into oa, grammar to the one below */
+    kite_grammar *grammar;           /* response_format / grammar / a forced tool call, or NULL */
+    kite_tool_stream *replies;       /* chat: the reply parsed into content, reasoning and tool calls as it
+                                        streams (tools offered, or a template that writes <think>), or NULL */
     char id[48];                     /* chatcmpl-... / cmpl-... */
     int64_t created;                 /* Unix seconds */
     double t_received;               /* serve_now() when the body was in */
@@ -113,7 +117,10 @@ struct serve_request {
     pthread_cond_t cv;
     serve_buf out;                   /* stream: SSE bytes not yet sent (from out_pos) */
     size_t out_pos;
-    serve_buf content;               /* non-stream: the completion text */
+    serve_buf content;               /* non-stream: the completion text (with replies: the content part) */
+    serve_buf reasoning;             /* non-stream with replies: the reasoning part */
+    json_t *tool_calls;              /* non-stream with replies: the calls (OpenAI's message.tool_calls) */
+    int32_t n_tool_calls;            /* calls the reply holds so far */
     json_t *logprobs;                /* non-stream: chat {"content": [...]} or completions {tokens, ...} */
     bool done;
     const char *finish_reason;       /* "stop" / "length" when done without error */
@@ -142,6 +149,7 @@ struct kite_server {
     char *model_name;
     char *api_key;                   /* NULL = open */
     kite_chat_template *tmpl;        /* NULL = the model has none (chat requests get 400) */
+    kite_tool_template_info tool_info; /* the template's tool-call format and reasoning markup */
     char tmpl_error[256];
     int32_t n_ctx;                   /* per slot */
     int32_t queue_size;

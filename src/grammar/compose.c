@@ -1,0 +1,78 @@
+/* GBNF composition (compose.h). The lexer here knows only what it must step over to find rule names:
+ * comments (# to the end of the line), "..." literals and [...] classes with their backslash escapes, and
+ * {m,n} counts, whose digits would otherwise read as names. */
+#include "grammar/compose.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/compile_internal.h"
+
+static bool name_char(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+/* The end of the quoted span opened at text[at] (closing quote included), or 0 when it never closes. */
+static size_t span_end(const char *text, size_t len, size_t at, char close) {
+    for (size_t i = at + 1; i < len; i++) {
+        if (text[i] == '\\') i++;
+        else if (text[i] == close) return i + 1;
+    }
+    return 0;
+}
+
+int kite_gbnf_prefix_rules(const char *gbnf, size_t len, const char *prefix, char **out, size_t *out_len, kite_error *e) {
+    *out = NULL;
+    if (out_len) *out_len = 0;
+    gtext t = {0};
+    size_t plen = strlen(prefix);
+    for (size_t i = 0; i < len;) {
+        unsigned char c = (unsigned char)gbnf[i];
+        size_t end = i + 1;
+        if (c == '#') {
+            while (end < len && gbnf[end] != '\n') end++;
+        } else if (c == '"' || c == '[') {
+            end = span_end(gbnf, len, i, c == '"' ? '"' : ']');
+            if (!end) {
+                gtext_free(&t);
+                return kite_fail(e, KITE_ERR_FORMAT, "grammar: unterminated %s at byte %zu", c == '"' ? "literal" : "class", i);
+            }
+        } else if (c == '{') {
+            while (end < len && gbnf[end] != '}') end++;
+            if (end < len) end++;
+        } else if (name_char(c)) {
+            while (end < len && name_char((unsigned char)gbnf[end])) end++;
+            gtext_putn(&t, prefix, plen);
+        }
+        gtext_putn(&t, gbnf + i, end - i);
+        i = end;
+    }
+    int st = gtext_check(&t, "composed grammar", e);
+    if (st) {
+        gtext_free(&t);
+        return st;
+    }
+    *out = gtext_take(&t, out_len);
+    return KITE_OK;
+}
+
+char *kite_gbnf_literal(const char *s, size_t n) {
+    gtext t = {0};
+    gtext_puts(&t, "\"");
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        if (!utf8_decode(s, n, &i, &cp)) { /* a literal spells code points: a lone byte has no spelling */
+            gtext_free(&t);
+            return NULL;
+        }
+        gtext_literal_cp(&t, cp);
+    }
+    gtext_puts(&t, "\"");
+    if (t.failed) {
+        gtext_free(&t);
+        return NULL;
+    }
+    return gtext_take(&t, NULL);
+}
