@@ -264,6 +264,7 @@ static int tokenize_request(kite_server *s, serve_request *r, kite_openai_error 
         kite_chat_params cp = kite_chat_default_params();
         cp.messages_json = oa->messages_json;
         cp.kwargs_json = oa->kwargs_json;
+        cp.tools_json = oa->tools_json; /* the template's `tools`: the model sees the definitions */
         cp.add_generation_prompt = true;
         int32_t *ids = NULL;
         size_t n = 0;

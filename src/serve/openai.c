@@ -108,6 +108,34 @@ static char *dup_bytes(const char *s, size_t n) {
 
 #define NOMEM() kite_openai_set_error(error, 500, "server_error", NULL, NULL, "out of memory")
 
+/* An assistant message's tool_calls as OpenAI sends them ({"id", "type": "function", "function": {"name",
+ * "arguments": a JSON text}}) get their arguments parsed into a JSON value, since templates write them
+ * with tojson (Hugging Face's convention: arguments are a mapping), as llama.cpp's server does too;
+ * arguments that are not valid JSON stay the string they were. */
+static int normalize_tool_calls(json_t *msg, size_t index, int32_t max_depth, kite_openai_error *error) {
+    json_t *calls = json_object_get(msg, "tool_calls");
+    if (!calls || json_is_null(calls)) return 0;
+    char param[64];
+    snprintf(param, sizeof param, "messages[%zu].tool_calls", index);
+    if (!json_is_array(calls)) return BAD_PARAM(param, "'%s' must be an array", param);
+    json_t *copy = json_deep_copy(calls);
+    if (!copy || json_object_set_new(msg, "tool_calls", copy)) return NOMEM();
+    for (size_t i = 0; i < json_array_size(copy); i++) {
+        json_t *call = json_array_get(copy, i);
+        snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu]", index, i);
+        json_t *fn = json_is_object(call) ? json_object_get(call, "function") : NULL;
+        if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
+            return BAD_PARAM(param, "'%s' must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", param);
+        json_t *args = json_object_get(fn, "arguments");
+        /* jansson recurses once per level: the nesting inside the string is bounded first, like the body's */
+        if (json_is_string(args) && kite_openai_json_depth(json_string_value(args), json_string_length(args), max_depth) <= max_depth) {
+            json_t *parsed = json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, NULL);
+            if (parsed && json_object_set_new(fn, "arguments", parsed)) return NOMEM();
+        }
+    }
+    return 0;
+}
+
 /* messages: an array of {role, content (string | null | text parts), ...}, rewritten so every content
  * is a string (templates index content as a string) and "developer" reads "system". */
 static int parse_messages(json_t *root, const kite_openai_limits *limits, kite_openai_request *req,
@@ -149,6 +177,11 @@ static int parse_messages(json_t *root, const kite_openai_limits *limits, kite_o
             return NOMEM();
         }
         if (!strcmp(r, "developer")) json_object_set_new(copy, "role", json_string("system"));
+        int rc = normalize_tool_calls(copy, i, limits->max_json_depth, error);
+        if (rc) {
+            json_decref(out);
+            return rc;
+        }
         json_t *content = json_object_get(msg, "content");
         snprintf(param, sizeof param, "messages[%zu].content", i);
         if (json_is_string(content)) continue;
@@ -307,6 +340,151 @@ static int parse_logit_bias(json_t *root, const kite_openai_limits *limits, kite
     return 0;
 }
 
+/* A function name as OpenAI accepts them: 1..64 of [a-zA-Z0-9_-] (a name is pasted into grammars and
+ * templates, so nothing else gets through). */
+static bool valid_tool_name(const char *name, size_t len) {
+    if (len == 0 || len > 64) return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+/* tools: [{"type": "function", "function": {"name", "description"?, "parameters"? (a JSON Schema object),
+ * "strict"?}}]; tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}};
+ * parallel_tool_calls: a boolean. */
+static int parse_tools(json_t *root, const kite_openai_limits *limits, kite_openai_request *req,
+                       kite_openai_error *error) {
+    req->parallel_tool_calls = true;
+    int rc = get_bool(root, "parallel_tool_calls", &req->parallel_tool_calls, error);
+    if (rc) return rc;
+    json_t *tools = field(root, "tools");
+    json_t *choice = field(root, "tool_choice");
+    char param[64];
+    if (tools) {
+        if (!json_is_array(tools)) return BAD_PARAM("tools", "'tools' must be an array of tool definitions");
+        size_t n = json_array_size(tools);
+        if (n > (size_t)limits->max_messages)
+            return BAD_PARAM("tools", "'tools' holds %zu tools; this server accepts at most %d", n, limits->max_messages);
+        req->tool_names = calloc(n ? n : 1, sizeof *req->tool_names);
+        if (!req->tool_names) return NOMEM();
+        for (size_t i = 0; i < n; i++) {
+            json_t *tool = json_array_get(tools, i);
+            snprintf(param, sizeof param, "tools[%zu]", i);
+            json_t *type = json_is_object(tool) ? json_object_get(tool, "type") : NULL;
+            if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
+                return BAD_PARAM(param, "'%s' must be an object with \"type\": \"function\"", param);
+            json_t *fn = json_object_get(tool, "function");
+            snprintf(param, sizeof param, "tools[%zu].function", i);
+            if (!json_is_object(fn)) return BAD_PARAM(param, "'%s' must be an object", param);
+            json_t *name = json_object_get(fn, "name");
+            snprintf(param, sizeof param, "tools[%zu].function.name", i);
+            if (!json_is_string(name) || !valid_tool_name(json_string_value(name), json_string_length(name)))
+                return BAD_PARAM(param, "'%s' must be a string of 1 to 64 letters, digits, '_' or '-'", param);
+            for (size_t k = 0; k < i; k++)
+                if (!strcmp(req->tool_names[k], json_string_value(name)))
+                    return BAD_PARAM(param, "'%s': two tools are named '%s'", param, json_string_value(name));
+            json_t *parameters = field(fn, "parameters");
+            snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
+            if (parameters && !json_is_object(parameters))
+                return BAD_PARAM(param, "'%s' must be a JSON Schema object", param);
+            json_t *description = field(fn, "description");
+            snprintf(param, sizeof param, "tools[%zu].function.description", i);
+            if (description && !json_is_string(description)) return BAD_PARAM(param, "'%s' must be a string", param);
+            req->tool_names[i] = dup_bytes(json_string_value(name), json_string_length(name));
+            if (!req->tool_names[i]) return NOMEM();
+            req->n_tools = i + 1;
+        }
+        if (n > 0) {
+            req->tools_json = json_dumps(tools, JSON_COMPACT);
+            if (!req->tools_json) return NOMEM();
+        }
+    }
+    if (!choice) return 0;
+    if (json_is_string(choice)) {
+        const char *c = json_string_value(choice);
+        if (!strcmp(c, "none")) req->tool_choice = KITE_OPENAI_TOOLS_NONE;
+        else if (!strcmp(c, "auto")) req->tool_choice = KITE_OPENAI_TOOLS_AUTO;
+        else if (!strcmp(c, "required")) req->tool_choice = KITE_OPENAI_TOOLS_REQUIRED;
+        else return BAD_PARAM("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or a function, got '%.40s'", c);
+    } else if (json_is_object(choice)) {
+        json_t *fn = json_object_get(choice, "function");
+        json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+        if (!json_is_string(name))
+            return BAD_PARAM("tool_choice", "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        size_t k = 0;
+        while (k < req->n_tools && strcmp(req->tool_names[k], json_string_value(name))) k++;
+        if (k == req->n_tools)
+            return BAD_PARAM("tool_choice", "'tool_choice' names the function '%.64s', which is not among 'tools'",
+                             json_string_value(name));
+        req->tool_choice = KITE_OPENAI_TOOLS_NAMED;
+        req->tool_choice_name = dup_bytes(json_string_value(name), json_string_length(name));
+        if (!req->tool_choice_name) return NOMEM();
+    } else {
+        return BAD_PARAM("tool_choice", "'tool_choice' must be a string or an object");
+    }
+    if (req->tool_choice >= KITE_OPENAI_TOOLS_REQUIRED && req->n_tools == 0)
+        return BAD_PARAM("tool_choice", "'tool_choice' asks for a tool call, but 'tools' is empty");
+    return 0;
+}
+
+/* response_format, and the "grammar" / "json_schema" extensions llama.cpp's server reads too: at most one. */
+static int parse_format(json_t *root, kite_openai_request *req, kite_openai_error *error) {
+    json_t *format = field(root, "response_format");
+    json_t *grammar = field(root, "grammar");
+    json_t *schema = field(root, "json_schema");
+    int given = (format != NULL) + (grammar != NULL) + (schema != NULL);
+    if (given > 1) return BAD_PARAM(grammar ? "grammar" : "json_schema", "give one of 'response_format', 'grammar' and 'json_schema'");
+    if (grammar) {
+        if (!json_is_string(grammar) || json_string_length(grammar) == 0)
+            return BAD_PARAM("grammar", "'grammar' must be a non-empty string of GBNF");
+        req->format = KITE_OPENAI_FORMAT_GRAMMAR;
+        req->format_text = dup_bytes(json_string_value(grammar), json_string_length(grammar));
+        return req->format_text ? 0 : NOMEM();
+    }
+    if (format) {
+        json_t *type = json_is_object(format) ? json_object_get(format, "type") : NULL;
+        if (!json_is_string(type))
+            return BAD_PARAM("response_format", "'response_format' must be an object with a 'type'");
+        const char *t = json_string_value(type);
+        if (!strcmp(t, "text")) return 0;
+        if (!strcmp(t, "json_object")) {
+            req->format = KITE_OPENAI_FORMAT_JSON_OBJECT;
+            return 0;
+        }
+        if (strcmp(t, "json_schema"))
+            return BAD_PARAM("response_format.type", "'response_format.type' must be 'text', 'json_object' or 'json_schema', got '%.40s'", t);
+        json_t *js = json_object_get(format, "json_schema");
+        if (!json_is_object(js))
+            return BAD_PARAM("response_format.json_schema", "'response_format.json_schema' must be an object with a 'schema'");
+        json_t *name = field(js, "name");
+        if (name && !json_is_string(name))
+            return BAD_PARAM("response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
+        json_t *strict = field(js, "strict");
+        if (strict && !json_is_boolean(strict))
+            return BAD_PARAM("response_format.json_schema.strict", "'response_format.json_schema.strict' must be a boolean");
+        if (name) {
+            req->format_name = dup_bytes(json_string_value(name), json_string_length(name));
+            if (!req->format_name) return NOMEM();
+        }
+        schema = field(js, "schema");
+        if (!schema) { /* OpenAI requires it; without one any JSON object will do */
+            req->format = KITE_OPENAI_FORMAT_JSON_OBJECT;
+            return 0;
+        }
+        if (!json_is_object(schema) && !json_is_boolean(schema))
+            return BAD_PARAM("response_format.json_schema.schema", "'response_format.json_schema.schema' must be a JSON Schema object");
+    } else if (schema && !json_is_object(schema) && !json_is_boolean(schema)) {
+        return BAD_PARAM("json_schema", "'json_schema' must be a JSON Schema object");
+    }
+    if (!schema) return 0;
+    req->format = KITE_OPENAI_FORMAT_JSON_SCHEMA;
+    req->format_text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    return req->format_text ? 0 : NOMEM();
+}
+
 static int parse_fields(kite_openai_endpoint endpoint, json_t *root, const kite_openai_limits *limits,
                         kite_openai_request *req, kite_openai_error *error) {
     int rc;
@@ -359,6 +537,10 @@ static int parse_fields(kite_openai_endpoint endpoint, json_t *root, const kite_
             return BAD_PARAM("stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
         req->include_usage = json_is_true(usage);
     }
+    if ((rc = parse_format(root, req, error))) return rc;
+    if (endpoint == KITE_OPENAI_CHAT && (rc = parse_tools(root, limits, req, error))) return rc;
+    if (req->tool_choice >= KITE_OPENAI_TOOLS_REQUIRED && req->format != KITE_OPENAI_FORMAT_TEXT)
+        return BAD_PARAM("tool_choice", "a required tool call cannot be combined with 'response_format' or 'grammar'");
     json_t *user = field(root, "user");
     if (user && !json_is_string(user)) return BAD_PARAM("user", "'user' must be a string");
 
@@ -426,6 +608,12 @@ void kite_openai_request_free(kite_openai_request *req) {
     for (size_t i = 0; i < req->n_stop; i++) free(req->stop[i]);
     free(req->stop);
     free(req->logit_bias);
+    free(req->format_text);
+    free(req->format_name);
+    free(req->tools_json);
+    for (size_t i = 0; i < req->n_tools; i++) free(req->tool_names[i]);
+    free(req->tool_names);
+    free(req->tool_choice_name);
     kite_openai_endpoint endpoint = req->endpoint;
     memset(req, 0, sizeof *req);
     req->endpoint = endpoint;

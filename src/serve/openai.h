@@ -26,6 +26,23 @@ typedef struct kite_openai_limits {
 /* 64 levels, 1024 messages, 16 stop strings of at most 256 bytes, 1024 logit biases. */
 kite_openai_limits kite_openai_default_limits(void);
 
+/* What the output must conform to (response_format, or kite's and llama.cpp's "grammar" and
+ * "json_schema" extensions). */
+typedef enum kite_openai_format {
+    KITE_OPENAI_FORMAT_TEXT = 0,        /* unconstrained */
+    KITE_OPENAI_FORMAT_JSON_OBJECT = 1, /* response_format {"type": "json_object"}: any JSON object */
+    KITE_OPENAI_FORMAT_JSON_SCHEMA = 2, /* response_format {"type": "json_schema", "json_schema": {"schema"}} or "json_schema" */
+    KITE_OPENAI_FORMAT_GRAMMAR = 3,     /* "grammar": GBNF text (llama.cpp's syntax) */
+} kite_openai_format;
+
+/* tool_choice (chat with tools). */
+typedef enum kite_openai_tool_choice {
+    KITE_OPENAI_TOOLS_AUTO = 0,     /* the model decides (the default with tools) */
+    KITE_OPENAI_TOOLS_NONE = 1,     /* no call: the tools still go to the template, the reply is text */
+    KITE_OPENAI_TOOLS_REQUIRED = 2, /* at least one call, of any of the tools */
+    KITE_OPENAI_TOOLS_NAMED = 3,    /* a call of tool_choice_name */
+} kite_openai_tool_choice;
+
 /* A validated request. Optional fields the client did not send (or sent as null) read as absent:
  * NAN for numbers, -1 for counts, false for flags; the server fills in its defaults. */
 typedef struct kite_openai_request {
@@ -64,6 +81,17 @@ typedef struct kite_openai_request {
     int32_t top_logprobs;       /* 0 .. KITE_MAX_TOP_LOGPROBS (chat: top_logprobs; completions: logprobs) */
     bool stream;
     bool include_usage;         /* stream_options.include_usage */
+    /* structured output */
+    kite_openai_format format;
+    char *format_text;          /* JSON_SCHEMA: the schema as compact JSON; GRAMMAR: the GBNF text; else NULL */
+    char *format_name;          /* response_format.json_schema.name, or NULL */
+    /* tools (chat): the definitions go to the chat template's `tools` */
+    char *tools_json;           /* the tools array (compact JSON), or NULL without tools */
+    char **tool_names;          /* [n_tools] each function's name */
+    size_t n_tools;
+    kite_openai_tool_choice tool_choice;
+    char *tool_choice_name;     /* NAMED: the function to call (one of tool_names) */
+    bool parallel_tool_calls;   /* default true: the reply may hold several calls */
 } kite_openai_request;
 
 /* An error as OpenAI reports it: {"error": {"message", "type", "param", "code"}} with an HTTP status. */

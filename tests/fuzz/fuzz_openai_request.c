@@ -29,6 +29,20 @@ static void check(const kite_openai_request *r, const kite_openai_limits *lim) {
         if (r->logit_bias[i].token < 0 || !(fabsf(r->logit_bias[i].bias) <= 100)) abort();
     if (r->top_logprobs < 0 || r->top_logprobs > KITE_MAX_TOP_LOGPROBS) abort();
     if (r->top_logprobs > 0 && !r->logprobs) abort();
+    /* structured output: a schema or a grammar comes with its text, the other formats without */
+    bool has_text = r->format == KITE_OPENAI_FORMAT_JSON_SCHEMA || r->format == KITE_OPENAI_FORMAT_GRAMMAR;
+    if (has_text != (r->format_text != NULL)) abort();
+    /* tools: names checked, a named choice among them, a required call only with tools */
+    if ((r->tools_json != NULL) != (r->n_tools > 0) || r->n_tools > (size_t)lim->max_messages) abort();
+    for (size_t i = 0; i < r->n_tools; i++)
+        if (!r->tool_names[i] || !r->tool_names[i][0] || strlen(r->tool_names[i]) > 64) abort();
+    if ((r->tool_choice == KITE_OPENAI_TOOLS_NAMED) != (r->tool_choice_name != NULL)) abort();
+    if (r->tool_choice >= KITE_OPENAI_TOOLS_REQUIRED && (r->n_tools == 0 || r->format != KITE_OPENAI_FORMAT_TEXT)) abort();
+    if (r->tool_choice_name) {
+        size_t k = 0;
+        while (k < r->n_tools && strcmp(r->tool_names[k], r->tool_choice_name)) k++;
+        if (k == r->n_tools) abort();
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

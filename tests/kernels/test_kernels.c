@@ -603,6 +603,27 @@ static void test_silu_mul(void **state) {
             }
             free(gate); free(up); free(orig);
         }
+        /* An element's bits never depend on where it sits in a call: the forward pass hands the kernel
+         * a whole batch's [B x ffn] at once, and continuous batching promises every row the bits it gets
+         * in any other batch (a scalar tail had broken it for the last row of odd batches). */
+        {
+            enum { N = 1000 };
+            static float g_whole[N], g_pieces[N], u[N];
+            for (int i = 0; i < N; i++) {
+                g_whole[i] = g_pieces[i] = rng_uniform() * 20.0f;
+                u[i] = rng_normalish();
+            }
+            ks->silu_mul(g_whole, u, N);
+            for (int i = 0; i < N;) {
+                int len = 1 + (int)((rng_uniform() + 1.0f) * 18.0f); /* 1 .. 37 */
+                if (len > N - i) len = N - i;
+                ks->silu_mul(g_pieces + i, u + i, len);
+                i += len;
+            }
+            for (int i = 0; i < N; i++)
+                if (memcmp(&g_whole[i], &g_pieces[i], sizeof(float)))
+                    fail_msg("%s: silu_mul of element %d differs between one call and calls of odd lengths", ks->name, i);
+        }
         /* Infinities and NaN, in a vector body and in a tail. */
         float special[19], up1[19];
         for (int i = 0; i < 19; i++) special[i] = 1.0f, up1[i] = 1.0f;

@@ -267,6 +267,24 @@ test('bad input gets the right 4xx with a clear message, and the server keeps se
   expectError(await post(main.base, C, '{"messages":' + '['.repeat(100) + ']'.repeat(100) + '}'), 400, null, /nests deeper than 64/);
   const invalid = Buffer.concat([Buffer.from('{"prompt":"bad '), Buffer.from([0xff, 0xfe]), Buffer.from('"}')]);
   expectError(await post(main.base, P, invalid), 400, null, /not valid JSON.*(UTF-8|decode)/i);
+  // structured output and tools: shapes checked before anything runs
+  const fn = (name, parameters) => ({ type: 'function', function: { name, ...(parameters ? { parameters } : {}) } });
+  expectError(await post(main.base, C, chatReq('x', { response_format: { type: 'yaml' } })), 400, 'response_format.type', /'text', 'json_object' or 'json_schema'/);
+  expectError(await post(main.base, C, chatReq('x', { response_format: { type: 'json_schema' } })), 400, 'response_format.json_schema', /must be an object/);
+  expectError(await post(main.base, C, chatReq('x', { response_format: { type: 'json_schema', json_schema: { name: 'a', schema: 5 } } })),
+              400, 'response_format.json_schema.schema', /JSON Schema object/);
+  expectError(await post(main.base, P, { prompt: 'x', grammar: 'root ::= "a"', response_format: { type: 'json_object' } }), 400, 'grammar', /one of/);
+  expectError(await post(main.base, C, chatReq('x', { tools: {} })), 400, 'tools', /must be an array/);
+  expectError(await post(main.base, C, chatReq('x', { tools: [{ type: 'retrieval' }] })), 400, 'tools[0]', /"type": "function"/);
+  expectError(await post(main.base, C, chatReq('x', { tools: [fn('get weather')] })), 400, 'tools[0].function.name', /letters, digits/);
+  expectError(await post(main.base, C, chatReq('x', { tools: [fn('a'), fn('a')] })), 400, 'tools[1].function.name', /two tools are named 'a'/);
+  expectError(await post(main.base, C, chatReq('x', { tools: [fn('a', [])] })), 400, 'tools[0].function.parameters', /JSON Schema object/);
+  expectError(await post(main.base, C, chatReq('x', { tools: [fn('a')], tool_choice: 'always' })), 400, 'tool_choice', /'none', 'auto', 'required'/);
+  expectError(await post(main.base, C, chatReq('x', { tools: [fn('a')], tool_choice: { type: 'function', function: { name: 'b' } } })),
+              400, 'tool_choice', /'b', which is not among 'tools'/);
+  expectError(await post(main.base, C, chatReq('x', { tool_choice: 'required' })), 400, 'tool_choice', /'tools' is empty/);
+  expectError(await post(main.base, C, { messages: [{ role: 'assistant', content: null, tool_calls: [{ type: 'function' }] }] }),
+              400, 'messages[0].tool_calls[0]', /"function": \{"name"/);
   expectError(await post(main.base, C, chatReq('x', { model: 'gpt-4o' })), 404, 'model', /gpt-4o.*does not exist/, 'model_not_found');
   expectError(await post(main.base, P, { prompt: 'Once upon a time '.repeat(200) }), 400, 'prompt',
               /context is 512 tokens.*prompt has \d+ tokens/, 'context_length_exceeded');

@@ -325,18 +325,25 @@ static void neon_attend(const kite_attn_query *a) {
     else av_attend(a, false);
 }
 
-/* kite_silu on 4 lanes; the tail in scalar steps. */
-static void neon_silu_mul(float *gate, const float *up, int64_t n) {
+/* kite_silu on 4 lanes; the tail on a padded copy with the same steps (see avx2_silu_mul: an element's
+ * bits must not depend on its place in the call). */
+static inline float32x4_t silu_mul4(float32x4_t x, float32x4_t up) {
     const float32x4_t one = vdupq_n_f32(1.0f);
+    const float32x4_t e = exp4(vnegq_f32(vabsq_f32(x)));
+    const float32x4_t num = vbslq_f32(vcgeq_f32(x, vdupq_n_f32(0.0f)), one, e);
+    return vmulq_f32(vmulq_f32(x, vdivq_f32(num, vaddq_f32(one, e))), up);
+}
+
+static void neon_silu_mul(float *gate, const float *up, int64_t n) {
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const float32x4_t x = vld1q_f32(gate + i);
-        const float32x4_t e = exp4(vnegq_f32(vabsq_f32(x)));
-        const float32x4_t num = vbslq_f32(vcgeq_f32(x, vdupq_n_f32(0.0f)), one, e);
-        const float32x4_t s = vmulq_f32(x, vdivq_f32(num, vaddq_f32(one, e)));
-        vst1q_f32(gate + i, vmulq_f32(s, vld1q_f32(up + i)));
+    for (; i + 4 <= n; i += 4) vst1q_f32(gate + i, silu_mul4(vld1q_f32(gate + i), vld1q_f32(up + i)));
+    if (i < n) {
+        float g[4] = {0}, u[4] = {0};
+        memcpy(g, gate + i, sizeof(float) * (size_t)(n - i));
+        memcpy(u, up + i, sizeof(float) * (size_t)(n - i));
+        vst1q_f32(g, silu_mul4(vld1q_f32(g), vld1q_f32(u)));
+        memcpy(gate + i, g, sizeof(float) * (size_t)(n - i));
     }
-    kite_ref_silu_mul(gate + i, up + i, n - i);
 }
 
 /* FCVTN rounds by FPCR, nearest even unless a caller changed it; the tail in scalar steps. */

@@ -566,18 +566,27 @@ static void avx2_attend(const kite_attn_query *a) {
     else av_attend(a, false);
 }
 
-/* kite_silu on 8 lanes; the tail in scalar steps. */
-static void avx2_silu_mul(float *gate, const float *up, int64_t n) {
+/* kite_silu on 8 lanes. The tail runs the same vector steps on a padded copy, so an element's result
+ * never depends on where it sits in the call: the forward pass hands the kernel [B x ffn] at once, and a
+ * scalar tail had given the last row of an odd-sized batch other bits than the same row in a longer one
+ * (continuous batching promises every row the bits it gets alone). */
+static inline __m256 silu_mul8(__m256 x, __m256 up) {
     const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    const __m256 e = exp8(_mm256_or_ps(x, sign)); /* -|x| */
+    const __m256 num = _mm256_blendv_ps(e, one, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
+    return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_div_ps(num, _mm256_add_ps(one, e))), up);
+}
+
+static void avx2_silu_mul(float *gate, const float *up, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 x = _mm256_loadu_ps(gate + i);
-        const __m256 e = exp8(_mm256_or_ps(x, sign)); /* -|x| */
-        const __m256 num = _mm256_blendv_ps(e, one, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
-        const __m256 s = _mm256_mul_ps(x, _mm256_div_ps(num, _mm256_add_ps(one, e)));
-        _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(gate + i, silu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        float g[8] = {0}, u[8] = {0};
+        memcpy(g, gate + i, sizeof(float) * (size_t)(n - i));
+        memcpy(u, up + i, sizeof(float) * (size_t)(n - i));
+        _mm256_storeu_ps(g, silu_mul8(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
+        memcpy(gate + i, g, sizeof(float) * (size_t)(n - i));
     }
-    kite_ref_silu_mul(gate + i, up + i, n - i);
 }
 
 /* F16C's vcvtps2ph rounds to nearest even like kite_f32_to_fp16; the tail in scalar steps. */
