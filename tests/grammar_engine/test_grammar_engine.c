@@ -9,6 +9,8 @@
  *   - how generation ends: the grammar's end without end tokens (ignore_eos), max_tokens, stop strings,
  *     a vocabulary that lacks the bytes the grammar needs (at the start and mid-text: a clear error,
  *     no hang), log-probabilities of the raw logits, and bad input (grammar text, another model's grammar).
+ *   - JSON Schema, regex and json_object grammars through kite_grammar_open (the same tokens as their
+ *     GBNF opened as text; outputs checked by hand with jansson and by PCRE2);
  * Exactness under speculation is in tests/spec/test_spec_exact.c, batching in tests/engine/test_batch.c. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <jansson.h>
@@ -388,6 +390,87 @@ static void test_outputs_conform_qwen(void **state) {
              100, 3);
 }
 
+/* ---- schemas, regexes and json_object through kite_grammar_open ------------------------------------------- */
+
+static const char PERSON_SCHEMA[] =
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
+    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":120},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]},\"maxItems\":3}},"
+    "\"required\":[\"name\",\"age\",\"tags\"],\"additionalProperties\":false}";
+
+/* The schema checked by hand with jansson (an independent reading of the same constraints). */
+static bool check_person(const void *arg, const char *text, size_t len) {
+    (void)arg;
+    json_error_t je;
+    json_t *v = json_loadb(text, len, 0, &je);
+    if (!v) return false;
+    json_t *name = json_object_get(v, "name"), *age = json_object_get(v, "age"), *tags = json_object_get(v, "tags");
+    bool ok = json_is_object(v) && json_object_size(v) == 3 && json_is_string(name) && json_is_integer(age) &&
+              json_integer_value(age) >= 0 && json_integer_value(age) <= 120 && json_is_array(tags) && json_array_size(tags) <= 3;
+    /* maxLength counts code points */
+    if (ok) {
+        size_t points = 0;
+        for (const unsigned char *c = (const unsigned char *)json_string_value(name); *c; c++) points += (*c & 0xC0) != 0x80;
+        ok = points <= 12;
+    }
+    for (size_t i = 0; ok && i < json_array_size(tags); i++) {
+        const char *t = json_string_value(json_array_get(tags, i));
+        ok = t && (!strcmp(t, "red") || !strcmp(t, "green") || !strcmp(t, "blue"));
+    }
+    json_decref(v);
+    return ok;
+}
+
+/* conforms() for a grammar of another kind. */
+static void conforms_kind(kite_model *m, kite_grammar_kind kind, const char *text, check_fn check, const void *arg, int seeds,
+                          int32_t max_tokens, int min_complete) {
+    char err[512], *gbnf = NULL;
+    size_t len = 0;
+    if (kite_grammar_to_gbnf(kind, text, strlen(text), &gbnf, &len, err, sizeof err)) fail_msg("to_gbnf: %s", err);
+    /* kite_grammar_open of the kind must be the grammar of its GBNF: same tokens for the same seed */
+    kite_grammar *direct = NULL;
+    if (kite_grammar_open(&direct, m, kind, text, strlen(text), err, sizeof err)) fail_msg("grammar_open: %s", err);
+    int32_t ids[64];
+    size_t n = encode(m, "hello", ids, 64);
+    kite_gen_params gp = kite_gen_default_params();
+    gp.temperature = 1.0f, gp.top_k = 0, gp.top_p = 1.0f, gp.min_p = 0.0f, gp.seed = 3, gp.max_tokens = 60;
+    gp.grammar = direct;
+    run_log a, b;
+    run(m, ids, n, &gp, &a);
+    kite_grammar *via_text = open_grammar(m, gbnf);
+    gp.grammar = via_text;
+    run(m, ids, n, &gp, &b);
+    assert_int_equal(a.n, b.n);
+    assert_memory_equal(a.ids, b.ids, sizeof(int32_t) * (size_t)(a.n < 1024 ? a.n : 1024));
+    kite_grammar_free(via_text);
+    kite_grammar_free(direct);
+    conforms(m, "hello", gbnf, check, arg, seeds, max_tokens, min_complete);
+    kite_free(gbnf);
+}
+
+static void test_grammar_kinds(void **state) {
+    (void)state;
+    conforms_kind(g_qwen, KITE_GRAMMAR_JSON_SCHEMA, PERSON_SCHEMA, check_person, NULL, 6, 200, 5);
+    conforms_kind(g_stories, KITE_GRAMMAR_JSON_SCHEMA, PERSON_SCHEMA, check_person, NULL, 8, 200, 6);
+    /* Unbounded strings and nesting seldom close at T = 1 within the budget: the texts are checked as
+     * prefixes the matcher accepts, and against the same grammar opened as GBNF text. */
+    conforms_kind(g_stories, KITE_GRAMMAR_JSON, "", check_json, NULL, 4, 150, 0);
+    for (int p = 0; p < N_PATTERNS; p++) {
+        conforms_kind(g_qwen, KITE_GRAMMAR_REGEX, PATTERNS[p].regex, check_pattern, PATTERNS[p].regex, 3, 100, 2);
+        conforms_kind(g_stories, KITE_GRAMMAR_REGEX, PATTERNS[p].regex, check_pattern, PATTERNS[p].regex, 4, 100, 3);
+    }
+    /* A bad schema and a bad regex: the compilers' messages come through. */
+    char err[512];
+    kite_grammar *g = NULL;
+    const char *bad_schema = "{\"type\":\"integer\",\"minimum\":5,\"maximum\":1}";
+    assert_int_not_equal(kite_grammar_open(&g, g_qwen, KITE_GRAMMAR_JSON_SCHEMA, bad_schema, strlen(bad_schema), err, sizeof err),
+                         KITE_OK);
+    assert_null(g);
+    assert_non_null(strstr(err, "/m"));
+    assert_int_not_equal(kite_grammar_open(&g, g_qwen, KITE_GRAMMAR_REGEX, "a(b", 3, err, sizeof err), KITE_OK);
+    assert_null(g);
+}
+
 /* ---- how generation ends ---------------------------------------------------------------------------------- */
 
 static void test_endings(void **state) {
@@ -534,6 +617,7 @@ int main(void) {
         cmocka_unit_test(test_masks_large_vocabularies),
         cmocka_unit_test(test_outputs_conform_stories),
         cmocka_unit_test(test_outputs_conform_qwen),
+        cmocka_unit_test(test_grammar_kinds),
         cmocka_unit_test(test_endings),
         cmocka_unit_test(test_vocabulary_lacks_bytes),
         cmocka_unit_test(test_logprobs_raw),
