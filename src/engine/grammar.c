@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "grammar/compile.h"
 #include "grammar/grammar.h"
 #include "grammar/mask.h"
 
@@ -33,9 +34,21 @@ static int grammar_text(kite_grammar_kind kind, const char *text, size_t len, ch
         return KITE_OK;
     }
     case KITE_GRAMMAR_JSON_SCHEMA:
+        if (len && !text) return kite_fail(e, KITE_ERR_INVALID_ARG, "schema text must not be NULL");
+        return kite_json_schema_to_gbnf(text ? text : "", len, gbnf, gbnf_len, e);
     case KITE_GRAMMAR_REGEX:
-    case KITE_GRAMMAR_JSON:
-        return kite_fail(e, KITE_ERR_UNSUPPORTED, "grammar kind %d is not built into this kite yet", (int)kind);
+        if (len && !text) return kite_fail(e, KITE_ERR_INVALID_ARG, "regex text must not be NULL");
+        return kite_regex_to_gbnf(text ? text : "", len, gbnf, gbnf_len, e);
+    case KITE_GRAMMAR_JSON: {
+        const char *fixed = kite_json_object_gbnf();
+        size_t n = strlen(fixed);
+        char *copy = malloc(n + 1);
+        if (!copy) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+        memcpy(copy, fixed, n + 1);
+        *gbnf = copy;
+        *gbnf_len = n;
+        return KITE_OK;
+    }
     }
     return kite_fail(e, KITE_ERR_INVALID_ARG, "unknown grammar kind %d", (int)kind);
 }

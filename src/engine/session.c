@@ -456,7 +456,6 @@ static int pass_draft(kite_session *s, int32_t max_nodes, kite_pass *ps, kite_er
     if (max_budget < 0) max_budget = 0;
     kite_generation *g = &s->gen;
     ps->forced = 0;
-    ps->t0 = kite_now_ms();
     /* Under a grammar the drafter drafts only allowed tokens, from the live state after the root. */
     sp->gmask = g->gmask;
     sp->groot = g->gstate;
@@ -469,12 +468,14 @@ static int pass_draft(kite_session *s, int32_t max_nodes, kite_pass *ps, kite_er
             ps->budget = sp->params.drafter == KITE_DRAFT_MODEL && max_budget > ps->forced
                              ? kite_spec_choose_budget(sp, s, max_budget - ps->forced)
                              : 0;
+            ps->t0 = kite_now_ms(); /* after the choice, which may measure the cost curve */
             int rc = kite_spec_draft_after(sp, s, s->unfed_token, ids, ps->forced, ps->budget, &g->params, &ps->tree, e);
             if (rc) return rc;
         }
     }
     if (!ps->forced) {
         ps->budget = sp->params.drafter == KITE_DRAFT_NONE || max_budget == 0 ? 0 : kite_spec_choose_budget(sp, s, max_budget);
+        ps->t0 = kite_now_ms();
         int rc = kite_spec_draft(sp, s, s->unfed_token, ps->budget, &g->params, &ps->tree, e);
         if (rc) return rc;
     }

@@ -142,6 +142,7 @@ static const struct prim_rule {
 typedef struct ref_memo {
     char *ref;  /* the $ref text */
     char *rule; /* the rule defined for its target */
+    int open_at; /* while its target is being compiled: c->structure_depth then; -1 once done */
 } ref_memo;
 
 typedef struct compiler {
@@ -154,6 +155,8 @@ typedef struct compiler {
     size_t n_refs, cap_refs;
     bool need[P_COUNT];
     int depth;
+    int structure_depth; /* objects and arrays entered: a $ref reached again at the same count would
+                            be left recursion (nothing consumed in between) */
     size_t work;
     kite_error *e;
     int status; /* first failure */
@@ -1616,8 +1619,10 @@ static int compile_typed(compiler *c, json_t *s, const char *ptr, const char *hi
     else if (!strcmp(type, "object") || !strcmp(type, "array")) {
         /* a rule of its own: readable output, and nesting depth stays in rules rather than groups */
         gtext body = {0};
+        c->structure_depth++;
         if (type[0] == 'o') compile_object(c, s, ptr, hint, &body);
         else compile_array(c, s, ptr, hint, &body);
+        c->structure_depth--;
         char *name = c->status ? NULL : new_rule_name(c, hint);
         if (name) {
             define_rule(c, name, &body);
@@ -1711,7 +1716,11 @@ static int compile_schema(compiler *c, json_t *s, const char *ptr, const char *h
         const char *text = json_string_value(ref);
         size_t i = 0;
         while (i < c->n_refs && strcmp(c->refs[i].ref, text)) i++;
-        if (i < c->n_refs) {
+        if (i < c->n_refs && c->refs[i].open_at == c->structure_depth) {
+            char *rp = ptr_join(ptr, "$ref");
+            fail(c, KITE_ERR_INVALID_ARG, rp ? rp : ptr, "\"%.100s\" refers back to itself before any object or array (endless recursion)", text);
+            free(rp);
+        } else if (i < c->n_refs) {
             gtext_puts(out, c->refs[i].rule);
         } else {
             char *rp = ptr_join(ptr, "$ref");
@@ -1733,12 +1742,14 @@ static int compile_schema(compiler *c, json_t *s, const char *ptr, const char *h
                     free(dup);
                     fail_nomem(c);
                 } else {
-                    c->refs[c->n_refs++] = (ref_memo){dup, name};
+                    size_t slot = c->n_refs;
+                    c->refs[c->n_refs++] = (ref_memo){dup, name, c->structure_depth};
                     /* the target's pointer, for errors inside it */
                     char *tp = strdup(text[1] ? text + 1 : "");
                     gtext body = {0};
                     if (tp) compile_schema(c, target, tp, name, &body);
                     else fail_nomem(c);
+                    c->refs[slot].open_at = -1;
                     define_rule(c, name, &body);
                     gtext_free(&body);
                     free(tp);

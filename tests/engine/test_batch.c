@@ -1,6 +1,6 @@
 /* Continuous batching through the public API: many sessions stepped together by kite_batch_step give
  * every session the same tokens, text, log-probabilities and finish reason as kite_prompt +
- * kite_generate give it alone (greedy, seeded sampling, penalties, stop strings, n-gram speculation,
+ * kite_generate give it alone (greedy, seeded sampling, penalties, stop strings, n-gram speculation, grammars,
  * prompts longer than a step's rows); stop strings against the text of a run without them; log-probs
  * against a log-softmax of kite_eval's logits; kite_session_copy_prefix against prefilling;
  * cancellation of one session among several. Models: TinyStories-656K (Q8_0 GGUF) and stories260K. */
@@ -51,6 +51,11 @@ typedef struct request {
 } request;
 
 static kite_model *g_draft; /* draft model for requests with KITE_DRAFT_MODEL */
+static kite_grammar *g_grammar; /* the constrained requests' grammar, opened for the batch's model */
+
+/* Free words between forced keys and a closed set of values (no braces: TinyStories-656K has no '{'). */
+static const char RECORD_GRAMMAR[] =
+    "root ::= \"Name: \" [A-Z] [a-z]{1,10} \", pet: \" (\"cat\" | \"dog\" | \"bird\") \". \" [A-Z] [a-z ,.]{0,100} \"!\"\n";
 
 static kite_model *open_model(const char *rel) {
     char err[512];
@@ -95,6 +100,7 @@ static void make_requests(kite_model *m, request *req) {
     req[6].stop[0] = "."; req[6].stop[1] = " the"; req[6].gp.n_stop = 2;
     req[7].gp.max_tokens = 0;
     req[8].gp.temperature = 1.2f; req[8].stop[0] = "ball"; req[8].gp.n_stop = 1; req[8].drafter = KITE_DRAFT_NGRAM;
+
     for (int i = 0; i < N_REQ; i++)
         if (req[i].gp.n_stop) req[i].gp.stop = req[i].stop;
 }
@@ -137,10 +143,22 @@ static void assert_same_run(const run_log *a, const run_log *b, int i) {
 }
 
 /* The property the server promises: batched == alone, for every request, whatever shares the steps. */
-static void batched_equals_alone(const char *model_rel, int32_t batch_rows, const char *draft_rel) {
+static void batched_equals_alone(const char *model_rel, int32_t batch_rows, const char *draft_rel, bool grammar) {
     kite_model *m = open_model(model_rel);
     request req[N_REQ];
     make_requests(m, req);
+    if (grammar) {
+        /* Constrained: greedy and sampled, plain and with n-gram drafts (and the grammar's forced text),
+         * with log-probs and with a stop string; the others stay free beside them. */
+        char err[512];
+        if (kite_grammar_open(&g_grammar, m, KITE_GRAMMAR_GBNF, RECORD_GRAMMAR, strlen(RECORD_GRAMMAR), err, sizeof err))
+            fail_msg("grammar: %s", err);
+        static const int constrained[] = {0, 2, 4, 5, 8};
+        for (size_t k = 0; k < sizeof constrained / sizeof constrained[0]; k++) {
+            req[constrained[k]].gp.grammar = g_grammar;
+            req[constrained[k]].gp.max_tokens = 120;
+        }
+    }
     if (draft_rel) { /* a draft model for the greedy, seeded and penalised requests: trees of 2 children */
         g_draft = open_model(draft_rel);
         req[0].drafter = req[1].drafter = req[3].drafter = req[6].drafter = KITE_DRAFT_MODEL;
@@ -189,6 +207,8 @@ static void batched_equals_alone(const char *model_rel, int32_t batch_rows, cons
     for (int i = 0; i < N_REQ; i++) total += alone[i].n_ids;
     assert_true((size_t)steps < total);
     kite_batch_free(batch);
+    kite_grammar_free(g_grammar);
+    g_grammar = NULL;
     kite_model_free(m);
     kite_model_free(g_draft);
     g_draft = NULL;
@@ -196,19 +216,30 @@ static void batched_equals_alone(const char *model_rel, int32_t batch_rows, cons
 
 static void test_batched_equals_alone_656k(void **state) {
     (void)state;
-    batched_equals_alone("models/tinystories-656k/tinystories-656k-q8_0.gguf", 0, NULL);
+    batched_equals_alone("models/tinystories-656k/tinystories-656k-q8_0.gguf", 0, NULL, false);
 }
 
 /* Few rows per step: prompts go in many chunks and some sessions wait for a step with room. */
 static void test_batched_equals_alone_small_steps(void **state) {
     (void)state;
-    batched_equals_alone("models/tinystories-tok512/stories260K.gguf", 12, NULL);
+    batched_equals_alone("models/tinystories-tok512/stories260K.gguf", 12, NULL, false);
 }
 
 /* Requests drafted by a smaller model (llama2xs-281K verified, stories260K drafting trees). */
 static void test_batched_equals_alone_draft_model(void **state) {
     (void)state;
-    batched_equals_alone("models/tinystories-tok512/llama2xs-281K.bin", 0, "models/tinystories-tok512/stories260K.bin");
+    batched_equals_alone("models/tinystories-tok512/llama2xs-281K.bin", 0, "models/tinystories-tok512/stories260K.bin", false);
+}
+
+/* Under a grammar (src/grammar): constrained requests beside free ones, alone and with a draft model. */
+static void test_batched_equals_alone_grammar(void **state) {
+    (void)state;
+    batched_equals_alone("models/tinystories-656k/tinystories-656k-q8_0.gguf", 0, NULL, true);
+}
+
+static void test_batched_equals_alone_grammar_draft_model(void **state) {
+    (void)state;
+    batched_equals_alone("models/tinystories-tok512/llama2xs-281K.bin", 0, "models/tinystories-tok512/stories260K.bin", true);
 }
 
 /* Stop strings against a run without them: the text ends right before the first occurrence, which is
@@ -417,6 +448,8 @@ int main(void) {
         cmocka_unit_test(test_batched_equals_alone_656k),
         cmocka_unit_test(test_batched_equals_alone_small_steps),
         cmocka_unit_test(test_batched_equals_alone_draft_model),
+        cmocka_unit_test(test_batched_equals_alone_grammar),
+        cmocka_unit_test(test_batched_equals_alone_grammar_draft_model),
         cmocka_unit_test(test_stop_strings),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_copy_prefix),
