@@ -186,9 +186,10 @@ static int parse_messages(json_t *root, const kite_openai_limits *limits, kite_o
         snprintf(param, sizeof param, "messages[%zu].content", i);
         if (json_is_string(content)) continue;
         if (!content || json_is_null(content)) {
-            /* an assistant turn that only calls tools has no content */
+            /* An assistant turn that only calls tools has no content: templates get "" (most of them
+             * trim or concatenate content, which a null breaks; "" tests false like a null) */
             if (!strcmp(r, "assistant") && json_object_get(msg, "tool_calls")) {
-                json_object_set_new(copy, "content", json_null());
+                json_object_set_new(copy, "content", json_string(""));
                 continue;
             }
             json_decref(out);

@@ -8,3 +8,8 @@ endif()
 add_test(NAME test_serve COMMAND ${KITE_NODE_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/serve/test_serve.mjs
          WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 set_tests_properties(test_serve PROPERTIES ENVIRONMENT "${KITE_TEST_ENV}" TIMEOUT 300)
+
+# Structured output and tool calls (response_format, grammar, tools / tool_choice) on the same footing.
+add_test(NAME test_serve_structured COMMAND ${KITE_NODE_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/serve/test_serve_structured.mjs
+         WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+set_tests_properties(test_serve_structured PROPERTIES ENVIRONMENT "${KITE_TEST_ENV}" TIMEOUT 600)
