@@ -23,11 +23,19 @@ typedef struct gnode {
     int32_t next; /* the stack below (node id; 0 = empty) */
 } gnode;
 
+/* Transitions seen from a state are cached in a few inline entries first, and in a 256-entry row once
+ * more distinct bytes are stepped: along one document most states are left by one byte only, while the
+ * states a token-mask builder walks from see many. */
+#define SMALL_TRANS 3
+
 typedef struct gstate {
     uint32_t first;   /* stacks are pool[first .. first + count), sorted node ids, none empty */
     uint32_t count;
     bool accepting;   /* the empty stack is reachable: the bytes so far are a sentence */
-    int32_t *trans;   /* [256] next state per byte, TRANS_UNKNOWN until computed; NULL until first step */
+    uint8_t n_small;  /* inline transitions in use (while trans is NULL) */
+    uint8_t small_byte[SMALL_TRANS];
+    int32_t small_next[SMALL_TRANS];
+    int32_t *trans;   /* [256] next state per byte, TRANS_UNKNOWN until computed; NULL until needed */
 } gstate;
 
 typedef struct work_item {
@@ -336,16 +344,29 @@ int32_t kite_gmatch_start(kite_gmatch *m) {
     return s;
 }
 
-static int32_t step_slow(kite_gmatch *m, int32_t state, uint8_t byte) {
+/* Caches next as the transition of (state, byte). */
+static int32_t remember(kite_gmatch *m, int32_t state, uint8_t byte, int32_t next) {
     gstate *st = &m->states[state];
+    if (!st->trans && st->n_small < SMALL_TRANS) {
+        st->small_byte[st->n_small] = byte;
+        st->small_next[st->n_small++] = next;
+        return next;
+    }
     if (!st->trans) {
         if (kite_gmatch_memory(m) + 256 * sizeof(int32_t) > m->limits.max_bytes)
             return limit(m, "out of memory budget (transition rows)");
         st->trans = malloc(256 * sizeof *st->trans);
         if (!st->trans) return limit(m, "out of memory (transition rows)");
-        for (int b = 0; b < 256; b++) st->trans[b] = TRANS_UNKNOWN;
         m->n_rows++;
+        for (int b = 0; b < 256; b++) st->trans[b] = TRANS_UNKNOWN;
+        for (int k = 0; k < st->n_small; k++) st->trans[st->small_byte[k]] = st->small_next[k];
     }
+    st->trans[byte] = next;
+    return next;
+}
+
+static int32_t step_slow(kite_gmatch *m, int32_t state, uint8_t byte) {
+    const gstate *st = &m->states[state];
     const kite_gbnf *g = m->g;
     begin_closure(m);
     for (uint32_t i = st->count; i-- > 0;) {
@@ -353,10 +374,9 @@ static int32_t step_slow(kite_gmatch *m, int32_t state, uint8_t byte) {
         if (gbyteset_has(&g->sets[g->elems[n->pos]], byte) && !push_work(m, n->pos + 1, n->next))
             return limit(m, "out of memory budget (closure)");
     }
-    int32_t next = finish_closure(m);
-    /* finish_closure may move m->states: index again. A limit is not cached, so raising it helps. */
-    if (next != KITE_GSTATE_LIMIT) m->states[state].trans[byte] = next;
-    return next;
+    int32_t next = finish_closure(m); /* may move m->states: st is stale from here */
+    /* a limit is not cached, so raising the limits lets the same step through */
+    return next == KITE_GSTATE_LIMIT ? next : remember(m, state, byte, next);
 }
 
 int32_t kite_gmatch_step(kite_gmatch *m, int32_t state, uint8_t byte) {
@@ -365,8 +385,14 @@ int32_t kite_gmatch_step(kite_gmatch *m, int32_t state, uint8_t byte) {
         if (m) kite_fail(&m->err, KITE_ERR_INVALID_ARG, "grammar matcher: state %d does not exist", (int)state);
         return KITE_GSTATE_LIMIT;
     }
-    const int32_t *row = m->states[state].trans;
-    if (row && row[byte] != TRANS_UNKNOWN) return row[byte];
+    const gstate *st = &m->states[state];
+    if (st->trans) {
+        int32_t next = st->trans[byte];
+        if (next != TRANS_UNKNOWN) return next;
+    } else {
+        for (int k = 0; k < st->n_small; k++)
+            if (st->small_byte[k] == byte) return st->small_next[k];
+    }
     return step_slow(m, state, byte);
 }
 

@@ -415,6 +415,34 @@ static void test_start_rule_and_states(void **state) {
     assert_null(g);
 }
 
+/* Every byte from every state along a document, stepped twice (the second answer comes from the inline
+ * entries or the row the first filled): the same state both times, live exactly for the allowed bytes,
+ * and a state reached again by the same bytes from a fresh matcher has the same acceptance. */
+static void test_transition_cache(void **state) {
+    (void)state;
+    compiled c = compile_ok(JSON_GRAMMAR);
+    static const char doc[] = "{\"k\": [1, -2.5e+3, \"x\\u00e9\xe6\x97\xa5\"], \"n\": {\"t\": true}}";
+    int32_t st = kite_gmatch_start(c.m);
+    for (size_t i = 0; i < sizeof doc - 1; i++) {
+        uint64_t bits[4];
+        kite_gmatch_allowed_bytes(c.m, st, bits);
+        int32_t first[256];
+        for (int b = 0; b < 256; b++) {
+            first[b] = kite_gmatch_step(c.m, st, (uint8_t)b);
+            assert_int_not_equal(first[b], KITE_GSTATE_LIMIT);
+            assert_int_equal(first[b] >= 0, (int)((bits[b >> 6] >> (b & 63)) & 1));
+        }
+        for (int b = 255; b >= 0; b--) assert_int_equal(kite_gmatch_step(c.m, st, (uint8_t)b), first[b]);
+        st = kite_gmatch_step(c.m, st, (uint8_t)doc[i]);
+        assert_true(st >= 0);
+    }
+    assert_true(kite_gmatch_accepting(c.m, st));
+    compiled fresh = compile_ok(JSON_GRAMMAR);
+    assert_true(accepts(fresh.m, doc));
+    compiled_free(&fresh);
+    compiled_free(&c);
+}
+
 /* ---- random regular grammars against PCRE2 ------------------------------------------------------ */
 
 typedef struct strbuf {
@@ -795,6 +823,7 @@ int main(void) {
         cmocka_unit_test(test_classes_over_code_points),
         cmocka_unit_test(test_repetition_bounds),
         cmocka_unit_test(test_start_rule_and_states),
+        cmocka_unit_test(test_transition_cache),
         cmocka_unit_test(test_regular_grammars_against_pcre2),
         cmocka_unit_test(test_bad_grammars),
         cmocka_unit_test(test_parser_limits),
