@@ -64,6 +64,7 @@ struct kite_gmatch {
     /* closure scratch */
     work_item *work;
     size_t n_work, cap_work;
+    size_t n_pushed;      /* work items pushed in the current closure, against the work bound */
     uint64_t *seen_keys;  /* visited (pos, stack) pairs of the current closure */
     uint32_t *seen_gen;   /* a slot is in use when its generation is the current one */
     size_t seen_cap, n_seen;
@@ -95,6 +96,16 @@ void kite_gmatch_set_limits(kite_gmatch *m, const kite_gmatch_limits *limits) {
 static int32_t limit(kite_gmatch *m, const char *what) {
     kite_fail(&m->err, KITE_ERR_NOMEM, "grammar matcher: %s", what);
     return KITE_GSTATE_LIMIT;
+}
+
+/* Work per closure: pushes are bounded as well as visits, since one visit of a reference pushes every
+ * alternative of its rule. */
+static size_t max_work(const kite_gmatch *m) { return (size_t)m->limits.max_stacks_per_state * 64 + 4096; }
+
+/* The limit a failed push_work hit. */
+static int32_t push_limit(kite_gmatch *m) {
+    if (m->n_pushed > 4 * max_work(m)) return limit(m, "too much work in one step: the grammar is too ambiguous");
+    return limit(m, "out of memory budget (closure)");
 }
 
 /* Grows *buf (of *cap elements of size elem) to hold need elements, within the memory budget. */
@@ -152,6 +163,7 @@ static int32_t cons(kite_gmatch *m, int32_t pos, int32_t below) {
 }
 
 static bool push_work(kite_gmatch *m, int32_t pos, int32_t below) {
+    if (++m->n_pushed > 4 * max_work(m)) return false;
     if (!grow(m, (void **)&m->work, &m->cap_work, m->n_work + 1, sizeof(work_item))) return false;
     m->work[m->n_work++] = (work_item){pos, below};
     return true;
@@ -198,6 +210,7 @@ static bool first_visit(kite_gmatch *m, int32_t pos, int32_t below, bool *oom) {
 
 static void begin_closure(kite_gmatch *m) {
     m->n_work = 0;
+    m->n_pushed = 0;
     m->n_out = 0;
     m->n_seen = 0;
     if (++m->gen == 0) { /* generations wrapped: clear every slot once */
@@ -215,8 +228,7 @@ static int compare_i32(const void *a, const void *b) {
 static int32_t finish_closure(kite_gmatch *m) {
     const kite_gbnf *g = m->g;
     bool accepting = false, oom = false;
-    /* work per closure: each visited pair expands to at most the alternatives of one rule */
-    size_t max_visits = (size_t)m->limits.max_stacks_per_state * 64 + 4096;
+    size_t max_visits = max_work(m);
     while (m->n_work) {
         work_item it = m->work[--m->n_work];
         if (!first_visit(m, it.pos, it.below, &oom)) {
@@ -229,7 +241,7 @@ static int32_t finish_closure(kite_gmatch *m) {
             if (it.below == 0) {
                 accepting = true;
             } else if (!push_work(m, m->nodes[it.below].pos, m->nodes[it.below].next)) {
-                return limit(m, "out of memory budget (closure)");
+                return push_limit(m);
             }
         } else if (e >= 0) {
             int32_t id = cons(m, it.pos, it.below);
@@ -248,7 +260,7 @@ static int32_t finish_closure(kite_gmatch *m) {
             }
             /* pushed in reverse so alternatives are explored in order (cosmetic: the result is a set) */
             for (uint32_t a = g->rule_alt[r + 1]; a-- > g->rule_alt[r];)
-                if (!push_work(m, (int32_t)g->alt_first[a], cont)) return limit(m, "out of memory budget (closure)");
+                if (!push_work(m, (int32_t)g->alt_first[a], cont)) return push_limit(m);
         }
     }
     if (m->n_out == 0 && !accepting) return KITE_GSTATE_DEAD;
@@ -338,7 +350,7 @@ int32_t kite_gmatch_start(kite_gmatch *m) {
     const kite_gbnf *g = m->g;
     begin_closure(m);
     for (uint32_t a = g->rule_alt[g->root + 1]; a-- > g->rule_alt[g->root];)
-        if (!push_work(m, (int32_t)g->alt_first[a], 0)) return limit(m, "out of memory budget (closure)");
+        if (!push_work(m, (int32_t)g->alt_first[a], 0)) return push_limit(m);
     int32_t s = finish_closure(m);
     if (s >= 0) m->start = s;
     return s;
@@ -372,7 +384,7 @@ static int32_t step_slow(kite_gmatch *m, int32_t state, uint8_t byte) {
     for (uint32_t i = st->count; i-- > 0;) {
         const gnode *n = &m->nodes[m->pool[st->first + i]];
         if (gbyteset_has(&g->sets[g->elems[n->pos]], byte) && !push_work(m, n->pos + 1, n->next))
-            return limit(m, "out of memory budget (closure)");
+            return push_limit(m);
     }
     int32_t next = finish_closure(m); /* may move m->states: st is stale from here */
     /* a limit is not cached, so raising the limits lets the same step through */

@@ -813,6 +813,24 @@ static void test_matcher_limits(void **state) {
     assert_non_null(strstr(kite_gmatch_error(c.m)->msg, "memory budget"));
     assert_true(kite_gmatch_memory(c.m) <= lim.max_bytes);
     compiled_free(&c);
+
+    /* work: 6000 empty alternatives are 6000 distinct closure items but no stack; with 16 stacks per
+     * state the work bound is 16 * 64 + 4096 = 5120 items */
+    strbuf t = {0};
+    sb_printf(&t, "root ::= a \"y\"\na ::= ");
+    for (int i = 0; i < 6000; i++) sb_printf(&t, "\"\" | ");
+    sb_printf(&t, "\"x\"\n");
+    c = compile_ok(t.s);
+    lim = kite_gmatch_default_limits();
+    lim.max_stacks_per_state = 16;
+    kite_gmatch_set_limits(c.m, &lim);
+    assert_int_equal(kite_gmatch_start(c.m), KITE_GSTATE_LIMIT);
+    assert_non_null(strstr(kite_gmatch_error(c.m)->msg, "too much work in one step"));
+    lim.max_stacks_per_state = 4096;
+    kite_gmatch_set_limits(c.m, &lim);
+    assert_true(accepts(c.m, "xy") && accepts(c.m, "y"));
+    compiled_free(&c);
+    free(t.s);
 }
 
 int main(void) {
