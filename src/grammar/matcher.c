@@ -265,7 +265,7 @@ static int32_t finish_closure(kite_gmatch *m) {
     }
     if (m->n_out == 0 && !accepting) return KITE_GSTATE_DEAD;
     /* each finished stack comes from a distinct visited pair, and hash-consing makes ids distinct */
-    qsort(m->out, m->n_out, sizeof *m->out, compare_i32);
+    if (m->n_out > 1) qsort(m->out, m->n_out, sizeof *m->out, compare_i32);
     uint64_t h = mix64(accepting ? 0x9e3779b97f4a7c15ull : 1);
     for (size_t i = 0; i < m->n_out; i++) h = mix64(h ^ (uint32_t)m->out[i]);
     if ((m->n_states + 1) * 2 > m->state_slot_cap) {
@@ -290,7 +290,7 @@ static int32_t finish_closure(kite_gmatch *m) {
     for (int32_t slot; (slot = m->state_slots[i]) != 0; i = (i + 1) & mask) {
         const gstate *st = &m->states[slot - 1];
         if (st->accepting == accepting && st->count == m->n_out &&
-            memcmp(m->pool + st->first, m->out, m->n_out * sizeof *m->out) == 0)
+            (m->n_out == 0 || memcmp(m->pool + st->first, m->out, m->n_out * sizeof *m->out) == 0))
             return slot - 1;
     }
     if (m->n_states >= m->limits.max_states) return limit(m, "too many grammar states");
@@ -298,7 +298,7 @@ static int32_t finish_closure(kite_gmatch *m) {
     if (!grow(m, (void **)&m->states, &m->cap_states, m->n_states + 1, sizeof(gstate)) ||
         !grow(m, (void **)&m->pool, &m->cap_pool, m->n_pool + m->n_out, sizeof(int32_t)))
         return limit(m, "out of memory budget (states)");
-    memcpy(m->pool + m->n_pool, m->out, m->n_out * sizeof *m->out);
+    if (m->n_out) memcpy(m->pool + m->n_pool, m->out, m->n_out * sizeof *m->out);
     int32_t id = (int32_t)m->n_states++;
     m->states[id] = (gstate){.first = (uint32_t)m->n_pool, .count = (uint32_t)m->n_out, .accepting = accepting};
     m->n_pool += m->n_out;
