@@ -1283,8 +1283,11 @@ static bool trie_insert(trie *t, const char *s, size_t n) {
 }
 
 /* Key characters (JSON string content without escapes) not equal to any name in the trie: a key either
- * leaves the trie at some character (then anything may follow) or ends at a non-terminal node. */
-static void emit_other_key(compiler *c, const trie *t, gtext *out) {
+ * leaves the trie at some character (then anything may follow) or ends at a non-terminal node. Past
+ * MAX_KEY_DEPTH characters along a name the key must leave or end there (keys sharing a longer prefix
+ * with a declared name are not offered: fewer keys, still none equal to a name, and bounded nesting). */
+enum { MAX_KEY_DEPTH = 16 };
+static void emit_other_key(compiler *c, const trie *t, gtext *out, int depth) {
     /* characters that leave the trie here */
     cp_set leave = {0};
     cp_set_add(&leave, '"', '"');
@@ -1306,13 +1309,13 @@ static void emit_other_key(compiler *c, const trie *t, gtext *out) {
     put_prim(c, out, P_KEYCHAR);
     gtext_puts(out, "*");
     cp_set_free(&leave);
-    for (size_t i = 0; i < t->n_kids; i++) {
+    for (size_t i = 0; i < t->n_kids && depth < MAX_KEY_DEPTH; i++) {
         uint32_t cp = t->kids[i].cp;
         if (cp < 0x20 || cp == '"' || cp == '\\') continue; /* keys here never hold escapes */
         gtext_puts(out, " | \"");
         gtext_literal_cp(out, cp);
         gtext_puts(out, "\" ");
-        emit_other_key(c, &t->kids[i], out);
+        emit_other_key(c, &t->kids[i], out, depth + 1);
     }
     gtext_puts(out, t->terminal ? " )" : " )?");
 }
@@ -1402,7 +1405,7 @@ static int compile_object(compiler *c, json_t *s, const char *ptr, const char *h
     if (!c->status && ap && !json_is_false(ap)) {
         gtext kv = {0};
         gtext_puts(&kv, "\"\\\"\" ");
-        emit_other_key(c, &names, &kv);
+        emit_other_key(c, &names, &kv, 0);
         gtext_puts(&kv, " \"\\\"\" ws \":\" ws ");
         char *p = ptr_join(ptr, "additionalProperties");
         snprintf(rule_hint, sizeof rule_hint, "%s-additional", hint);
