@@ -383,7 +383,7 @@ static int compare_range(const void *a, const void *b) {
 
 /* Sorts and merges r in place, complements it over the code points when negated, and drops surrogates. */
 static bool normalize_ranges(cp_ranges *r, bool negated) {
-    qsort(r->v, r->n, sizeof *r->v, compare_range);
+    if (r->n > 1) qsort(r->v, r->n, sizeof *r->v, compare_range);
     size_t k = 0;
     for (size_t i = 0; i < r->n; i++) {
         if (k && r->v[i].lo <= r->v[k - 1].hi + 1) {
@@ -557,7 +557,7 @@ static int parse_alternates(gparser *p, ivec *out, bool nested);
 /* Rewrites the symbol out[start .. out->n) as its repetition {min,max} (max < 0: unbounded). */
 static int repeat_symbol(gparser *p, ivec *out, size_t start, long min, long max, size_t at) {
     size_t sym_len = out->n - start;
-    if (sym_len == 0) return fail_at(p, at, "nothing to repeat before repetition operator");
+    if (sym_len == 0) return KITE_OK; /* "" or () repeated: still the empty string */
     long n_opt = max < 0 ? 1 : max - min;
     /* elements: (min - 1) more inline copies, then per helper one copy, a reference and two ends */
     size_t needed = (size_t)(min > 0 ? min - 1 : 0) * sym_len + (size_t)n_opt * (sym_len + 3) + 1;
@@ -1086,7 +1086,7 @@ static int flatten(gparser *p, kite_gbnf *g) {
     g->names = calloc(p->n_rules ? p->n_rules : 1, sizeof *g->names);
     g->sets = malloc((p->n_sets ? p->n_sets : 1) * sizeof *g->sets);
     if (!g->elems || !g->alt_first || !g->rule_alt || !g->names || !g->sets) return nomem(p);
-    memcpy(g->sets, p->sets, p->n_sets * sizeof *g->sets);
+    if (p->n_sets) memcpy(g->sets, p->sets, p->n_sets * sizeof *g->sets);
     g->n_sets = (uint32_t)p->n_sets;
     size_t e = 0, a = 0;
     for (size_t r = 0; r < p->n_rules; r++) {
@@ -1095,7 +1095,7 @@ static int flatten(gparser *p, kite_gbnf *g) {
         for (size_t i = 0; i < b->n; i++) {
             if (i == 0 || b->v[i - 1] == GELEM_END) g->alt_first[a++] = (uint32_t)(e + i);
         }
-        memcpy(g->elems + e, b->v, b->n * sizeof *b->v);
+        if (b->n) memcpy(g->elems + e, b->v, b->n * sizeof *b->v);
         e += b->n;
     }
     g->rule_alt[p->n_rules] = (uint32_t)a;
@@ -1153,9 +1153,23 @@ int kite_gbnf_parse(const char *text, size_t len, const char *root, kite_gbnf **
     for (uint32_t r = 0; r < g->n_rules; r++)
         if (!productive[r] && (stuck == SIZE_MAX || p.rules[r].def_at < p.rules[stuck].def_at)) stuck = r;
     if (stuck != SIZE_MAX) {
-        rc = fail_at(&p, p.rules[p.rules[stuck].owner].def_at,
-                     "rule '%s' can never finish: every alternative recurses without a base case",
-                     rule_label(&p, (uint32_t)stuck));
+        /* every alternative of a rule that cannot finish references another such rule: follow those
+         * references until one repeats, which names the recursion itself rather than a rule that uses it */
+        bool *walked = nullable; /* free scratch until the nullable pass */
+        memset(walked, 0, g->n_rules * sizeof *walked);
+        uint32_t r = (uint32_t)stuck;
+        while (!walked[r]) {
+            walked[r] = true;
+            uint32_t next = r;
+            for (uint32_t i = g->alt_first[g->rule_alt[r]]; g->elems[i] != GELEM_END; i++)
+                if (GELEM_IS_REF(g->elems[i]) && !productive[GELEM_REF_RULE(g->elems[i])]) {
+                    next = GELEM_REF_RULE(g->elems[i]);
+                    break;
+                }
+            r = next;
+        }
+        rc = fail_at(&p, p.rules[p.rules[r].owner].def_at,
+                     "rule '%s' can never finish: every alternative recurses without a base case", rule_label(&p, r));
         goto done;
     }
     if ((rc = close_rules(&p, g, alt_rule, false, nullable))) goto done;
