@@ -1846,8 +1846,11 @@ int kite_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf, size_t
     if (len > MAX_SCHEMA_BYTES) return kite_fail(e, KITE_ERR_INVALID_ARG, "json schema: the schema is over 16 MiB");
     json_error_t jerr;
     json_t *root = json_loadb(schema ? schema : "", len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
+    if (!root) {
+        for (char *q = jerr.text; *q; q++)
+            if ((unsigned char)*q < 0x20) *q = ' '; /* jansson quotes the bad token, newlines included: keep one line */
         return kite_fail(e, KITE_ERR_INVALID_ARG, "json schema: invalid JSON at %d:%d: %s", jerr.line, jerr.column, jerr.text);
+    }
     compiler c = {.root = root, .scratch = json_array(), .e = e};
     if (!c.scratch) fail_nomem(&c);
     gtext top = {0};
