@@ -265,7 +265,16 @@ static int32_t finish_closure(kite_gmatch *m) {
     }
     if (m->n_out == 0 && !accepting) return KITE_GSTATE_DEAD;
     /* each finished stack comes from a distinct visited pair, and hash-consing makes ids distinct */
-    if (m->n_out > 1) qsort(m->out, m->n_out, sizeof *m->out, compare_i32);
+    if (m->n_out > 32) {
+        qsort(m->out, m->n_out, sizeof *m->out, compare_i32);
+    } else { /* the usual few stacks: insertion sort beats qsort's calls */
+        for (size_t i = 1; i < m->n_out; i++) {
+            int32_t v = m->out[i];
+            size_t j = i;
+            for (; j > 0 && m->out[j - 1] > v; j--) m->out[j] = m->out[j - 1];
+            m->out[j] = v;
+        }
+    }
     uint64_t h = mix64(accepting ? 0x9e3779b97f4a7c15ull : 1);
     for (size_t i = 0; i < m->n_out; i++) h = mix64(h ^ (uint32_t)m->out[i]);
     if ((m->n_states + 1) * 2 > m->state_slot_cap) {
