@@ -28,6 +28,7 @@ static const char GRAMMAR_BENCH_USAGE[] =
     "  --temperature T       (default 1; 0 = greedy)\n"
     "  --threads N           worker threads (default: all cores)\n"
     "  --draft ngram|PATH    speculative decoding: report tau with and without forced drafts\n"
+    "  --spec-budget N       drafted tokens per pass, 1..32 (default: adaptive)\n"
     "  --json                print one JSON object\n";
 
 static const char DEFAULT_SCHEMA[] =
@@ -92,7 +93,7 @@ int kite_bench_grammar(int argc, char **argv);
 int kite_bench_grammar(int argc, char **argv) {
     const char *model_path = NULL, *tokenizer = NULL, *schema_file = NULL, *gbnf_file = NULL, *regex = NULL, *draft = NULL;
     const char *prompt_text = "Write the customer record as JSON:";
-    long gen_tokens = 128, runs = 3, threads = 0;
+    long gen_tokens = 128, runs = 3, threads = 0, budget = 0;
     float temperature = 1.0f;
     bool json = false;
     for (int i = 2; i < argc; i++) {
@@ -124,7 +125,8 @@ int kite_bench_grammar(int argc, char **argv) {
             temperature = strtof(val, &end);
             if (errno || *end || !(temperature >= 0)) return bench_fail(2, "--temperature expects a number >= 0");
         } else {
-            long *slot = !strcmp(opt, "--gen-tokens") ? &gen_tokens : !strcmp(opt, "--runs") ? &runs : !strcmp(opt, "--threads") ? &threads : NULL;
+            long *slot = !strcmp(opt, "--gen-tokens") ? &gen_tokens : !strcmp(opt, "--runs") ? &runs : !strcmp(opt, "--threads") ? &threads
+                        : !strcmp(opt, "--spec-budget") ? &budget : NULL;
             if (!slot) {
                 fprintf(stderr, "kite: error: unknown option %s (see kite bench --grammar --help)\n", opt);
                 return 2;
@@ -208,6 +210,7 @@ int kite_bench_grammar(int argc, char **argv) {
     totals spec_forced = {0}, spec_plain = {0};
     if (draft) {
         kite_spec_params sp = kite_spec_default_params();
+        sp.budget = budget > 32 ? 32 : (int32_t)budget;
         if (!strcmp(draft, "ngram")) {
             sp.drafter = KITE_DRAFT_NGRAM;
         } else {
