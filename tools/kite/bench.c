@@ -176,6 +176,7 @@ static const char BENCH_USAGE[] =
     "  --no-hw                skip the machine probe (no fractions)\n"
     "  --json                 print one JSON object\n"
     "  --spec                 speculative decoding on prompt sets instead (see kite bench --spec --help)\n"
+    "  --grammar              the cost of grammar-constrained decoding instead (see kite bench --grammar --help)\n"
     "\n"
     "Decode reads every weight once per token except the embedding table, which is only gathered\n"
     "(unless the output reuses it): bandwidth_gbs is those bytes times tokens per second.\n"
@@ -582,11 +583,14 @@ done:
     return rc;
 }
 
-int kite_bench_spec(int argc, char **argv); /* bench_spec.c: kite bench --spec */
+int kite_bench_spec(int argc, char **argv);    /* bench_spec.c: kite bench --spec */
+int kite_bench_grammar(int argc, char **argv); /* bench_grammar.c: kite bench --grammar */
 
 int kite_cmd_bench(int argc, char **argv) {
-    for (int i = 2; i < argc; i++)
+    for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--spec")) return kite_bench_spec(argc, argv);
+        if (!strcmp(argv[i], "--grammar")) return kite_bench_grammar(argc, argv);
+    }
     bench_args a = {0};
     int rc = parse_bench_args(argc, argv, &a);
     if (rc) return rc;
