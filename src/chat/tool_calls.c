@@ -1051,7 +1051,9 @@ static void on_plain(kite_tool_stream *s, unsigned char c, bool *consumed) {
             fail_region(s, "no call in the tool-call block");
         } else {
             set_problem(s, "byte %llu: the tool-call block is not closed", (unsigned long long)s->pos);
+            size_t keep = s->pend_len; /* the waiting bytes are read again as content */
             back_to_content(s);
+            s->pend_len = keep;
         }
         *consumed = false;
         return;

@@ -661,12 +661,60 @@ static void test_ids_and_api(void **state) {
     kite_tool_parse_clear(NULL);
 }
 
+/* Deltas come as soon as they are known: a call starts once its name and the start of its arguments
+ * are in, its arguments flow as they are written, and content that cannot be a marker is not held. */
+static void test_incremental(void **state) {
+    (void)state;
+    static const struct { kite_tool_format format; const char *first, *second; const char *args_after_first; } cases[] = {
+        {KITE_TOOL_FORMAT_HERMES, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, ", "2]}}\n</tool_call>", "{\"a\":[1,"},
+        {KITE_TOOL_FORMAT_MISTRAL, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\"", ": 2}}]", "{\"a\""},
+        {KITE_TOOL_FORMAT_HARMONY, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": \"x", "y\"}<|call|>",
+         "{\"a\":\"x"},
+        {KITE_TOOL_FORMAT_LLAMA3, "{\"name\": \"f\", \"parameters\": {\"a\": tr", "ue}}", "{\"a\":tr"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kite_tool_parse_options o = kite_tool_parse_default_options(cases[i].format);
+        kite_tool_stream *s;
+        kite_error e = {0};
+        gathered g;
+        memset(&g, 0, sizeof g);
+        g.open = -1;
+        assert_int_equal(kite_tool_stream_new(&o, &s, &e), KITE_OK);
+        assert_int_equal(kite_tool_stream_feed(s, cases[i].first, strlen(cases[i].first), gather, &g, &e), KITE_OK);
+        assert_int_equal(g.n_calls, 1);
+        assert_string_equal(g.names[0], "f");
+        assert_string_equal(g.args[0] ? g.args[0] : "", cases[i].args_after_first);
+        assert_int_equal(kite_tool_stream_feed(s, cases[i].second, strlen(cases[i].second), gather, &g, &e), KITE_OK);
+        assert_int_equal(kite_tool_stream_finish(s, gather, &g, &e), KITE_OK);
+        assert_true(g.ended[0]);
+        kite_tool_stream_free(s);
+        gathered_free(&g);
+    }
+    /* content: only a possible marker waits */
+    kite_tool_parse_options o = kite_tool_parse_default_options(KITE_TOOL_FORMAT_HERMES);
+    kite_tool_stream *s;
+    kite_error e = {0};
+    gathered g;
+    memset(&g, 0, sizeof g);
+    g.open = -1;
+    assert_int_equal(kite_tool_stream_new(&o, &s, &e), KITE_OK);
+    assert_int_equal(kite_tool_stream_feed(s, "Hello <tool", 11, gather, &g, &e), KITE_OK);
+    assert_string_equal(g.content, "Hello");
+    assert_int_equal(kite_tool_stream_feed(s, "box> \xe6\x9d", 7, gather, &g, &e), KITE_OK);
+    assert_string_equal(g.content, "Hello <toolbox> "); /* the space, not half a character */
+    assert_int_equal(kite_tool_stream_feed(s, "\xb1", 1, gather, &g, &e), KITE_OK);
+    assert_string_equal(g.content, "Hello <toolbox> \xe6\x9d\xb1");
+    kite_tool_stream_free(s);
+    gathered_free(&g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_detect_case_templates), cmocka_unit_test(test_detect_golden_templates),
         cmocka_unit_test(test_template_renders),      cmocka_unit_test(test_frame_matches_templates),
         cmocka_unit_test(test_frame_round_trip),      cmocka_unit_test(test_hand_cases),
         cmocka_unit_test(test_hostile_inputs),        cmocka_unit_test(test_ids_and_api),
+        cmocka_unit_test(test_incremental),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
