@@ -383,7 +383,7 @@ static int compare_range(const void *a, const void *b) {
 
 /* Sorts and merges r in place, complements it over the code points when negated, and drops surrogates. */
 static bool normalize_ranges(cp_ranges *r, bool negated) {
-    qsort(r->v, r->n, sizeof *r->v, compare_range);
+    if (r->n > 1) qsort(r->v, r->n, sizeof *r->v, compare_range);
     size_t k = 0;
     for (size_t i = 0; i < r->n; i++) {
         if (k && r->v[i].lo <= r->v[k - 1].hi + 1) {
@@ -1086,7 +1086,7 @@ static int flatten(gparser *p, kite_gbnf *g) {
     g->names = calloc(p->n_rules ? p->n_rules : 1, sizeof *g->names);
     g->sets = malloc((p->n_sets ? p->n_sets : 1) * sizeof *g->sets);
     if (!g->elems || !g->alt_first || !g->rule_alt || !g->names || !g->sets) return nomem(p);
-    memcpy(g->sets, p->sets, p->n_sets * sizeof *g->sets);
+    if (p->n_sets) memcpy(g->sets, p->sets, p->n_sets * sizeof *g->sets);
     g->n_sets = (uint32_t)p->n_sets;
     size_t e = 0, a = 0;
     for (size_t r = 0; r < p->n_rules; r++) {
@@ -1095,7 +1095,7 @@ static int flatten(gparser *p, kite_gbnf *g) {
         for (size_t i = 0; i < b->n; i++) {
             if (i == 0 || b->v[i - 1] == GELEM_END) g->alt_first[a++] = (uint32_t)(e + i);
         }
-        memcpy(g->elems + e, b->v, b->n * sizeof *b->v);
+        if (b->n) memcpy(g->elems + e, b->v, b->n * sizeof *b->v);
         e += b->n;
     }
     g->rule_alt[p->n_rules] = (uint32_t)a;

@@ -7,9 +7,10 @@
  *
  * kite_gmatch is a pushdown matcher: a parse stack is a hash-consed persistent list of positions in rule
  * bodies (equal stacks are one node), a state is the sorted set of stacks reachable after the bytes so far,
- * interned into an int32 id. Each state lazily holds a 256-entry transition row, so stepping from a seen
- * (state, byte) is one array read. Work and memory are bounded (stacks per state, states, bytes): hitting
- * a bound gives KITE_GSTATE_LIMIT and an error naming the bound, never a hang.
+ * interned into an int32 id. Each state caches its transitions (a few inline entries, then a 256-entry row
+ * once more bytes are stepped), so stepping from a seen (state, byte) is an array read. Work and memory
+ * are bounded (stacks per state, states, bytes): hitting a bound gives KITE_GSTATE_LIMIT and an error
+ * naming the bound, never a hang.
  *
  * Unlike llama.cpp, cycles through nullable tails (such as ("a"?)*) are accepted: the closure visits each
  * (position, stack) pair once. Token references (<think>, <[id]>) are rejected: matching is on bytes. */

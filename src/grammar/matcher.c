@@ -23,11 +23,19 @@ typedef struct gnode {
     int32_t next; /* the stack below (node id; 0 = empty) */
 } gnode;
 
+/* Transitions seen from a state are cached in a few inline entries first, and in a 256-entry row once
+ * more distinct bytes are stepped: along one document most states are left by one byte only, while the
+ * states a token-mask builder walks from see many. */
+#define SMALL_TRANS 3
+
 typedef struct gstate {
     uint32_t first;   /* stacks are pool[first .. first + count), sorted node ids, none empty */
     uint32_t count;
     bool accepting;   /* the empty stack is reachable: the bytes so far are a sentence */
-    int32_t *trans;   /* [256] next state per byte, TRANS_UNKNOWN until computed; NULL until first step */
+    uint8_t n_small;  /* inline transitions in use (while trans is NULL) */
+    uint8_t small_byte[SMALL_TRANS];
+    int32_t small_next[SMALL_TRANS];
+    int32_t *trans;   /* [256] next state per byte, TRANS_UNKNOWN until computed; NULL until needed */
 } gstate;
 
 typedef struct work_item {
@@ -56,6 +64,7 @@ struct kite_gmatch {
     /* closure scratch */
     work_item *work;
     size_t n_work, cap_work;
+    size_t n_pushed;      /* work items pushed in the current closure, against the work bound */
     uint64_t *seen_keys;  /* visited (pos, stack) pairs of the current closure */
     uint32_t *seen_gen;   /* a slot is in use when its generation is the current one */
     size_t seen_cap, n_seen;
@@ -87,6 +96,16 @@ void kite_gmatch_set_limits(kite_gmatch *m, const kite_gmatch_limits *limits) {
 static int32_t limit(kite_gmatch *m, const char *what) {
     kite_fail(&m->err, KITE_ERR_NOMEM, "grammar matcher: %s", what);
     return KITE_GSTATE_LIMIT;
+}
+
+/* Work per closure: pushes are bounded as well as visits, since one visit of a reference pushes every
+ * alternative of its rule. */
+static size_t max_work(const kite_gmatch *m) { return (size_t)m->limits.max_stacks_per_state * 64 + 4096; }
+
+/* The limit a failed push_work hit. */
+static int32_t push_limit(kite_gmatch *m) {
+    if (m->n_pushed > 4 * max_work(m)) return limit(m, "too much work in one step: the grammar is too ambiguous");
+    return limit(m, "out of memory budget (closure)");
 }
 
 /* Grows *buf (of *cap elements of size elem) to hold need elements, within the memory budget. */
@@ -144,6 +163,7 @@ static int32_t cons(kite_gmatch *m, int32_t pos, int32_t below) {
 }
 
 static bool push_work(kite_gmatch *m, int32_t pos, int32_t below) {
+    if (++m->n_pushed > 4 * max_work(m)) return false;
     if (!grow(m, (void **)&m->work, &m->cap_work, m->n_work + 1, sizeof(work_item))) return false;
     m->work[m->n_work++] = (work_item){pos, below};
     return true;
@@ -190,6 +210,7 @@ static bool first_visit(kite_gmatch *m, int32_t pos, int32_t below, bool *oom) {
 
 static void begin_closure(kite_gmatch *m) {
     m->n_work = 0;
+    m->n_pushed = 0;
     m->n_out = 0;
     m->n_seen = 0;
     if (++m->gen == 0) { /* generations wrapped: clear every slot once */
@@ -207,8 +228,7 @@ static int compare_i32(const void *a, const void *b) {
 static int32_t finish_closure(kite_gmatch *m) {
     const kite_gbnf *g = m->g;
     bool accepting = false, oom = false;
-    /* work per closure: each visited pair expands to at most the alternatives of one rule */
-    size_t max_visits = (size_t)m->limits.max_stacks_per_state * 64 + 4096;
+    size_t max_visits = max_work(m);
     while (m->n_work) {
         work_item it = m->work[--m->n_work];
         if (!first_visit(m, it.pos, it.below, &oom)) {
@@ -221,7 +241,7 @@ static int32_t finish_closure(kite_gmatch *m) {
             if (it.below == 0) {
                 accepting = true;
             } else if (!push_work(m, m->nodes[it.below].pos, m->nodes[it.below].next)) {
-                return limit(m, "out of memory budget (closure)");
+                return push_limit(m);
             }
         } else if (e >= 0) {
             int32_t id = cons(m, it.pos, it.below);
@@ -240,12 +260,21 @@ static int32_t finish_closure(kite_gmatch *m) {
             }
             /* pushed in reverse so alternatives are explored in order (cosmetic: the result is a set) */
             for (uint32_t a = g->rule_alt[r + 1]; a-- > g->rule_alt[r];)
-                if (!push_work(m, (int32_t)g->alt_first[a], cont)) return limit(m, "out of memory budget (closure)");
+                if (!push_work(m, (int32_t)g->alt_first[a], cont)) return push_limit(m);
         }
     }
     if (m->n_out == 0 && !accepting) return KITE_GSTATE_DEAD;
     /* each finished stack comes from a distinct visited pair, and hash-consing makes ids distinct */
-    qsort(m->out, m->n_out, sizeof *m->out, compare_i32);
+    if (m->n_out > 32) {
+        qsort(m->out, m->n_out, sizeof *m->out, compare_i32);
+    } else { /* the usual few stacks: insertion sort beats qsort's calls */
+        for (size_t i = 1; i < m->n_out; i++) {
+            int32_t v = m->out[i];
+            size_t j = i;
+            for (; j > 0 && m->out[j - 1] > v; j--) m->out[j] = m->out[j - 1];
+            m->out[j] = v;
+        }
+    }
     uint64_t h = mix64(accepting ? 0x9e3779b97f4a7c15ull : 1);
     for (size_t i = 0; i < m->n_out; i++) h = mix64(h ^ (uint32_t)m->out[i]);
     if ((m->n_states + 1) * 2 > m->state_slot_cap) {
@@ -270,7 +299,7 @@ static int32_t finish_closure(kite_gmatch *m) {
     for (int32_t slot; (slot = m->state_slots[i]) != 0; i = (i + 1) & mask) {
         const gstate *st = &m->states[slot - 1];
         if (st->accepting == accepting && st->count == m->n_out &&
-            memcmp(m->pool + st->first, m->out, m->n_out * sizeof *m->out) == 0)
+            (m->n_out == 0 || memcmp(m->pool + st->first, m->out, m->n_out * sizeof *m->out) == 0))
             return slot - 1;
     }
     if (m->n_states >= m->limits.max_states) return limit(m, "too many grammar states");
@@ -278,7 +307,7 @@ static int32_t finish_closure(kite_gmatch *m) {
     if (!grow(m, (void **)&m->states, &m->cap_states, m->n_states + 1, sizeof(gstate)) ||
         !grow(m, (void **)&m->pool, &m->cap_pool, m->n_pool + m->n_out, sizeof(int32_t)))
         return limit(m, "out of memory budget (states)");
-    memcpy(m->pool + m->n_pool, m->out, m->n_out * sizeof *m->out);
+    if (m->n_out) memcpy(m->pool + m->n_pool, m->out, m->n_out * sizeof *m->out);
     int32_t id = (int32_t)m->n_states++;
     m->states[id] = (gstate){.first = (uint32_t)m->n_pool, .count = (uint32_t)m->n_out, .accepting = accepting};
     m->n_pool += m->n_out;
@@ -330,33 +359,45 @@ int32_t kite_gmatch_start(kite_gmatch *m) {
     const kite_gbnf *g = m->g;
     begin_closure(m);
     for (uint32_t a = g->rule_alt[g->root + 1]; a-- > g->rule_alt[g->root];)
-        if (!push_work(m, (int32_t)g->alt_first[a], 0)) return limit(m, "out of memory budget (closure)");
+        if (!push_work(m, (int32_t)g->alt_first[a], 0)) return push_limit(m);
     int32_t s = finish_closure(m);
     if (s >= 0) m->start = s;
     return s;
 }
 
-static int32_t step_slow(kite_gmatch *m, int32_t state, uint8_t byte) {
+/* Caches next as the transition of (state, byte). */
+static int32_t remember(kite_gmatch *m, int32_t state, uint8_t byte, int32_t next) {
     gstate *st = &m->states[state];
+    if (!st->trans && st->n_small < SMALL_TRANS) {
+        st->small_byte[st->n_small] = byte;
+        st->small_next[st->n_small++] = next;
+        return next;
+    }
     if (!st->trans) {
         if (kite_gmatch_memory(m) + 256 * sizeof(int32_t) > m->limits.max_bytes)
             return limit(m, "out of memory budget (transition rows)");
         st->trans = malloc(256 * sizeof *st->trans);
         if (!st->trans) return limit(m, "out of memory (transition rows)");
-        for (int b = 0; b < 256; b++) st->trans[b] = TRANS_UNKNOWN;
         m->n_rows++;
+        for (int b = 0; b < 256; b++) st->trans[b] = TRANS_UNKNOWN;
+        for (int k = 0; k < st->n_small; k++) st->trans[st->small_byte[k]] = st->small_next[k];
     }
+    st->trans[byte] = next;
+    return next;
+}
+
+static int32_t step_slow(kite_gmatch *m, int32_t state, uint8_t byte) {
+    const gstate *st = &m->states[state];
     const kite_gbnf *g = m->g;
     begin_closure(m);
     for (uint32_t i = st->count; i-- > 0;) {
         const gnode *n = &m->nodes[m->pool[st->first + i]];
         if (gbyteset_has(&g->sets[g->elems[n->pos]], byte) && !push_work(m, n->pos + 1, n->next))
-            return limit(m, "out of memory budget (closure)");
+            return push_limit(m);
     }
-    int32_t next = finish_closure(m);
-    /* finish_closure may move m->states: index again. A limit is not cached, so raising it helps. */
-    if (next != KITE_GSTATE_LIMIT) m->states[state].trans[byte] = next;
-    return next;
+    int32_t next = finish_closure(m); /* may move m->states: st is stale from here */
+    /* a limit is not cached, so raising the limits lets the same step through */
+    return next == KITE_GSTATE_LIMIT ? next : remember(m, state, byte, next);
 }
 
 int32_t kite_gmatch_step(kite_gmatch *m, int32_t state, uint8_t byte) {
@@ -365,8 +406,14 @@ int32_t kite_gmatch_step(kite_gmatch *m, int32_t state, uint8_t byte) {
         if (m) kite_fail(&m->err, KITE_ERR_INVALID_ARG, "grammar matcher: state %d does not exist", (int)state);
         return KITE_GSTATE_LIMIT;
     }
-    const int32_t *row = m->states[state].trans;
-    if (row && row[byte] != TRANS_UNKNOWN) return row[byte];
+    const gstate *st = &m->states[state];
+    if (st->trans) {
+        int32_t next = st->trans[byte];
+        if (next != TRANS_UNKNOWN) return next;
+    } else {
+        for (int k = 0; k < st->n_small; k++)
+            if (st->small_byte[k] == byte) return st->small_next[k];
+    }
     return step_slow(m, state, byte);
 }
 

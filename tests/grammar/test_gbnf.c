@@ -415,6 +415,34 @@ static void test_start_rule_and_states(void **state) {
     assert_null(g);
 }
 
+/* Every byte from every state along a document, stepped twice (the second answer comes from the inline
+ * entries or the row the first filled): the same state both times, live exactly for the allowed bytes,
+ * and a state reached again by the same bytes from a fresh matcher has the same acceptance. */
+static void test_transition_cache(void **state) {
+    (void)state;
+    compiled c = compile_ok(JSON_GRAMMAR);
+    static const char doc[] = "{\"k\": [1, -2.5e+3, \"x\\u00e9\xe6\x97\xa5\"], \"n\": {\"t\": true}}";
+    int32_t st = kite_gmatch_start(c.m);
+    for (size_t i = 0; i < sizeof doc - 1; i++) {
+        uint64_t bits[4];
+        kite_gmatch_allowed_bytes(c.m, st, bits);
+        int32_t first[256];
+        for (int b = 0; b < 256; b++) {
+            first[b] = kite_gmatch_step(c.m, st, (uint8_t)b);
+            assert_int_not_equal(first[b], KITE_GSTATE_LIMIT);
+            assert_int_equal(first[b] >= 0, (int)((bits[b >> 6] >> (b & 63)) & 1));
+        }
+        for (int b = 255; b >= 0; b--) assert_int_equal(kite_gmatch_step(c.m, st, (uint8_t)b), first[b]);
+        st = kite_gmatch_step(c.m, st, (uint8_t)doc[i]);
+        assert_true(st >= 0);
+    }
+    assert_true(kite_gmatch_accepting(c.m, st));
+    compiled fresh = compile_ok(JSON_GRAMMAR);
+    assert_true(accepts(fresh.m, doc));
+    compiled_free(&fresh);
+    compiled_free(&c);
+}
+
 /* ---- random regular grammars against PCRE2 ------------------------------------------------------ */
 
 typedef struct strbuf {
@@ -785,6 +813,24 @@ static void test_matcher_limits(void **state) {
     assert_non_null(strstr(kite_gmatch_error(c.m)->msg, "memory budget"));
     assert_true(kite_gmatch_memory(c.m) <= lim.max_bytes);
     compiled_free(&c);
+
+    /* work: 6000 empty alternatives are 6000 distinct closure items but no stack; with 16 stacks per
+     * state the work bound is 16 * 64 + 4096 = 5120 items */
+    strbuf t = {0};
+    sb_printf(&t, "root ::= a \"y\"\na ::= ");
+    for (int i = 0; i < 6000; i++) sb_printf(&t, "\"\" | ");
+    sb_printf(&t, "\"x\"\n");
+    c = compile_ok(t.s);
+    lim = kite_gmatch_default_limits();
+    lim.max_stacks_per_state = 16;
+    kite_gmatch_set_limits(c.m, &lim);
+    assert_int_equal(kite_gmatch_start(c.m), KITE_GSTATE_LIMIT);
+    assert_non_null(strstr(kite_gmatch_error(c.m)->msg, "too much work in one step"));
+    lim.max_stacks_per_state = 4096;
+    kite_gmatch_set_limits(c.m, &lim);
+    assert_true(accepts(c.m, "xy") && accepts(c.m, "y"));
+    compiled_free(&c);
+    free(t.s);
 }
 
 int main(void) {
@@ -795,6 +841,7 @@ int main(void) {
         cmocka_unit_test(test_classes_over_code_points),
         cmocka_unit_test(test_repetition_bounds),
         cmocka_unit_test(test_start_rule_and_states),
+        cmocka_unit_test(test_transition_cache),
         cmocka_unit_test(test_regular_grammars_against_pcre2),
         cmocka_unit_test(test_bad_grammars),
         cmocka_unit_test(test_parser_limits),
