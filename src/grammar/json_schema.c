@@ -53,6 +53,7 @@
 enum {
     MAX_DEPTH = 64,          /* nested subschemas, $ref and allOf expansions */
     MAX_WORK = 20000,        /* subschemas compiled */
+    MAX_COPIED = 1 << 21,    /* JSON values copied by $ref / allOf expansion */
     MAX_SCHEMA_BYTES = 16 << 20,
     MAX_COUNT = 10000,       /* minItems / minLength / repetition counts (the GBNF parser's limit) */
     MAX_TUPLE = 100,         /* prefixItems (each optional one nests a group) */
@@ -149,8 +150,11 @@ typedef struct compiler {
     json_t *root;
     json_t *scratch; /* schemas built while compiling (allOf merges), kept alive until the end */
     gtext rules;     /* definitions, one per line */
-    char **names;    /* rule names in use */
+    char **names;    /* rule names in use, in order of creation */
     size_t n_names, cap_names;
+    char **name_slots; /* the same names as an open-addressing hash set (n_slots a power of two) */
+    size_t n_slots;
+    unsigned next_suffix; /* taken bases get base-N with N counting up over the whole grammar */
     ref_memo *refs;
     size_t n_refs, cap_refs;
     bool need[P_COUNT];
@@ -158,6 +162,7 @@ typedef struct compiler {
     int structure_depth; /* objects and arrays entered: a $ref reached again at the same count would
                             be left recursion (nothing consumed in between) */
     size_t work;
+    size_t copied; /* JSON values copied so far (allOf merges), against MAX_COPIED */
     kite_error *e;
     int status; /* first failure */
 } compiler;
@@ -215,6 +220,51 @@ static char *ptr_index(const char *parent, size_t index) {
     return ptr_join(parent, key);
 }
 
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static bool name_taken(const compiler *c, const char *name) {
+    for (int p = 0; p < P_COUNT; p++)
+        if (strcmp(PRIMS[p].name, name) == 0) return true;
+    if (!c->n_slots) return false;
+    for (size_t i = name_hash(name) & (c->n_slots - 1);; i = (i + 1) & (c->n_slots - 1)) {
+        if (!c->name_slots[i]) return false;
+        if (strcmp(c->name_slots[i], name) == 0) return true;
+    }
+}
+
+/* Adds an owned name to the list and the hash set (kept at most half full). */
+static bool add_name(compiler *c, char *name) {
+    if (c->n_names == c->cap_names) {
+        size_t cap = c->cap_names ? c->cap_names * 2 : 32;
+        char **names = realloc(c->names, cap * sizeof *names);
+        if (!names) return false;
+        c->names = names;
+        c->cap_names = cap;
+    }
+    if (2 * (c->n_names + 1) > c->n_slots) {
+        size_t n_slots = c->n_slots ? c->n_slots * 2 : 64;
+        char **slots = calloc(n_slots, sizeof *slots);
+        if (!slots) return false;
+        for (size_t k = 0; k < c->n_names; k++) {
+            size_t i = name_hash(c->names[k]) & (n_slots - 1);
+            while (slots[i]) i = (i + 1) & (n_slots - 1);
+            slots[i] = c->names[k];
+        }
+        free(c->name_slots);
+        c->name_slots = slots;
+        c->n_slots = n_slots;
+    }
+    size_t i = name_hash(name) & (c->n_slots - 1);
+    while (c->name_slots[i]) i = (i + 1) & (c->n_slots - 1);
+    c->name_slots[i] = name;
+    c->names[c->n_names++] = name;
+    return true;
+}
+
 /* A fresh rule name from hint (letters, digits and - only), unique among the names defined so far. */
 static char *new_rule_name(compiler *c, const char *hint) {
     char base[MAX_NAME + 1];
@@ -230,30 +280,14 @@ static char *new_rule_name(compiler *c, const char *hint) {
     if (n == 0) base[n++] = 'r';
     base[n] = 0;
     char name[MAX_NAME + 24];
-    for (unsigned suffix = 0;; suffix++) {
-        if (suffix == 0) snprintf(name, sizeof name, "%s", base);
-        else snprintf(name, sizeof name, "%s-%u", base, suffix);
-        bool taken = false;
-        for (size_t i = 0; i < c->n_names && !taken; i++) taken = strcmp(c->names[i], name) == 0;
-        for (int p = 0; p < P_COUNT && !taken; p++) taken = strcmp(PRIMS[p].name, name) == 0;
-        if (!taken) break;
-    }
-    if (c->n_names == c->cap_names) {
-        size_t cap = c->cap_names ? c->cap_names * 2 : 32;
-        char **names = realloc(c->names, cap * sizeof *names);
-        if (!names) {
-            fail_nomem(c);
-            return NULL;
-        }
-        c->names = names;
-        c->cap_names = cap;
-    }
+    snprintf(name, sizeof name, "%s", base);
+    while (name_taken(c, name)) snprintf(name, sizeof name, "%s-%u", base, ++c->next_suffix);
     char *dup = strdup(name);
-    if (!dup) {
+    if (!dup || !add_name(c, dup)) {
+        free(dup);
         fail_nomem(c);
         return NULL;
     }
-    c->names[c->n_names++] = dup;
     return dup;
 }
 
@@ -1062,8 +1096,32 @@ static json_t *intersect_types(json_t *a, json_t *b) {
 
 static bool is_restrictive_ap(json_t *ap) { return ap && !json_is_true(ap); }
 
+/* Values in v, counting up to limit. */
+static size_t count_values(json_t *v, size_t limit) {
+    size_t n = 1;
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) if (n < limit) n += count_values(x, limit - n);
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) if (n < limit) n += count_values(x, limit - n);
+    }
+    return n;
+}
+
+/* Charges a deep copy of v to the expansion budget; false (failure set) past it. */
+static bool charge_copy(compiler *c, json_t *v, const char *ptr) {
+    c->copied += count_values(v, MAX_COPIED + 1);
+    if (c->copied <= MAX_COPIED) return true;
+    fail(c, KITE_ERR_INVALID_ARG, ptr, "the schema is too large once $ref / allOf are expanded (over %d values)", MAX_COPIED);
+    return false;
+}
+
 /* Merges b into a copy of a (allOf semantics). Returns a new reference, or NULL with c->status set. */
 static json_t *merge_two(compiler *c, json_t *a, json_t *b, const char *ptr) {
+    if (!charge_copy(c, a, ptr) || !charge_copy(c, b, ptr)) return NULL;
     json_t *m = json_deep_copy(a);
     if (!m) {
         fail_nomem(c);
@@ -1171,12 +1229,29 @@ static json_t *merge_two(compiler *c, json_t *a, json_t *b, const char *ptr) {
 
 /* s with a top-level $ref (and allOf) folded in, as one schema without $ref / allOf at its top. The
  * result is borrowed (owned by the schema or by c->scratch). */
+static json_t *resolve_top_refs_at_depth(compiler *c, json_t *s, const char *ptr);
 static json_t *resolve_top_refs(compiler *c, json_t *s, const char *ptr) {
+    if (c->depth >= MAX_DEPTH) {
+        fail(c, KITE_ERR_INVALID_ARG, ptr, "the schema nests $ref / allOf more than %d levels deep", MAX_DEPTH);
+        return NULL;
+    }
+    c->depth++;
+    json_t *flat = resolve_top_refs_at_depth(c, s, ptr);
+    c->depth--;
+    return flat;
+}
+
+static json_t *resolve_top_refs_at_depth(compiler *c, json_t *s, const char *ptr) {
     for (int hops = 0; json_is_object(s) && (json_object_get(s, "$ref") || json_object_get(s, "allOf")); hops++) {
-        if (hops > MAX_DEPTH || ++c->work > MAX_WORK) {
+        if (hops > MAX_DEPTH) {
             fail(c, KITE_ERR_INVALID_ARG, ptr, "the schema nests $ref / allOf more than %d levels deep", MAX_DEPTH);
             return NULL;
         }
+        if (++c->work > MAX_WORK) {
+            fail(c, KITE_ERR_INVALID_ARG, ptr, "the schema is too large once $ref / allOf are expanded (more than %d subschemas)", MAX_WORK);
+            return NULL;
+        }
+        if (!charge_copy(c, s, ptr)) return NULL;
         json_t *rest = json_deep_copy(s);
         if (!rest) {
             fail_nomem(c);
@@ -1283,8 +1358,11 @@ static bool trie_insert(trie *t, const char *s, size_t n) {
 }
 
 /* Key characters (JSON string content without escapes) not equal to any name in the trie: a key either
- * leaves the trie at some character (then anything may follow) or ends at a non-terminal node. */
-static void emit_other_key(compiler *c, const trie *t, gtext *out) {
+ * leaves the trie at some character (then anything may follow) or ends at a non-terminal node. Past
+ * MAX_KEY_DEPTH characters along a name the key must leave or end there (keys sharing a longer prefix
+ * with a declared name are not offered: fewer keys, still none equal to a name, and bounded nesting). */
+enum { MAX_KEY_DEPTH = 16 };
+static void emit_other_key(compiler *c, const trie *t, gtext *out, int depth) {
     /* characters that leave the trie here */
     cp_set leave = {0};
     cp_set_add(&leave, '"', '"');
@@ -1306,13 +1384,13 @@ static void emit_other_key(compiler *c, const trie *t, gtext *out) {
     put_prim(c, out, P_KEYCHAR);
     gtext_puts(out, "*");
     cp_set_free(&leave);
-    for (size_t i = 0; i < t->n_kids; i++) {
+    for (size_t i = 0; i < t->n_kids && depth < MAX_KEY_DEPTH; i++) {
         uint32_t cp = t->kids[i].cp;
         if (cp < 0x20 || cp == '"' || cp == '\\') continue; /* keys here never hold escapes */
         gtext_puts(out, " | \"");
         gtext_literal_cp(out, cp);
         gtext_puts(out, "\" ");
-        emit_other_key(c, &t->kids[i], out);
+        emit_other_key(c, &t->kids[i], out, depth + 1);
     }
     gtext_puts(out, t->terminal ? " )" : " )?");
 }
@@ -1402,7 +1480,7 @@ static int compile_object(compiler *c, json_t *s, const char *ptr, const char *h
     if (!c->status && ap && !json_is_false(ap)) {
         gtext kv = {0};
         gtext_puts(&kv, "\"\\\"\" ");
-        emit_other_key(c, &names, &kv);
+        emit_other_key(c, &names, &kv, 0);
         gtext_puts(&kv, " \"\\\"\" ws \":\" ws ");
         char *p = ptr_join(ptr, "additionalProperties");
         snprintf(rule_hint, sizeof rule_hint, "%s-additional", hint);
@@ -1410,7 +1488,12 @@ static int compile_object(compiler *c, json_t *s, const char *ptr, const char *h
         else if (json_is_true(ap)) put_prim(c, &kv, P_VALUE);
         else compile_to_rule(c, ap, p, rule_hint, &kv);
         free(p);
-        extra_kv = gtext_take(&kv, NULL);
+        /* one rule: the key exclusion can be long, and it is used twice (first member, later members) */
+        snprintf(rule_hint, sizeof rule_hint, "%s-additional-kv", hint);
+        char *kv_name = c->status ? NULL : new_rule_name(c, rule_hint);
+        if (kv_name) define_rule(c, kv_name, &kv);
+        gtext_free(&kv);
+        extra_kv = kv_name ? strdup(kv_name) : NULL;
         if (!extra_kv) fail_nomem(c);
     }
     trie_free(&names);
@@ -1843,8 +1926,11 @@ int kite_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf, size_t
     if (len > MAX_SCHEMA_BYTES) return kite_fail(e, KITE_ERR_INVALID_ARG, "json schema: the schema is over 16 MiB");
     json_error_t jerr;
     json_t *root = json_loadb(schema ? schema : "", len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
+    if (!root) {
+        for (char *q = jerr.text; *q; q++)
+            if ((unsigned char)*q < 0x20) *q = ' '; /* jansson quotes the bad token, newlines included: keep one line */
         return kite_fail(e, KITE_ERR_INVALID_ARG, "json schema: invalid JSON at %d:%d: %s", jerr.line, jerr.column, jerr.text);
+    }
     compiler c = {.root = root, .scratch = json_array(), .e = e};
     if (!c.scratch) fail_nomem(&c);
     gtext top = {0};
@@ -1872,6 +1958,7 @@ int kite_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf, size_t
     gtext_free(&c.rules);
     for (size_t i = 0; i < c.n_names; i++) free(c.names[i]);
     free(c.names);
+    free(c.name_slots);
     for (size_t i = 0; i < c.n_refs; i++) free(c.refs[i].ref);
     free(c.refs);
     json_decref(c.scratch);

@@ -22,7 +22,7 @@
 #include "grammar/compile_internal.h"
 
 enum {
-    RX_MAX_DEPTH = 100,     /* nested groups and quantifiers (GBNF allows 256 nested groups) */
+    RX_MAX_DEPTH = 60,      /* nested groups: each may emit two GBNF groups, and GBNF allows 256 */
     RX_MAX_NODES = 100000,  /* AST nodes */
     RX_MAX_REPEAT = 1000,   /* m and n in {m,n} */
     RX_MAX_PATTERN = 1 << 20,
@@ -437,7 +437,7 @@ static rx_node *parse_atom(rx_parser *p) {
             }
         }
         if (++p->depth > RX_MAX_DEPTH) {
-            rx_error(p, start, "groups nested too deeply (more than 100)");
+            rx_error(p, start, "groups nested too deeply (more than 60)");
             return NULL;
         }
         rx_node *inner = parse_alternation(p, false, NULL, NULL);
