@@ -22,7 +22,7 @@ static int32_t g_n_vocab;
 /* A llama2.c tokenizer .bin: int32 max_len, then per id f32 score, int32 len, bytes. */
 static void build_vocab(void) {
     static const char *const words[] = {
-        "<unk>", "<s>", "</s>", "\xe2\x96\x81", "\xe2\x96\x81the", "\xe2\x96\x81" "a", "ab", "abc", "abcd", "{\"", "\":", "\"",
+        "<unk>", "<s>", "</s>", "\xe2\x96\x81", "\xe2\x96\x81the", "\xe2\x96\x81\x61", "ab", "abc", "abcd", "{\"", "\":", "\"",
         "\",", "\"}", "true", "false", "null", "\xe2\x96\x81{", "{", "}", "[", "]", ",", ":", "0", "12", "123", "-", ".",
         "e", "E", "+", "\xe2\x96\x81\"", "\\n", "\\", "\xce\xb1", "\xce\xb1\xce\xb2", "\xe4\xb8\x80", "\xf0\x9f\x98\x80",
         "name", "\xe2\x96\x81name", "age", "\xe2\x96\x81\xe2\x96\x81", "\n", "\n\n", "x", "xy", "xyz", "hello", "\xe2\x96\x81hello",

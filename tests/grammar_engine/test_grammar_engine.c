@@ -9,6 +9,7 @@
  *   - how generation ends: the grammar's end without end tokens (ignore_eos), max_tokens, stop strings,
  *     a vocabulary that lacks the bytes the grammar needs (at the start and mid-text: a clear error,
  *     no hang), log-probabilities of the raw logits, and bad input (grammar text, another model's grammar).
+ *   - rejection verification (n-gram and draft model) keeps every output within the grammar;
  *   - JSON Schema, regex and json_object grammars through kite_grammar_open (the same tokens as their
  *     GBNF opened as text; outputs checked by hand with jansson and by PCRE2);
  * Exactness under speculation is in tests/spec/test_spec_exact.c, batching in tests/engine/test_batch.c. */
@@ -298,6 +299,8 @@ static bool collect(int32_t id, const char *text, size_t len, void *user) {
     return true;
 }
 
+static const kite_spec_params *g_spec; /* speculative decoding for run(), or NULL */
+
 static void run(kite_model *m, const int32_t *prompt, size_t n_prompt, const kite_gen_params *gp, run_log *r) {
     memset(r, 0, sizeof *r);
     char err[512];
@@ -305,6 +308,7 @@ static void run(kite_model *m, const int32_t *prompt, size_t n_prompt, const kit
     sp.n_ctx = 512;
     kite_session *s = NULL;
     assert_int_equal(kite_session_open(&s, m, &sp, err, sizeof err), KITE_OK);
+    if (g_spec) assert_int_equal(kite_session_set_spec(s, g_spec, err, sizeof err), KITE_OK);
     r->session = s;
     r->logprobs = gp->logprobs;
     assert_int_equal(kite_prompt(s, prompt, n_prompt, err, sizeof err), KITE_OK);
@@ -388,6 +392,24 @@ static void test_outputs_conform_qwen(void **state) {
     for (int p = 0; p < N_PATTERNS; p++) conforms(g_qwen, "hello", PATTERNS[p].gbnf, check_pattern, PATTERNS[p].regex, 4, 100, 3);
     conforms(g_qwen, "hello", UNICODE_GRAMMAR, check_pattern, "[\\x{3B1}-\\x{3C9}\\x{4E00}-\\x{4E2F}\\x{1F600}-\\x{1F64F} ]{1,30}!", 4,
              100, 3);
+}
+
+/* Rejection verification (exact in distribution only, so not compared token for token): the grammar
+ * still holds at every node, through the accept test and the residual sample. */
+static void test_rejection_conforms(void **state) {
+    (void)state;
+    kite_spec_params sp = kite_spec_default_params();
+    sp.verify = KITE_VERIFY_REJECTION;
+    sp.budget = 4;
+    for (int d = 0; d < 2; d++) {
+        sp.drafter = d == 0 ? KITE_DRAFT_NGRAM : KITE_DRAFT_MODEL;
+        sp.draft_model = g_stories; /* drafting for itself: q = p, most drafts accepted */
+        sp.no_forced_drafts = d == 1;
+        g_spec = &sp;
+        conforms(g_stories, "Once upon a time", PERSON_GRAMMAR, check_json, NULL, 6, 200, 5);
+        conforms(g_stories, "Once upon a time", PATTERNS[1].gbnf, check_pattern, PATTERNS[1].regex, 6, 100, 5);
+        g_spec = NULL;
+    }
 }
 
 /* ---- schemas, regexes and json_object through kite_grammar_open ------------------------------------------- */
@@ -617,6 +639,7 @@ int main(void) {
         cmocka_unit_test(test_masks_large_vocabularies),
         cmocka_unit_test(test_outputs_conform_stories),
         cmocka_unit_test(test_outputs_conform_qwen),
+        cmocka_unit_test(test_rejection_conforms),
         cmocka_unit_test(test_grammar_kinds),
         cmocka_unit_test(test_endings),
         cmocka_unit_test(test_vocabulary_lacks_bytes),
