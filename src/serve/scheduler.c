@@ -146,6 +146,20 @@ static void completion_logprobs_add(const struct kite_server *s, json_t *l, cons
     serve_buf_free(&raw);
 }
 
+/* A chat stream's first delta carries the role; sent once, before any other delta. */
+static json_t *role_chunk(const serve_request *r) {
+    json_t *delta = json_object();
+    json_object_set_new(delta, "role", json_string("assistant"));
+    json_object_set_new(delta, "content", json_string(""));
+    return chunk(r, chunk_choice(r, delta, NULL, NULL));
+}
+
+static void send_role_once(serve_request *r) {
+    if (!is_chat(r) || r->sent_role) return;
+    send_event(r, role_chunk(r));
+    r->sent_role = true;
+}
+
 /* A chat reply's parts as the tool-call parser finds them: content, reasoning and calls, appended to the
  * non-stream answer or sent as OpenAI's deltas. */
 static bool on_reply_event(const kite_tool_event *ev, void *user_data) {
@@ -232,13 +246,7 @@ static bool on_token(int32_t id, const char *text, size_t text_len, void *user_d
         }
         return true;
     }
-    if (is_chat(r) && !r->sent_role) {
-        json_t *delta = json_object();
-        json_object_set_new(delta, "role", json_string("assistant"));
-        json_object_set_new(delta, "content", json_string(""));
-        send_event(r, chunk(r, chunk_choice(r, delta, NULL, NULL)));
-        r->sent_role = true;
-    }
+    send_role_once(r);
     if (text_len == 0 && !have_lp) return true; /* held back (a possible stop string, an incomplete character) */
     json_t *logprobs = NULL;
     if (have_lp) {
@@ -291,10 +299,7 @@ static void finish_request(struct kite_server *s, serve_request *r) {
             json_decref(event);
         } else if (!atomic_load(&r->cancelled)) {
             if (is_chat(r) && !r->sent_role) {
-                json_t *delta = json_object();
-                json_object_set_new(delta, "role", json_string("assistant"));
-                json_object_set_new(delta, "content", json_string(""));
-                json_t *c = chunk(r, chunk_choice(r, delta, NULL, NULL));
+                json_t *c = role_chunk(r);
                 serve_sse_append(&r->out, c);
                 json_decref(c);
             }
@@ -457,13 +462,7 @@ static void finish_slot(struct kite_server *s, serve_slot *slot) {
         fail_request(s, r, 503, "server_error", "cancelled", "the request was cancelled");
     } else if (status == KITE_OK || status == KITE_ERR_CONTEXT_FULL) {
         if (r->replies) {
-            if (is_chat(r) && r->oa.stream && !r->sent_role) { /* the role comes first, even before held text */
-                json_t *delta = json_object();
-                json_object_set_new(delta, "role", json_string("assistant"));
-                json_object_set_new(delta, "content", json_string(""));
-                send_event(r, chunk(r, chunk_choice(r, delta, NULL, NULL)));
-                r->sent_role = true;
-            }
+            if (r->oa.stream) send_role_once(r); /* the role comes first, even before held text */
             kite_tool_stream_finish(r->replies, on_reply_event, r, NULL);
             const char *problem = kite_tool_stream_problem(r->replies);
             if (problem) kite_log(KITE_LOG_INFO, "serve: %s: tool-call markup: %s", r->id, problem);
