@@ -1,6 +1,6 @@
 /* GBNF composition (compose.h). The lexer here knows only what it must step over to find rule names:
  * comments (# to the end of the line), "..." literals and [...] classes with their backslash escapes, and
- * {m,n} counts, whose digits would otherwise read as names. */
+ * {m,n} counts, whose digits would otherwise read as names. Each ends where gbnf.c's parser ends it. */
 #include "grammar/compose.h"
 
 #include <stdbool.h>
@@ -31,8 +31,8 @@ int kite_gbnf_prefix_rules(const char *gbnf, size_t len, const char *prefix, cha
     for (size_t i = 0; i < len;) {
         unsigned char c = (unsigned char)gbnf[i];
         size_t end = i + 1;
-        if (c == '#') {
-            while (end < len && gbnf[end] != '\n') end++;
+        if (c == '#') { /* a comment ends at a line break, CR or LF, as the parser ends it */
+            while (end < len && gbnf[end] != '\n' && gbnf[end] != '\r') end++;
         } else if (c == '"' || c == '[') {
             end = span_end(gbnf, len, i, c == '"' ? '"' : ']');
             if (!end) {
