@@ -6,13 +6,13 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 PACKAGES=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libjansson-dev libpcre2-dev libutf8proc-dev libcmocka-dev
-  libmicrohttpd-dev libedit-dev
+  libmicrohttpd-dev libedit-dev libcurl4-openssl-dev
   python3 nodejs npm curl
   # Cross-level kernel tests (scripts/test-cross.sh): QEMU user-mode emulation, the AArch64 cross
   # compiler, and the arm64 (multiarch) builds of the libraries kite and its tests link.
   qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross
   libjansson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcmocka-dev:arm64
-  libmicrohttpd-dev:arm64 libedit-dev:arm64
+  libmicrohttpd-dev:arm64 libedit-dev:arm64 libcurl4-openssl-dev:arm64
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
