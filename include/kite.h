@@ -462,6 +462,41 @@ int kite_chat_render(const kite_chat_template *tmpl, const kite_chat_params *par
 int kite_chat_tokenize(const kite_chat_template *tmpl, const kite_model *model, const kite_chat_params *params,
                        int32_t **ids, size_t *n_ids, char *err, size_t err_size);
 
+/* ---- hybrid router (device / cloud) ------------------------------------------------------------ */
+/* Backends (a local model, OpenAI-compatible remotes) and ordered rules from a JSON config (README
+ * "Routing"); each request is answered where the rules say, with fallbacks when a side fails. */
+typedef struct kite_router kite_router;
+
+typedef struct kite_router_params {
+    int32_t n_threads;         /* for the local model; 0 = the backend's setting, else kite's default */
+    bool measure_local;        /* time a short prefill and decode at open, for the latency policy (default true) */
+} kite_router_params;
+
+kite_router_params kite_router_default_params(void);
+
+/* Reads and validates the config (errors name the JSON path of the bad field; an API key's variable
+ * that is not set is an error), opens the local backend's model and one client per remote. */
+int kite_router_open(kite_router **out, const char *config_path, const kite_router_params *params, char *err,
+                     size_t err_size);
+void kite_router_free(kite_router *router);
+/* The local backend's model (owned by the router), or NULL when the config has none. */
+kite_model *kite_router_local_model(kite_router *router);
+
+/* The decision for one request body (OpenAI chat or completions JSON, with kite's "route" and
+ * "max_latency_ms" extensions) without running it: *decision_json (kite_free) holds the backend, the
+ * rule and the reason, the attempts in order and the latency predictions. segment is the segment
+ * header's value, or NULL. */
+int kite_router_explain(kite_router *router, const char *request_json, size_t len, const char *segment,
+                        char **decision_json, char *err, size_t err_size);
+
+/* Calibrates a confidence rule: runs each chat prompt (a user message) on the local model, takes the
+ * `quantile` of the log-probabilities of its first `first_tokens` greedy tokens, and returns in
+ * *threshold the score below which `remote_fraction` of the prompts fall. scores (n_prompts, may be
+ * NULL) receives each prompt's score. */
+int kite_router_calibrate(kite_router *router, const char *const *prompts, size_t n_prompts, int32_t first_tokens,
+                          double quantile, double remote_fraction, double *threshold, double *scores, char *err,
+                          size_t err_size);
+
 /* ---- OpenAI-compatible server ----------------------------------------------------------------- */
 typedef struct kite_server kite_server;
 
@@ -481,6 +516,8 @@ typedef struct kite_server_params {
     int32_t max_messages;          /* 0 = 1024 */
     const char *chat_template;     /* template source overriding the model's, or NULL */
     const kite_spec_params *spec;  /* speculative decoding for every request, or NULL (plain) */
+    kite_router *router;           /* route requests by its rules (the server's model must be the router's
+                                      local one, kite_router_local_model); NULL = serve the model alone */
 } kite_server_params;
 
 kite_server_params kite_server_default_params(void);

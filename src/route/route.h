@@ -15,6 +15,7 @@
 #ifndef KITE_ROUTE_ROUTE_H
 #define KITE_ROUTE_ROUTE_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -273,5 +274,32 @@ typedef struct route_upstream_counters {
 void route_upstream_get_counters(route_upstream *u, route_upstream_counters *out);
 /* The latency averages this client has observed (for the latency policy). */
 void route_upstream_get_latency(route_upstream *u, route_latency *out);
+
+/* ---- router.c: the public kite_router ---------------------------------------------------------- */
+/* Opened once; shared by the server's connection threads (route_decide is pure; the states and the
+ * counters are read and written under mu). One local backend at most (the server serves one model). */
+struct kite_router {
+    route_config cfg;
+    int32_t local_backend;                           /* index, or -1 */
+    kite_model *local_model;                         /* owned */
+    route_upstream *upstreams[ROUTE_MAX_BACKENDS];   /* remote backends' clients, NULL for the local one */
+    route_latency local_latency;                     /* measured at open, refined by the server's requests */
+    pthread_mutex_t mu;
+    /* counters for /metrics (under mu) */
+    uint64_t decisions_by_rule[ROUTE_MAX_RULES + 1]; /* [config index], [n_rules] = explicit / no rule */
+    uint64_t answered_by_backend[ROUTE_MAX_BACKENDS];
+    uint64_t fallbacks_from_backend[ROUTE_MAX_BACKENDS];
+    uint64_t confidence_escalations;                 /* confidence gates that sent the request on */
+    uint64_t overflows;                              /* local queue full -> another backend */
+    uint64_t midstream_continuations;                /* remote cut mid-answer, continued locally */
+};
+
+/* The backends' states at this moment (cooldowns probed as route_upstream_available does). */
+void route_router_states(struct kite_router *r, route_backend_state states[ROUTE_MAX_BACKENDS]);
+/* Fills info from an OpenAI body and counts its prompt tokens with the local model's tokenizer (the
+ * chat template applied; without a local model, bytes / 4). Returns 0 or a 400 with e filled. */
+int route_request_info_from_body(struct kite_router *r, const char *body, size_t len, const char *segment,
+                                 route_request_info *info, char *route_buf, size_t route_buf_size, char *user_buf,
+                                 size_t user_buf_size, kite_error *e);
 
 #endif
