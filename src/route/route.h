@@ -265,6 +265,10 @@ void route_upstream_stream(route_upstream *u, const char *path, const char *body
  * timeouts. When the cooldown ends, route_upstream_available runs one health probe (GET url/models with
  * the connect timeout, at most one at a time) and the backend is back when it answers 200. */
 bool route_upstream_available(route_upstream *u);
+/* One health probe now (GET url/models, connect timeout), whatever the cooldown: KITE_OK when it
+ * answers 200, else KITE_ERR_IO with e saying what failed (refused, timeout, status). Used at open to
+ * report an unreachable backend (the backend then starts in cooldown). */
+kite_status route_upstream_probe(route_upstream *u, kite_error *e);
 /* Counters for /metrics (monotonic since open). */
 typedef struct route_upstream_counters {
     uint64_t requests, failures, retries, cooldowns, probes, probe_failures;
