@@ -445,6 +445,9 @@ typedef struct kite_chat_params {
     const char *kwargs_json;     /* a JSON object of extra template variables (chat_template_kwargs,
                                     e.g. {"enable_thinking": false}), or NULL */
     bool add_generation_prompt;  /* end with the header of an assistant turn */
+    bool continue_final_message; /* the last message is an assistant turn to continue: the text ends right
+                                    after its content, with no end-of-turn (as HF's apply_chat_template
+                                    continue_final_message); needs add_generation_prompt false */
 } kite_chat_params;
 
 kite_chat_params kite_chat_default_params(void);

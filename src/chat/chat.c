@@ -25,7 +25,8 @@ enum { MAX_TEMPLATE_BYTES = 4 << 20, MAX_CONFIG_BYTES = 64 << 20 };
 void kite_free(void *ptr) { free(ptr); }
 
 kite_chat_params kite_chat_default_params(void) {
-    return (kite_chat_params){.messages_json = NULL, .tools_json = NULL, .documents_json = NULL, .kwargs_json = NULL, .add_generation_prompt = true};
+    return (kite_chat_params){.messages_json = NULL, .tools_json = NULL, .documents_json = NULL, .kwargs_json = NULL, .add_generation_prompt = true,
+                               .continue_final_message = false};
 }
 
 void kite_chat_template_set_fixed_time(kite_chat_template *tmpl, int64_t unix_seconds) {
@@ -211,6 +212,41 @@ static int check_messages(const json_t *messages, kite_error *e) {
     return KITE_OK;
 }
 
+/* continue_final_message: the rendered text ends right after the last message's content, as HF cuts it
+ * (its last occurrence; HF looks for the content stripped of surrounding whitespace, which is the
+ * fallback here: the exact content is tried first, so a reply cut after a space keeps the space where the
+ * template writes content as given). */
+static int cut_after_final_message(const json_t *messages, const char *text, size_t *len, kite_error *e) {
+    size_t n = json_array_size(messages);
+    const json_t *last = n ? json_array_get(messages, n - 1) : NULL;
+    const char *role = last ? json_string_value(json_object_get(last, "role")) : NULL;
+    const json_t *content = last ? json_object_get(last, "content") : NULL;
+    if (!role || strcmp(role, "assistant") != 0 || !json_is_string(content))
+        return kite_fail(e, KITE_ERR_INVALID_ARG,
+                         "continue_final_message: the last message must be an assistant turn with string content");
+    const char *c = json_string_value(content);
+    size_t c_len = json_string_length(content);
+    for (int pass = 0; pass < 2; pass++) {
+        const char *needle = c;
+        size_t needle_len = c_len;
+        if (pass == 1) {
+            while (needle_len && strchr(" \t\n\r", needle[0])) needle++, needle_len--;
+            while (needle_len && strchr(" \t\n\r", needle[needle_len - 1])) needle_len--;
+        }
+        if (needle_len == 0) continue;
+        for (size_t at = *len >= needle_len ? *len - needle_len + 1 : 0; at-- > 0;) {
+            if (memcmp(text + at, needle, needle_len) == 0) {
+                *len = at + needle_len;
+                return KITE_OK;
+            }
+        }
+    }
+    if (c_len == 0 || strspn(c, " \t\n\r") == c_len)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "continue_final_message: the assistant turn to continue is empty");
+    return kite_fail(e, KITE_ERR_INVALID_ARG,
+                     "continue_final_message: the template did not write the last message's content, so it cannot be continued");
+}
+
 int kite_chat_render_masked(const kite_chat_template *tmpl, const kite_chat_params *params, char **text, uint8_t **mask,
                             size_t *len, kite_error *e) {
     *text = NULL;
@@ -264,6 +300,7 @@ int kite_chat_render_masked(const kite_chat_template *tmpl, const kite_chat_para
             }
             int64_t now = tmpl->has_fixed_time ? tmpl->fixed_time : (int64_t)time(NULL);
             rc = jinja_render(tmpl->jt, vars, n, now, &tmpl->limits, text, mask, len, e);
+            if (!rc && params->continue_final_message) rc = cut_after_final_message(messages, *text, len, e);
         }
         free(vars);
     }

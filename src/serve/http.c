@@ -89,6 +89,20 @@ typedef struct serve_connection {
     serve_request *req;     /* the connection's reference, once queued (counted in n_responding) */
 } serve_connection;
 
+/* Where a routed request ran and why (x-kite-backend, x-kite-route-reason), as header-safe text. */
+static void add_route_headers(struct MHD_Response *resp, const serve_request *r) {
+    if (!r || !r->route) return;
+    const route_config *cfg = &r->server->router->cfg;
+    const serve_route *rt = r->route;
+    if (rt->backend >= 0 && rt->backend < cfg->n_backends)
+        MHD_add_response_header(resp, "x-kite-backend", cfg->backends[rt->backend].name);
+    char reason[sizeof rt->plan.reason + 64];
+    snprintf(reason, sizeof reason, "%s%s", rt->plan.reason, rt->continued ? "; continued locally after a remote cut" : "");
+    for (char *p = reason; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) *p = '?';
+    MHD_add_response_header(resp, "x-kite-route-reason", reason);
+}
+
 static enum MHD_Result queue_response(kite_server *s, struct MHD_Connection *conn, serve_connection *c, int status,
                                       const char *content_type, char *body, size_t len) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
@@ -97,6 +111,7 @@ static enum MHD_Result queue_response(kite_server *s, struct MHD_Connection *con
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    add_route_headers(resp, c->req);
     if (status == 429) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result rc = MHD_queue_response(conn, (unsigned)status, resp);
@@ -186,6 +201,7 @@ json_t *serve_response_body(const serve_request *r) {
     json_object_set_new(usage, "completion_tokens", json_integer(r->completion_tokens));
     json_object_set_new(usage, "total_tokens", json_integer((json_int_t)r->n_prompt + r->completion_tokens));
     json_object_set_new(root, "usage", usage);
+    if (r->route) json_object_set_new(root, "route", serve_route_json(r));
     return root;
 }
 
@@ -261,8 +277,43 @@ static void build_gen_params(kite_server *s, serve_request *r) {
     r->gen = g;
 }
 
-/* Tokenizes the request's prompt (chat: through the template). Returns 0 or an HTTP status with *e. */
-static int tokenize_request(kite_server *s, serve_request *r, kite_openai_error *e) {
+static int tokenize_prompt(kite_server *s, serve_request *r, const char *messages_json, const char *prompt_text,
+                           size_t prompt_len, const char *cont, size_t cont_len, kite_openai_error *e);
+
+/* Tokenizes the request's prompt (chat: through the template); with a continuation (cont non-NULL), the
+ * text a remote already sent is the start of the reply. Returns 0 or an HTTP status with *e. */
+static int tokenize_request(kite_server *s, serve_request *r, const char *cont, size_t cont_len, const char *cont_reasoning,
+                            size_t cont_reasoning_len, kite_openai_error *e) {
+    const kite_openai_request *oa = &r->oa;
+    char *messages_json = NULL, *prompt_text = NULL;
+    if (cont && oa->endpoint == KITE_OPENAI_CHAT) {
+        /* the assistant's turn so far, left open (continue_final_message) */
+        json_t *messages = json_loads(oa->messages_json, 0, NULL), *turn = json_object();
+        json_object_set_new(turn, "role", json_string("assistant"));
+        json_object_set_new(turn, "content", serve_json_text(cont, cont_len));
+        if (cont_reasoning_len) json_object_set_new(turn, "reasoning_content", serve_json_text(cont_reasoning, cont_reasoning_len));
+        if (messages) json_array_append_new(messages, turn);
+        else json_decref(turn);
+        messages_json = messages ? json_dumps(messages, JSON_COMPACT) : NULL;
+        json_decref(messages);
+        if (!messages_json) return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "out of memory");
+    } else if (cont && oa->prompt_text) {
+        prompt_text = malloc(oa->prompt_len + cont_len + 1);
+        if (!prompt_text) return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(prompt_text, oa->prompt_text, oa->prompt_len);
+        memcpy(prompt_text + oa->prompt_len, cont, cont_len);
+        prompt_text[oa->prompt_len + cont_len] = 0;
+    }
+    int rc = tokenize_prompt(s, r, messages_json, prompt_text, prompt_text ? oa->prompt_len + cont_len : 0, cont, cont_len, e);
+    free(messages_json);
+    free(prompt_text);
+    return rc;
+}
+
+/* The prompt's tokens: messages_json (NULL = the request's) through the template, prompt_text (NULL = the
+ * request's) or the request's ids (a continuation's text tokenized after them). */
+static int tokenize_prompt(kite_server *s, serve_request *r, const char *messages_json, const char *prompt_text,
+                           size_t prompt_len, const char *cont, size_t cont_len, kite_openai_error *e) {
     char err[512];
     const kite_openai_request *oa = &r->oa;
     if (oa->endpoint == KITE_OPENAI_CHAT) {
@@ -272,10 +323,11 @@ static int tokenize_request(kite_server *s, serve_request *r, kite_openai_error 
                                          "or use /v1/completions",
                                          s->tmpl_error);
         kite_chat_params cp = kite_chat_default_params();
-        cp.messages_json = oa->messages_json;
+        cp.messages_json = messages_json ? messages_json : oa->messages_json;
         cp.kwargs_json = oa->kwargs_json;
         cp.tools_json = oa->tools_json; /* the template's `tools`: the model sees the definitions */
-        cp.add_generation_prompt = true;
+        cp.add_generation_prompt = !messages_json;
+        cp.continue_final_message = messages_json != NULL;
         int32_t *ids = NULL;
         size_t n = 0;
         int rc = kite_chat_tokenize(s->tmpl, s->model, &cp, &ids, &n, err, sizeof err);
@@ -287,16 +339,17 @@ static int tokenize_request(kite_server *s, serve_request *r, kite_openai_error 
         r->n_prompt = n;
         r->ids_from_lib = true;
     } else if (oa->prompt_text) {
+        const char *text = prompt_text ? prompt_text : oa->prompt_text;
+        size_t text_len = prompt_text ? prompt_len : oa->prompt_len;
         size_t n = 0;
-        int rc = kite_tokenize(s->model, oa->prompt_text, oa->prompt_len, s->info.add_bos, oa->parse_special, NULL, 0, &n,
-                               err, sizeof err);
+        int rc = kite_tokenize(s->model, text, text_len, s->info.add_bos, oa->parse_special, NULL, 0, &n, err, sizeof err);
         if (rc != KITE_OK && rc != KITE_ERR_INVALID_ARG)
             return kite_openai_set_error(e, 400, "invalid_request_error", "prompt", NULL, "the prompt could not be tokenized: %s",
                                          err);
         r->prompt_ids = malloc((n ? n : 1) * sizeof *r->prompt_ids);
         if (!r->prompt_ids) return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "out of memory");
-        rc = kite_tokenize(s->model, oa->prompt_text, oa->prompt_len, s->info.add_bos, oa->parse_special, r->prompt_ids, n,
-                           &r->n_prompt, err, sizeof err);
+        rc = kite_tokenize(s->model, text, text_len, s->info.add_bos, oa->parse_special, r->prompt_ids, n, &r->n_prompt, err,
+                           sizeof err);
         if (rc != KITE_OK)
             return kite_openai_set_error(e, 400, "invalid_request_error", "prompt", NULL, "the prompt could not be tokenized: %s",
                                          err);
@@ -306,10 +359,15 @@ static int tokenize_request(kite_server *s, serve_request *r, kite_openai_error 
                 return kite_openai_set_error(e, 400, "invalid_request_error", "prompt", NULL,
                                              "prompt token id %d is outside the vocabulary (%d tokens)", oa->prompt_ids[i],
                                              s->info.n_vocab);
-        r->prompt_ids = malloc(oa->n_prompt_ids * sizeof *r->prompt_ids);
+        size_t n_cont = 0;
+        if (cont_len) kite_tokenize(s->model, cont, cont_len, false, false, NULL, 0, &n_cont, NULL, 0);
+        r->prompt_ids = malloc((oa->n_prompt_ids + n_cont) * sizeof *r->prompt_ids);
         if (!r->prompt_ids) return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "out of memory");
         memcpy(r->prompt_ids, oa->prompt_ids, oa->n_prompt_ids * sizeof *r->prompt_ids);
         r->n_prompt = oa->n_prompt_ids;
+        if (n_cont && kite_tokenize(s->model, cont, cont_len, false, false, r->prompt_ids + r->n_prompt, n_cont, &n_cont, err,
+                                    sizeof err) == KITE_OK)
+            r->n_prompt += n_cont;
     }
     if (r->n_prompt == 0)
         return kite_openai_set_error(e, 400, "invalid_request_error", oa->endpoint == KITE_OPENAI_CHAT ? "messages" : "prompt",
@@ -387,7 +445,25 @@ static int prepare_output(kite_server *s, serve_request *r, kite_openai_error *e
     return 0;
 }
 
-static serve_request *request_new(kite_server *s) {
+int serve_prepare_local(kite_server *s, serve_request *r, const char *continuation, size_t continuation_len,
+                        const char *continuation_reasoning, size_t continuation_reasoning_len, kite_openai_error *e) {
+    /* a request may come here more than once (a fallback, a continuation): drop the previous try's state */
+    if (r->ids_from_lib) kite_free(r->prompt_ids);
+    else free(r->prompt_ids);
+    r->prompt_ids = NULL;
+    r->n_prompt = 0;
+    r->ids_from_lib = false;
+    kite_grammar_free(r->grammar);
+    r->grammar = NULL;
+    kite_tool_stream_free(r->replies);
+    r->replies = NULL;
+    int rc = tokenize_request(s, r, continuation, continuation_len, continuation_reasoning, continuation_reasoning_len, e);
+    if (rc == 0) rc = prepare_output(s, r, e);
+    if (rc == 0) build_gen_params(s, r);
+    return rc;
+}
+
+serve_request *serve_request_new(kite_server *s) {
     serve_request *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     atomic_init(&r->refs, 1);
@@ -399,9 +475,124 @@ static serve_request *request_new(kite_server *s) {
     return r;
 }
 
+/* A stream's response, answered once its first bytes may go out (headers included). */
+static enum MHD_Result queue_stream(kite_server *s, struct MHD_Connection *conn, serve_connection *c, serve_request *r) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, serve_request_ref(r), stream_free);
+    if (!resp) {
+        serve_request_unref(r);
+        serve_request_cancel(r);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    add_route_headers(resp, r);
+    enum MHD_Result qr = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    c->answered = true;
+    serve_metrics_request(&s->metrics, c->endpoint, 200);
+    return qr;
+}
+
+/* Waits (this connection's thread) until ready(r) holds under r->mu, watching the socket. False when the
+ * client left (the request is cancelled and 499 counted). */
+static bool wait_for(kite_server *s, serve_connection *c, serve_request *r, bool (*ready)(const serve_request *)) {
+    pthread_mutex_lock(&r->mu);
+    while (!ready(r)) {
+        struct timespec ts;
+        deadline_after_ms(&ts, WAIT_SLICE_MS);
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        if (!ready(r) && peer_gone(r->client_fd)) {
+            pthread_mutex_unlock(&r->mu);
+            serve_request_cancel(r);
+            serve_metrics_request(&s->metrics, c->endpoint, 499); /* nginx's "client closed request" */
+            c->answered = true;
+            return false;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return true;
+}
+
+static bool is_done(const serve_request *r) { return r->done; }
+static bool is_committed(const serve_request *r) { return r->done || r->route->committed; }
+
+/* A request when the server routes (route_exec.c runs the plan): the policies decide from the body, the
+ * segment header and the backends' states; nothing is sent before the backend that answers commits. */
+static enum MHD_Result handle_routed(kite_server *s, struct MHD_Connection *conn, serve_connection *c,
+                                     kite_openai_endpoint endpoint) {
+    kite_router *router = s->router;
+    serve_request *r = serve_request_new(s);
+    if (!r) return send_error_fmt(s, conn, c, 500, "server_error", NULL, NULL, "out of memory");
+    r->t_received = serve_now();
+    r->deadline = r->t_received + s->timeout_ms / 1000.0;
+    kite_openai_error e;
+    int rc = kite_openai_parse_request(endpoint, c->body.data, c->body.len, &s->limits, &r->oa, &e);
+    if (rc) {
+        serve_request_unref(r);
+        return send_error(s, conn, c, &e);
+    }
+    const char *segment =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, router->cfg.segment_header ? router->cfg.segment_header : "x-kite-segment");
+    route_request_info info;
+    char route_name[ROUTE_NAME_MAX], user[256];
+    kite_error ke = {0};
+    if (route_request_info_from_body(router, c->body.data, c->body.len, segment, &info, route_name, sizeof route_name, user,
+                                     sizeof user, &ke)) {
+        serve_request_unref(r);
+        return send_error_fmt(s, conn, c, 400, "invalid_request_error", NULL, NULL, "%s", ke.msg);
+    }
+    /* a model field naming a backend picks it, as "route" does */
+    if (!info.route && r->oa.model && route_config_backend(&router->cfg, r->oa.model) >= 0) info.route = r->oa.model;
+    route_backend_state states[ROUTE_MAX_BACKENDS];
+    route_router_states(router, states);
+    serve_route *rt = calloc(1, sizeof *rt);
+    if (!rt) {
+        serve_request_unref(r);
+        return send_error_fmt(s, conn, c, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    r->route = rt;
+    rt->backend = -1;
+    route_decide(&router->cfg, states, &info, &rt->plan);
+    pthread_mutex_lock(&router->mu);
+    int32_t rule = rt->plan.rule >= 0 && rt->plan.rule < ROUTE_MAX_RULES ? rt->plan.rule : ROUTE_MAX_RULES;
+    router->decisions_by_rule[rule]++;
+    pthread_mutex_unlock(&router->mu);
+    if (rt->plan.http_status) {
+        serve_request_unref(r);
+        return send_error_fmt(s, conn, c, rt->plan.http_status, "invalid_request_error", "messages", "context_length_exceeded",
+                              "%s", rt->plan.reason);
+    }
+    rt->prompt_tokens = info.prompt_tokens;
+    rt->body = malloc(c->body.len + 1);
+    if (!rt->body) {
+        serve_request_unref(r);
+        return send_error_fmt(s, conn, c, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    memcpy(rt->body, c->body.data, c->body.len);
+    rt->body[c->body.len] = 0;
+    rt->body_len = c->body.len;
+    uint64_t rnd = next_random(s);
+    snprintf(r->id, sizeof r->id, "%s%016llx%08llx", endpoint == KITE_OPENAI_CHAT ? "chatcmpl-" : "cmpl-",
+             (unsigned long long)rnd, (unsigned long long)(next_random(s) & 0xffffffffu));
+    r->created = (int64_t)time(NULL);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->client_fd = ci ? ci->connect_fd : -1;
+    c->req = r; /* the connection keeps its reference until it completes */
+    pthread_mutex_lock(&s->mu);
+    s->n_responding++;
+    pthread_mutex_unlock(&s->mu);
+    if (serve_route_start(r)) return send_error_fmt(s, conn, c, 500, "server_error", NULL, NULL, "cannot start the request");
+    if (!wait_for(s, c, r, r->oa.stream ? is_committed : is_done)) return MHD_NO;
+    if (r->error_status) return send_error(s, conn, c, &r->error);
+    if (r->oa.stream) return queue_stream(s, conn, c, r);
+    return send_json(s, conn, c, 200, serve_response_body(r));
+}
+
 static enum MHD_Result handle_completion(kite_server *s, struct MHD_Connection *conn, serve_connection *c) {
     kite_openai_endpoint endpoint = c->endpoint == SERVE_EP_CHAT ? KITE_OPENAI_CHAT : KITE_OPENAI_COMPLETIONS;
-    serve_request *r = request_new(s);
+    if (s->router) return handle_routed(s, conn, c, endpoint);
+    serve_request *r = serve_request_new(s);
     if (!r) return send_error_fmt(s, conn, c, 500, "server_error", NULL, NULL, "out of memory");
     r->t_received = serve_now();
     r->deadline = r->t_received + s->timeout_ms / 1000.0;
@@ -411,13 +602,11 @@ static enum MHD_Result handle_completion(kite_server *s, struct MHD_Connection *
         rc = kite_openai_set_error(&e, 404, "invalid_request_error", "model", "model_not_found",
                                    "The model '%.200s' does not exist; this server serves '%.200s'", r->oa.model,
                                    s->model_name);
-    if (rc == 0) rc = tokenize_request(s, r, &e);
-    if (rc == 0) rc = prepare_output(s, r, &e);
+    if (rc == 0) rc = serve_prepare_local(s, r, NULL, 0, NULL, 0, &e);
     if (rc) {
         serve_request_unref(r);
         return send_error(s, conn, c, &e);
     }
-    build_gen_params(s, r);
     uint64_t rnd = next_random(s);
     snprintf(r->id, sizeof r->id, "%s%016llx%08llx", endpoint == KITE_OPENAI_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)rnd, (unsigned long long)(next_random(s) & 0xffffffffu));
@@ -438,38 +627,10 @@ static enum MHD_Result handle_completion(kite_server *s, struct MHD_Connection *
     s->n_responding++;
     pthread_mutex_unlock(&s->mu);
 
-    if (r->oa.stream) {
-        struct MHD_Response *resp =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, serve_request_ref(r), stream_free);
-        if (!resp) {
-            serve_request_unref(r);
-            serve_request_cancel(r);
-            return MHD_NO;
-        }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        enum MHD_Result qr = MHD_queue_response(conn, MHD_HTTP_OK, resp);
-        MHD_destroy_response(resp);
-        c->answered = true;
-        serve_metrics_request(&s->metrics, c->endpoint, 200);
-        return qr;
-    }
+    if (r->oa.stream) return queue_stream(s, conn, c, r);
 
     /* Non-stream: wait here (this connection's own thread) for the scheduler to finish it. */
-    pthread_mutex_lock(&r->mu);
-    while (!r->done) {
-        struct timespec ts;
-        deadline_after_ms(&ts, WAIT_SLICE_MS);
-        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-        if (!r->done && peer_gone(r->client_fd)) {
-            pthread_mutex_unlock(&r->mu);
-            serve_request_cancel(r);
-            serve_metrics_request(&s->metrics, c->endpoint, 499); /* nginx's "client closed request" */
-            c->answered = true;
-            return MHD_NO;
-        }
-    }
-    pthread_mutex_unlock(&r->mu);
+    if (!wait_for(s, c, r, is_done)) return MHD_NO;
     if (r->error_status) return send_error(s, conn, c, &r->error);
     return send_json(s, conn, c, 200, serve_response_body(r));
 }
@@ -498,6 +659,17 @@ static enum MHD_Result handle_get(kite_server *s, struct MHD_Connection *conn, s
         int32_t queued = s->n_queued;
         pthread_mutex_unlock(&s->mu);
         char *text = serve_metrics_text(&s->metrics, queued, atomic_load(&s->busy_slots), s->n_slots);
+        if (text && s->router) {
+            char *more = serve_route_metrics_text(s);
+            char *joined = more ? malloc(strlen(text) + strlen(more) + 1) : NULL;
+            if (joined) {
+                strcpy(joined, text);
+                strcat(joined, more);
+            }
+            free(text);
+            free(more);
+            text = joined;
+        }
         if (!text) return send_error_fmt(s, conn, c, 500, "server_error", NULL, NULL, "out of memory");
         return queue_response(s, conn, c, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
     }
@@ -657,6 +829,10 @@ int kite_server_open(kite_server **out, kite_model *model, const kite_server_par
         kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_server_open: a parameter is out of range");
         return kite_error_export(&e, err, err_size);
     }
+    if (p.router && kite_router_local_model(p.router) != model) {
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_server_open: with a router, the model must be the router's local one");
+        return kite_error_export(&e, err, err_size);
+    }
     kite_server *s = calloc(1, sizeof *s);
     if (!s) {
         kite_fail(&e, KITE_ERR_NOMEM, "kite_server_open: out of memory");
@@ -668,6 +844,7 @@ int kite_server_open(kite_server **out, kite_model *model, const kite_server_par
     serve_cond_init(&s->drained_cv);
     serve_metrics_init(&s->metrics);
     s->model = model;
+    s->router = p.router;
     kite_model_get_info(model, &s->info);
     s->gen_defaults = kite_model_gen_params(model);
     s->model_name = strdup(p.model_name && p.model_name[0] ? p.model_name : "kite");

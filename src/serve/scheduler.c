@@ -28,6 +28,7 @@ void serve_request_unref(serve_request *r) {
     json_decref(r->logprobs);
     kite_grammar_free(r->grammar);
     kite_tool_stream_free(r->replies);
+    serve_route_free(r->route);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -46,7 +47,7 @@ static bool is_chat(const serve_request *r) { return r->oa.endpoint == KITE_OPEN
 
 /* {"id", "object", "created", "model", "choices": [choice]} with "usage": null when the client asked
  * for a usage chunk (OpenAI then puts the field on every chunk). */
-static json_t *chunk(const serve_request *r, json_t *choice) {
+json_t *serve_chunk(const serve_request *r, json_t *choice) {
     json_t *c = json_object();
     json_object_set_new(c, "id", json_string(r->id));
     json_object_set_new(c, "object", json_string(is_chat(r) ? "chat.completion.chunk" : "text_completion"));
@@ -61,7 +62,7 @@ static json_t *chunk(const serve_request *r, json_t *choice) {
 
 /* A choice of a stream chunk: chat {"index", "delta", "logprobs", "finish_reason"}, completions
  * {"index", "text", "logprobs", "finish_reason"}. delta_or_text is taken. */
-static json_t *chunk_choice(const serve_request *r, json_t *delta_or_text, json_t *logprobs, const char *finish) {
+json_t *serve_chunk_choice(const serve_request *r, json_t *delta_or_text, json_t *logprobs, const char *finish) {
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
     json_object_set_new(choice, is_chat(r) ? "delta" : "text", delta_or_text);
@@ -71,7 +72,7 @@ static json_t *chunk_choice(const serve_request *r, json_t *delta_or_text, json_
 }
 
 /* Appends an event to the channel and wakes the reader. */
-static void send_event(serve_request *r, json_t *event) {
+void serve_send_event(serve_request *r, json_t *event) {
     pthread_mutex_lock(&r->mu);
     serve_sse_append(&r->out, event);
     pthread_cond_broadcast(&r->cv);
@@ -151,12 +152,12 @@ static json_t *role_chunk(const serve_request *r) {
     json_t *delta = json_object();
     json_object_set_new(delta, "role", json_string("assistant"));
     json_object_set_new(delta, "content", json_string(""));
-    return chunk(r, chunk_choice(r, delta, NULL, NULL));
+    return serve_chunk(r, serve_chunk_choice(r, delta, NULL, NULL));
 }
 
-static void send_role_once(serve_request *r) {
+void serve_send_role_once(serve_request *r) {
     if (!is_chat(r) || r->sent_role) return;
-    send_event(r, role_chunk(r));
+    serve_send_event(r, role_chunk(r));
     r->sent_role = true;
 }
 
@@ -221,7 +222,7 @@ static bool on_reply_event(const kite_tool_event *ev, void *user_data) {
     }
     case KITE_TOOL_EVENT_CALL_END: json_decref(delta); return true;
     }
-    send_event(r, chunk(r, chunk_choice(r, delta, NULL, NULL)));
+    serve_send_event(r, serve_chunk(r, serve_chunk_choice(r, delta, NULL, NULL)));
     return true;
 }
 
@@ -232,8 +233,10 @@ static bool on_token(int32_t id, const char *text, size_t text_len, void *user_d
     if (atomic_load(&r->cancelled)) return false;
     s->step_generated++;
     if (r->n_callbacks++ == 0) serve_metrics_ttft(&s->metrics, serve_now() - r->t_received);
+    if (r->route && !serve_route_on_token(r)) return false;
     kite_logprobs lp;
-    bool have_lp = r->gen.logprobs && kite_session_token_logprobs(r->slot->session, &lp) == KITE_OK;
+    /* a confidence gate asks for log-probabilities the client may not have asked for */
+    bool have_lp = r->gen.logprobs && r->oa.logprobs && kite_session_token_logprobs(r->slot->session, &lp) == KITE_OK;
     size_t offset = r->text_offset;
     r->text_offset += text_len;
     if (!r->oa.stream) {
@@ -246,7 +249,7 @@ static bool on_token(int32_t id, const char *text, size_t text_len, void *user_d
         }
         return true;
     }
-    send_role_once(r);
+    serve_send_role_once(r);
     if (text_len == 0 && !have_lp) return true; /* held back (a possible stop string, an incomplete character) */
     json_t *logprobs = NULL;
     if (have_lp) {
@@ -266,7 +269,7 @@ static bool on_token(int32_t id, const char *text, size_t text_len, void *user_d
         if (logprobs) {
             json_t *delta = json_object();
             json_object_set_new(delta, "content", json_string(""));
-            send_event(r, chunk(r, chunk_choice(r, delta, logprobs, NULL)));
+            serve_send_event(r, serve_chunk(r, serve_chunk_choice(r, delta, logprobs, NULL)));
         }
         return true;
     }
@@ -276,12 +279,29 @@ static bool on_token(int32_t id, const char *text, size_t text_len, void *user_d
         payload = json_object();
         json_object_set_new(payload, "content", piece);
     }
-    send_event(r, chunk(r, chunk_choice(r, payload, logprobs, NULL)));
+    serve_send_event(r, serve_chunk(r, serve_chunk_choice(r, payload, logprobs, NULL)));
     return true;
 }
 
 /* Ends a request: the closing events of a stream, then done. Takes the scheduler's reference. */
 static void finish_request(struct kite_server *s, serve_request *r) {
+    if (r->route && r->route->escalated) {
+        /* the confidence gate sent it on: nothing was sent, the route's runner takes it from here */
+        pthread_mutex_lock(&r->mu);
+        r->route->local_ended = true;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_mutex_lock(&s->mu);
+        if (--s->in_flight == 0) pthread_cond_broadcast(&s->drained_cv);
+        pthread_mutex_unlock(&s->mu);
+        serve_request_unref(r);
+        return;
+    }
+    if (r->route && r->route->continued) {
+        /* a remote's answer continued here: the usage is the whole answer's */
+        r->completion_tokens += (int32_t)r->route->remote_tokens;
+        r->n_prompt = (size_t)r->route->prompt_tokens;
+    }
     int32_t prompt = (int32_t)r->n_prompt, completion = r->completion_tokens;
     kite_log(KITE_LOG_INFO, "serve: %s: %d prompt tokens (%d from the prefix cache), %d generated, %s%s, %.0f ms", r->id,
              prompt, r->n_reused, completion, r->error_status ? "error: " : "",
@@ -303,11 +323,12 @@ static void finish_request(struct kite_server *s, serve_request *r) {
                 serve_sse_append(&r->out, c);
                 json_decref(c);
             }
-            json_t *last = chunk(r, chunk_choice(r, is_chat(r) ? json_object() : json_string(""), NULL, r->finish_reason));
+            json_t *last = serve_chunk(r, serve_chunk_choice(r, is_chat(r) ? json_object() : json_string(""), NULL, r->finish_reason));
+            if (r->route) json_object_set_new(last, "route", serve_route_json(r));
             serve_sse_append(&r->out, last);
             json_decref(last);
             if (r->oa.include_usage) {
-                json_t *u = chunk(r, NULL), *usage = json_object();
+                json_t *u = serve_chunk(r, NULL), *usage = json_object();
                 json_object_set_new(usage, "prompt_tokens", json_integer(prompt));
                 json_object_set_new(usage, "completion_tokens", json_integer(completion));
                 json_object_set_new(usage, "total_tokens", json_integer(prompt + completion));
@@ -318,11 +339,13 @@ static void finish_request(struct kite_server *s, serve_request *r) {
         }
         serve_buf_append(&r->out, "data: [DONE]\n\n", 14);
         r->done = true;
+        if (r->route) r->route->committed = true;
         pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
     } else {
         pthread_mutex_lock(&r->mu);
         r->done = true;
+        if (r->route) r->route->committed = true;
         pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
     }
@@ -425,7 +448,7 @@ static void admit(struct kite_server *s, serve_request *r, uint64_t tick) {
     }
     pthread_mutex_unlock(&s->metrics.mu);
     if (!r->oa.stream) {
-        r->logprobs = r->gen.logprobs ? (is_chat(r) ? json_object() : completion_logprobs_new()) : NULL;
+        r->logprobs = r->oa.logprobs ? (is_chat(r) ? json_object() : completion_logprobs_new()) : NULL;
         if (r->logprobs && is_chat(r)) json_object_set_new(r->logprobs, "content", json_array());
     }
     int rc = kite_session_start(dst->session, r->prompt_ids + keep, r->n_prompt - (size_t)keep, &r->gen, on_token, r,
@@ -460,9 +483,11 @@ static void finish_slot(struct kite_server *s, serve_slot *slot) {
         fail_request(s, r, 504, "server_error", "timeout", msg);
     } else if (atomic_load(&r->cancelled)) {
         fail_request(s, r, 503, "server_error", "cancelled", "the request was cancelled");
+    } else if (r->route && (serve_route_on_finish(r), r->route->escalated)) {
+        finish_request(s, r);
     } else if (status == KITE_OK || status == KITE_ERR_CONTEXT_FULL) {
         if (r->replies) {
-            if (r->oa.stream) send_role_once(r); /* the role comes first, even before held text */
+            if (r->oa.stream) serve_send_role_once(r); /* the role comes first, even before held text */
             kite_tool_stream_finish(r->replies, on_reply_event, r, NULL);
             const char *problem = kite_tool_stream_problem(r->replies);
             if (problem) kite_log(KITE_LOG_INFO, "serve: %s: tool-call markup: %s", r->id, problem);

@@ -19,6 +19,7 @@
 
 #include "chat/tool_calls.h"
 #include "kite.h"
+#include "route/route.h"
 #include "serve/openai.h"
 
 /* ---- text.c ----------------------------------------------------------------------------------- */
@@ -82,6 +83,40 @@ char *serve_metrics_text(serve_metrics *m, int32_t queue_depth, int32_t busy_slo
 typedef struct serve_slot serve_slot;
 typedef struct serve_request serve_request;
 
+enum { SERVE_ROUTE_MAX_GATE = 64 }; /* tokens a confidence gate may hold back */
+
+/* A routed request's plan and progress (route_exec.c; the server has a router). The runner thread
+ * tries the plan's backends in turn; the connection thread sends nothing until `committed`. Fields
+ * below the mutex note are read and written under the request's mu. */
+typedef struct serve_route {
+    route_plan plan;
+    int32_t prompt_tokens;           /* the policy's count (local tokenizer) */
+    char *body;                      /* the client's body, for remotes */
+    size_t body_len;
+    int32_t attempt;                 /* index into plan.attempts being run */
+    int32_t backend;                 /* the backend running now (the one named in the answer) */
+    json_t *attempts;                /* [{"backend", "outcome", "message"}] the tries so far */
+    bool hold;                       /* remote output is held until the remote finishes (structured output,
+                                        tools): a cut then costs nothing the client saw */
+    serve_buf held;                  /* stream: held SSE events */
+    serve_buf sent_content;          /* content the client has been sent (or, held, would be) */
+    serve_buf sent_reasoning;
+    int64_t remote_tokens;           /* content pieces a remote delivered before a cut */
+    char remote_finish[32];
+    bool continued;                  /* a remote cut mid-answer, continued locally */
+    bool delivered;                  /* a remote's content reached the client */
+    /* confidence gate (scheduler thread) */
+    int32_t gate_tokens;             /* K; 0 = no gate */
+    int32_t gate_seen;
+    float gate_logprobs[SERVE_ROUTE_MAX_GATE];
+    bool gate_decided;
+    double gate_score;               /* the quantile once decided */
+    /* under the request's mu */
+    bool committed;                  /* output may go to the client (headers name `backend`) */
+    bool escalated;                  /* the gate failed: the local work ended without an answer */
+    bool local_ended;                /* the scheduler let go of an escalated request */
+} serve_route;
+
 struct serve_request {
     atomic_int refs;
     atomic_bool cancelled;           /* the client went away, or the server stops */
@@ -127,6 +162,7 @@ struct serve_request {
     int32_t completion_tokens;
     int error_status;                /* 0, or the HTTP status of a failure found after admission */
     kite_openai_error error;
+    serve_route *route;              /* routed requests only (route_exec.c) */
 };
 
 serve_request *serve_request_ref(serve_request *r);
@@ -189,6 +225,7 @@ struct kite_server {
 
     serve_metrics metrics;
     uint64_t step_generated;         /* scheduler: tokens generated in the current step */
+    kite_router *router;             /* borrowed; NULL = no routing */
 };
 
 /* scheduler.c */
@@ -197,7 +234,33 @@ void serve_scheduler_stop(struct kite_server *s);
 /* Queues r (takes a reference). Returns 0, 429 when the queue is full, or 503 when stopping. */
 int serve_enqueue(struct kite_server *s, serve_request *r);
 
+/* Stream events (scheduler.c): a chunk around one choice, a choice, appending to the channel, the role
+ * delta a chat stream opens with. */
+json_t *serve_chunk(const serve_request *r, json_t *choice);
+json_t *serve_chunk_choice(const serve_request *r, json_t *delta_or_text, json_t *logprobs, const char *finish);
+void serve_send_event(serve_request *r, json_t *event);
+void serve_send_role_once(serve_request *r);
+
 /* http.c: the JSON answer of a finished non-stream request. */
 json_t *serve_response_body(const serve_request *r);
+/* http.c: tokenizes the request for the local model (with continuation: the text a remote already sent
+ * becomes the start of the assistant's turn, or of the completion), compiles its grammar and reply
+ * parser and fills its generation settings. Returns 0 or an HTTP status with *e. */
+int serve_prepare_local(struct kite_server *s, serve_request *r, const char *continuation, size_t continuation_len,
+                        const char *continuation_reasoning, size_t continuation_reasoning_len, kite_openai_error *e);
+serve_request *serve_request_new(struct kite_server *s);
+
+/* route_exec.c */
+/* Starts the runner of a routed request (takes a reference). */
+int serve_route_start(serve_request *r);
+/* The answer's "route" field: {"backend", "reason", "rule", "attempts", "continued_by"?}. */
+json_t *serve_route_json(const serve_request *r);
+/* Scheduler hooks: a token of a routed local request (false = stop it: the gate escalated), and its end
+ * before the gate had K tokens. */
+bool serve_route_on_token(serve_request *r);
+void serve_route_on_finish(serve_request *r);
+void serve_route_free(serve_route *rt);
+/* The router's lines of /metrics (appended to the server's text; malloc'd, NULL when out of memory). */
+char *serve_route_metrics_text(struct kite_server *s);
 
 #endif

@@ -12,6 +12,7 @@ int kite_cmd_serve(int argc, char **argv);
 
 static const char SERVE_USAGE[] =
     "usage: kite serve --model PATH [options]\n"
+    "       kite serve --router CONFIG.json [options]\n"
     "\n"
     "Serves the model over an OpenAI-compatible HTTP API: POST /v1/chat/completions and /v1/completions\n"
     "(stream and non-stream), GET /v1/models, /health, /metrics (Prometheus text). Requests are decoded\n"
@@ -19,6 +20,9 @@ static const char SERVE_USAGE[] =
     "\n"
     "  --model, -m PATH        GGUF file, llama2.c .bin, or Hugging Face folder\n"
     "  --tokenizer PATH        tokenizer for a llama2.c checkpoint\n"
+    "  --router CONFIG.json    route each request to the config's local model or its OpenAI-compatible\n"
+    "                          remotes by its rules, with fallbacks (README \"Routing\"); the answer's\n"
+    "                          x-kite-backend / x-kite-route-reason headers and \"route\" field say where\n"
     "  --host ADDR             address to bind (default 127.0.0.1; 0.0.0.0 exposes the server to the network)\n"
     "  --port N                port (default 8080; 0 lets the system choose one, printed at start)\n"
     "  --api-key KEY           require 'Authorization: Bearer KEY' (all endpoints but /health)\n"
@@ -94,6 +98,7 @@ static void default_model_name(const char *path, char *out, size_t size) {
 
 int kite_cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tokenizer = NULL, *draft = NULL, *template_path = NULL, *cache_type = NULL;
+    const char *router_path = NULL;
     kite_server_params sp = kite_server_default_params();
     int32_t threads = 0, spec_budget = 0, port = 8080;
     for (int i = 2; i < argc; i++) {
@@ -111,6 +116,7 @@ int kite_cmd_serve(int argc, char **argv) {
         const char *val = argv[++i];
         if (!strcmp(opt, "--model") || !strcmp(opt, "-m")) model_path = val;
         else if (!strcmp(opt, "--tokenizer")) tokenizer = val;
+        else if (!strcmp(opt, "--router")) router_path = val;
         else if (!strcmp(opt, "--host")) sp.host = val;
         else if (!strcmp(opt, "--api-key")) sp.api_key = val;
         else if (!strcmp(opt, "--draft")) draft = val;
@@ -135,7 +141,8 @@ int kite_cmd_serve(int argc, char **argv) {
             return usage_error("unknown option %s", opt);
         }
     }
-    if (!model_path) return usage_error("%s", "kite serve needs --model PATH");
+    if (!model_path && !router_path) return usage_error("%s", "kite serve needs --model PATH or --router CONFIG");
+    if (model_path && router_path) return usage_error("%s", "--router takes the model from its config's local backend: drop --model");
     if (cache_type && strcmp(cache_type, "f16") && strcmp(cache_type, "f32"))
         return usage_error("--cache-type expects f16 or f32, got '%s'", cache_type);
     sp.kv_type = cache_type && !strcmp(cache_type, "f32") ? KITE_KV_F32 : KITE_KV_F16;
@@ -158,7 +165,25 @@ int kite_cmd_serve(int argc, char **argv) {
     mp.tokenizer_path = tokenizer;
     mp.n_threads = threads;
     kite_model *model = NULL, *draft_model = NULL;
-    if (kite_model_open(&model, model_path, &mp, err, sizeof err)) {
+    kite_router *router = NULL;
+    if (router_path) {
+        kite_router_params rp = kite_router_default_params();
+        rp.n_threads = threads;
+        if (kite_router_open(&router, router_path, &rp, err, sizeof err)) {
+            fprintf(stderr, "kite serve: error: --router %s: %s\n", router_path, err);
+            free(template_text);
+            return 1;
+        }
+        model = kite_router_local_model(router);
+        if (!model) {
+            fprintf(stderr, "kite serve: error: --router %s: the config has no local backend, which kite serve needs\n", router_path);
+            kite_router_free(router);
+            free(template_text);
+            return 1;
+        }
+        sp.router = router;
+        model_path = router_path;
+    } else if (kite_model_open(&model, model_path, &mp, err, sizeof err)) {
         fprintf(stderr, "kite serve: error: %s\n", err);
         free(template_text);
         return 1;
@@ -174,7 +199,8 @@ int kite_cmd_serve(int argc, char **argv) {
             dp.n_threads = threads;
             if (kite_model_open(&draft_model, draft, &dp, err, sizeof err)) {
                 fprintf(stderr, "kite serve: error: draft model: %s\n", err);
-                kite_model_free(model);
+                if (router) kite_router_free(router);
+                else kite_model_free(model);
                 free(template_text);
                 return 1;
             }
@@ -196,7 +222,8 @@ int kite_cmd_serve(int argc, char **argv) {
     if (rc) {
         fprintf(stderr, "kite serve: error: %s\n", err);
         kite_model_free(draft_model);
-        kite_model_free(model);
+        if (router) kite_router_free(router);
+        else kite_model_free(model);
         return 1;
     }
     g_server = server;
@@ -213,7 +240,8 @@ int kite_cmd_serve(int argc, char **argv) {
     g_server = NULL;
     kite_server_free(server);
     kite_model_free(draft_model);
-    kite_model_free(model);
+    if (router) kite_router_free(router);
+    else kite_model_free(model);
     if (rc) {
         fprintf(stderr, "kite serve: error: %s\n", err);
         return 1;
