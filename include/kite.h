@@ -521,6 +521,7 @@ typedef struct kite_server_params {
     const kite_spec_params *spec;  /* speculative decoding for every request, or NULL (plain) */
     kite_router *router;           /* route requests by its rules (the server's model must be the router's
                                       local one, kite_router_local_model); NULL = serve the model alone */
+    bool no_listen;                /* no HTTP at all: requests come only through kite_server_complete */
 } kite_server_params;
 
 kite_server_params kite_server_default_params(void);
@@ -531,6 +532,18 @@ int kite_server_open(kite_server **out, kite_model *model, const kite_server_par
                      size_t err_size);
 /* The port the server listens on (the one chosen by the system when params.port was -1). */
 int32_t kite_server_port(const kite_server *server);
+/* Text as it is produced; return false to stop the request. */
+typedef bool (*kite_text_fn)(const char *text, size_t len, void *user_data);
+
+/* One request in this process, without HTTP, through the same path as an HTTP one (continuous batching
+ * with the other requests; routed when the server has a router): body is an OpenAI chat (chat true) or
+ * completions request; the answer's content streams to on_text (may be NULL). *response_json (kite_free;
+ * may be NULL) receives {"text", "reasoning_content", "tool_calls", "finish_reason", "usage", "route"}.
+ * segment is the router's segment tag (the header's value), or NULL. A request the server refuses fails
+ * with the message it would answer with ("HTTP 400: ..."): KITE_ERR_INVALID_ARG for 4xx, KITE_ERR_IO else.
+ * Thread-safe: many requests may run at once. */
+int kite_server_complete(kite_server *server, bool chat, const char *body, size_t len, const char *segment,
+                         kite_text_fn on_text, void *user_data, char **response_json, char *err, size_t err_size);
 /* Blocks until kite_server_stop, then finishes the in-flight requests (new ones get 503) and returns. */
 int kite_server_wait(kite_server *server, char *err, size_t err_size);
 /* Asks the server to stop; async-signal-safe (a SIGINT/SIGTERM handler may call it). */

@@ -515,42 +515,40 @@ static bool wait_for(kite_server *s, serve_connection *c, serve_request *r, bool
 }
 
 static bool is_done(const serve_request *r) { return r->done; }
+static bool is_started(const serve_request *r) { (void)r; return true; }
 static bool is_committed(const serve_request *r) { return r->done || r->route->committed; }
 
-/* A request when the server routes (route_exec.c runs the plan): the policies decide from the body, the
- * segment header and the backends' states; nothing is sent before the backend that answers commits. */
-static enum MHD_Result handle_routed(kite_server *s, struct MHD_Connection *conn, serve_connection *c,
-                                     kite_openai_endpoint endpoint) {
+/* Drops a reference counted in n_responding (a request that will not be answered over this path). */
+static void serve_request_release(kite_server *s, serve_request *r) {
+    serve_request_unref(r);
+    pthread_mutex_lock(&s->mu);
+    if (--s->n_responding == 0) pthread_cond_broadcast(&s->drained_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void name_request(kite_server *s, serve_request *r) {
+    uint64_t rnd = next_random(s);
+    snprintf(r->id, sizeof r->id, "%s%016llx%08llx", r->oa.endpoint == KITE_OPENAI_CHAT ? "chatcmpl-" : "cmpl-",
+             (unsigned long long)rnd, (unsigned long long)(next_random(s) & 0xffffffffu));
+    r->created = (int64_t)time(NULL);
+}
+
+/* A routed request: the policies decide from the body, the segment header and the backends' states;
+ * the runner (route_exec.c) tries the plan. Returns 0 with *out started, or an HTTP status with *e. */
+static int submit_routed(kite_server *s, serve_request *r, const char *body, size_t len, const char *segment,
+                         kite_openai_error *e) {
     kite_router *router = s->router;
-    serve_request *r = serve_request_new(s);
-    if (!r) return send_error_fmt(s, conn, c, 500, "server_error", NULL, NULL, "out of memory");
-    r->t_received = serve_now();
-    r->deadline = r->t_received + s->timeout_ms / 1000.0;
-    kite_openai_error e;
-    int rc = kite_openai_parse_request(endpoint, c->body.data, c->body.len, &s->limits, &r->oa, &e);
-    if (rc) {
-        serve_request_unref(r);
-        return send_error(s, conn, c, &e);
-    }
-    const char *segment =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, router->cfg.segment_header ? router->cfg.segment_header : "x-kite-segment");
     route_request_info info;
     char route_name[ROUTE_NAME_MAX], user[256];
     kite_error ke = {0};
-    if (route_request_info_from_body(router, c->body.data, c->body.len, segment, &info, route_name, sizeof route_name, user,
-                                     sizeof user, &ke)) {
-        serve_request_unref(r);
-        return send_error_fmt(s, conn, c, 400, "invalid_request_error", NULL, NULL, "%s", ke.msg);
-    }
+    if (route_request_info_from_body(router, body, len, segment, &info, route_name, sizeof route_name, user, sizeof user, &ke))
+        return kite_openai_set_error(e, 400, "invalid_request_error", NULL, NULL, "%s", ke.msg);
     /* a model field naming a backend picks it, as "route" does */
     if (!info.route && r->oa.model && route_config_backend(&router->cfg, r->oa.model) >= 0) info.route = r->oa.model;
     route_backend_state states[ROUTE_MAX_BACKENDS];
     route_router_states(router, states);
     serve_route *rt = calloc(1, sizeof *rt);
-    if (!rt) {
-        serve_request_unref(r);
-        return send_error_fmt(s, conn, c, 500, "server_error", NULL, NULL, "out of memory");
-    }
+    if (!rt) return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "out of memory");
     r->route = rt;
     rt->backend = -1;
     route_decide(&router->cfg, states, &info, &rt->plan);
@@ -558,80 +556,79 @@ static enum MHD_Result handle_routed(kite_server *s, struct MHD_Connection *conn
     int32_t rule = rt->plan.rule >= 0 && rt->plan.rule < ROUTE_MAX_RULES ? rt->plan.rule : ROUTE_MAX_RULES;
     router->decisions_by_rule[rule]++;
     pthread_mutex_unlock(&router->mu);
-    if (rt->plan.http_status) {
-        serve_request_unref(r);
-        return send_error_fmt(s, conn, c, rt->plan.http_status, "invalid_request_error", "messages", "context_length_exceeded",
-                              "%s", rt->plan.reason);
-    }
+    if (rt->plan.http_status)
+        return kite_openai_set_error(e, rt->plan.http_status, "invalid_request_error",
+                                     r->oa.endpoint == KITE_OPENAI_CHAT ? "messages" : "prompt", "context_length_exceeded", "%s",
+                                     rt->plan.reason);
     rt->prompt_tokens = info.prompt_tokens;
-    rt->body = malloc(c->body.len + 1);
-    if (!rt->body) {
+    rt->body = malloc(len + 1);
+    if (!rt->body) return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "out of memory");
+    memcpy(rt->body, body, len);
+    rt->body[len] = 0;
+    rt->body_len = len;
+    if (serve_route_start(r)) return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "cannot start the request");
+    return 0;
+}
+
+/* Parses, prepares and starts a request, whatever carries it (HTTP, kite_server_complete). Returns 0
+ * with *out (the caller's reference, counted in n_responding), or an HTTP status with *e. */
+static int submit(kite_server *s, kite_openai_endpoint endpoint, const char *body, size_t len, const char *segment,
+                  int client_fd, bool force_stream, serve_request **out, kite_openai_error *e) {
+    *out = NULL;
+    serve_request *r = serve_request_new(s);
+    if (!r) return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "out of memory");
+    r->t_received = serve_now();
+    r->deadline = r->t_received + s->timeout_ms / 1000.0;
+    r->client_fd = client_fd;
+    int rc = kite_openai_parse_request(endpoint, body, len, &s->limits, &r->oa, e);
+    if (rc == 0 && force_stream) r->oa.stream = true;
+    if (rc == 0 && !s->router && r->oa.model && strcmp(r->oa.model, s->model_name) != 0)
+        rc = kite_openai_set_error(e, 404, "invalid_request_error", "model", "model_not_found",
+                                   "The model '%.200s' does not exist; this server serves '%.200s'", r->oa.model,
+                                   s->model_name);
+    if (rc == 0 && !s->router) rc = serve_prepare_local(s, r, NULL, 0, NULL, 0, e);
+    if (rc) {
         serve_request_unref(r);
-        return send_error_fmt(s, conn, c, 500, "server_error", NULL, NULL, "out of memory");
+        return rc;
     }
-    memcpy(rt->body, c->body.data, c->body.len);
-    rt->body[c->body.len] = 0;
-    rt->body_len = c->body.len;
-    uint64_t rnd = next_random(s);
-    snprintf(r->id, sizeof r->id, "%s%016llx%08llx", endpoint == KITE_OPENAI_CHAT ? "chatcmpl-" : "cmpl-",
-             (unsigned long long)rnd, (unsigned long long)(next_random(s) & 0xffffffffu));
-    r->created = (int64_t)time(NULL);
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    r->client_fd = ci ? ci->connect_fd : -1;
-    c->req = r; /* the connection keeps its reference until it completes */
+    name_request(s, r);
     pthread_mutex_lock(&s->mu);
     s->n_responding++;
     pthread_mutex_unlock(&s->mu);
-    if (serve_route_start(r)) return send_error_fmt(s, conn, c, 500, "server_error", NULL, NULL, "cannot start the request");
-    if (!wait_for(s, c, r, r->oa.stream ? is_committed : is_done)) return MHD_NO;
-    if (r->error_status) return send_error(s, conn, c, &r->error);
-    if (r->oa.stream) return queue_stream(s, conn, c, r);
-    return send_json(s, conn, c, 200, serve_response_body(r));
+    if (s->router) {
+        rc = submit_routed(s, r, body, len, segment, e);
+    } else {
+        rc = serve_enqueue(s, r);
+        if (rc == 429)
+            kite_openai_set_error(e, 429, "rate_limit_error", NULL, "queue_full",
+                                  "the server is busy: %d requests are already waiting; retry later", s->queue_size);
+        else if (rc)
+            kite_openai_set_error(e, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+    }
+    if (rc) {
+        serve_request_release(s, r);
+        return rc;
+    }
+    *out = r;
+    return 0;
 }
 
 static enum MHD_Result handle_completion(kite_server *s, struct MHD_Connection *conn, serve_connection *c) {
     kite_openai_endpoint endpoint = c->endpoint == SERVE_EP_CHAT ? KITE_OPENAI_CHAT : KITE_OPENAI_COMPLETIONS;
-    if (s->router) return handle_routed(s, conn, c, endpoint);
-    serve_request *r = serve_request_new(s);
-    if (!r) return send_error_fmt(s, conn, c, 500, "server_error", NULL, NULL, "out of memory");
-    r->t_received = serve_now();
-    r->deadline = r->t_received + s->timeout_ms / 1000.0;
-    kite_openai_error e;
-    int rc = kite_openai_parse_request(endpoint, c->body.data, c->body.len, &s->limits, &r->oa, &e);
-    if (rc == 0 && r->oa.model && strcmp(r->oa.model, s->model_name) != 0)
-        rc = kite_openai_set_error(&e, 404, "invalid_request_error", "model", "model_not_found",
-                                   "The model '%.200s' does not exist; this server serves '%.200s'", r->oa.model,
-                                   s->model_name);
-    if (rc == 0) rc = serve_prepare_local(s, r, NULL, 0, NULL, 0, &e);
-    if (rc) {
-        serve_request_unref(r);
-        return send_error(s, conn, c, &e);
-    }
-    uint64_t rnd = next_random(s);
-    snprintf(r->id, sizeof r->id, "%s%016llx%08llx", endpoint == KITE_OPENAI_CHAT ? "chatcmpl-" : "cmpl-",
-             (unsigned long long)rnd, (unsigned long long)(next_random(s) & 0xffffffffu));
-    r->created = (int64_t)time(NULL);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    r->client_fd = ci ? ci->connect_fd : -1;
-
-    rc = serve_enqueue(s, r);
-    if (rc) {
-        serve_request_unref(r);
-        if (rc == 429)
-            return send_error_fmt(s, conn, c, 429, "rate_limit_error", NULL, "queue_full",
-                                  "the server is busy: %d requests are already waiting; retry later", s->queue_size);
-        return send_error_fmt(s, conn, c, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
-    }
-    c->req = r; /* the connection keeps its reference until it completes */
-    pthread_mutex_lock(&s->mu);
-    s->n_responding++;
-    pthread_mutex_unlock(&s->mu);
-
-    if (r->oa.stream) return queue_stream(s, conn, c, r);
-
-    /* Non-stream: wait here (this connection's own thread) for the scheduler to finish it. */
-    if (!wait_for(s, c, r, is_done)) return MHD_NO;
+    const char *segment = NULL;
+    if (s->router)
+        segment = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                              s->router->cfg.segment_header ? s->router->cfg.segment_header : "x-kite-segment");
+    serve_request *r = NULL;
+    kite_openai_error e;
+    if (submit(s, endpoint, c->body.data, c->body.len, segment, ci ? ci->connect_fd : -1, false, &r, &e))
+        return send_error(s, conn, c, &e);
+    c->req = r; /* the connection keeps its reference until it completes (request_completed) */
+    /* a routed request sends nothing before the backend that answers commits (its headers name it) */
+    if (!wait_for(s, c, r, !r->oa.stream ? is_done : r->route ? is_committed : is_started)) return MHD_NO;
     if (r->error_status) return send_error(s, conn, c, &r->error);
+    if (r->oa.stream) return queue_stream(s, conn, c, r);
     return send_json(s, conn, c, 200, serve_response_body(r));
 }
 
@@ -926,6 +923,11 @@ int kite_server_open(kite_server **out, kite_model *model, const kite_server_par
         goto fail;
     }
 
+    if (p.no_listen) {
+        kite_log(KITE_LOG_INFO, "serve: in-process only, %d slots of %d tokens", s->n_slots, s->n_ctx);
+        *out = s;
+        return KITE_OK;
+    }
     /* Bind: an IPv4 or IPv6 literal (or "localhost"); port -1 lets the system choose. */
     const char *host = p.host && p.host[0] ? p.host : "127.0.0.1";
     if (!strcmp(host, "localhost")) host = "127.0.0.1";
@@ -971,6 +973,120 @@ fail:
 }
 
 int32_t kite_server_port(const kite_server *server) { return server ? server->port : -1; }
+
+/* ---- in-process requests ------------------------------------------------------------------------ */
+typedef struct complete_state {
+    kite_text_fn on_text;
+    void *user_data;
+    bool stopped;                    /* on_text said stop */
+    serve_buf text, reasoning;
+    json_t *tool_calls;              /* deltas as they came */
+    json_t *last;                    /* the chunk with finish_reason (carries "route") */
+    json_t *usage;
+    json_t *error;
+} complete_state;
+
+static int on_complete_event(const route_sse_event *ev, void *user_data) {
+    complete_state *st = user_data;
+    if (!strcmp(ev->data, "[DONE]")) return 0;
+    json_t *root = json_loadb(ev->data, ev->data_len, 0, NULL);
+    if (!root) return 0;
+    json_t *err = json_object_get(root, "error");
+    if (err) {
+        json_decref(st->error);
+        st->error = json_incref(err);
+    }
+    json_t *usage = json_object_get(root, "usage");
+    if (json_is_object(usage)) {
+        json_decref(st->usage);
+        st->usage = json_incref(usage);
+    }
+    json_t *choice = json_array_get(json_object_get(root, "choices"), 0);
+    json_t *delta = json_object_get(choice, "delta");
+    json_t *text = delta ? json_object_get(delta, "content") : json_object_get(choice, "text");
+    json_t *reasoning = json_object_get(delta, "reasoning_content");
+    json_t *calls = json_object_get(delta, "tool_calls");
+    if (json_is_string(text) && json_string_length(text)) {
+        serve_buf_append(&st->text, json_string_value(text), json_string_length(text));
+        if (st->on_text && !st->stopped && !st->on_text(json_string_value(text), json_string_length(text), st->user_data))
+            st->stopped = true;
+    }
+    if (json_is_string(reasoning)) serve_buf_append(&st->reasoning, json_string_value(reasoning), json_string_length(reasoning));
+    if (json_is_array(calls)) {
+        if (!st->tool_calls) st->tool_calls = json_array();
+        json_array_extend(st->tool_calls, calls);
+    }
+    if (json_is_string(json_object_get(choice, "finish_reason"))) {
+        json_decref(st->last);
+        st->last = json_incref(root);
+    }
+    json_decref(root);
+    return 0;
+}
+
+int kite_server_complete(kite_server *server, bool chat, const char *body, size_t len, const char *segment,
+                         kite_text_fn on_text, void *user_data, char **response_json, char *err, size_t err_size) {
+    kite_error ke = {0};
+    if (response_json) *response_json = NULL;
+    if (!server || !body) {
+        kite_fail(&ke, KITE_ERR_INVALID_ARG, "kite_server_complete: server and body are required");
+        return kite_error_export(&ke, err, err_size);
+    }
+    serve_request *r = NULL;
+    kite_openai_error e;
+    if (submit(server, chat ? KITE_OPENAI_CHAT : KITE_OPENAI_COMPLETIONS, body, len, segment, -1, true, &r, &e)) {
+        kite_fail(&ke, e.http_status < 500 ? KITE_ERR_INVALID_ARG : KITE_ERR_IO, "HTTP %d: %s", e.http_status, e.message);
+        return kite_error_export(&ke, err, err_size);
+    }
+    complete_state st = {.on_text = on_text, .user_data = user_data};
+    route_sse_parser *parser = route_sse_new(0);
+    serve_buf bytes = {0};
+    bool done = false, cancelled = false;
+    while (!done) {
+        pthread_mutex_lock(&r->mu);
+        while (r->out_pos == r->out.len && !r->done) pthread_cond_wait(&r->cv, &r->mu);
+        bytes.len = 0;
+        serve_buf_append(&bytes, r->out.data + r->out_pos, r->out.len - r->out_pos);
+        r->out_pos = r->out.len = 0;
+        done = r->done;
+        pthread_mutex_unlock(&r->mu);
+        if (parser && bytes.len) route_sse_feed(parser, bytes.data, bytes.len, on_complete_event, &st, NULL);
+        if (st.stopped && !cancelled) {
+            serve_request_cancel(r);
+            cancelled = true;
+        }
+    }
+    if (r->error_status) {
+        kite_fail(&ke, r->error_status < 500 ? KITE_ERR_INVALID_ARG : KITE_ERR_IO, "HTTP %d: %s", r->error_status,
+                       r->error.message);
+    } else if (st.error && !cancelled) {
+        kite_fail(&ke, KITE_ERR_IO, "%s", json_string_value(json_object_get(st.error, "message")));
+    } else if (response_json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "text", serve_json_text(st.text.data ? st.text.data : "", st.text.len));
+        if (st.reasoning.len) json_object_set_new(o, "reasoning_content", serve_json_text(st.reasoning.data, st.reasoning.len));
+        if (st.tool_calls) json_object_set(o, "tool_calls", st.tool_calls);
+        json_t *choice = json_array_get(json_object_get(st.last, "choices"), 0);
+        json_t *finish = json_object_get(choice, "finish_reason");
+        json_object_set_new(o, "finish_reason", cancelled ? json_string("stopped") : finish ? json_incref(finish) : json_null());
+        if (st.usage) json_object_set(o, "usage", st.usage);
+        json_t *route = json_object_get(st.last, "route");
+        if (route) json_object_set(o, "route", route);
+        *response_json = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (!*response_json) kite_fail(&ke, KITE_ERR_NOMEM, "kite_server_complete: out of memory");
+    }
+    route_sse_free(parser);
+    serve_buf_free(&bytes);
+    serve_buf_free(&st.text);
+    serve_buf_free(&st.reasoning);
+    json_decref(st.tool_calls);
+    json_decref(st.last);
+    json_decref(st.usage);
+    json_decref(st.error);
+    serve_request_release(server, r);
+    return kite_error_export(&ke, err, err_size);
+}
 
 void kite_server_stop(kite_server *server) {
     if (!server) return;
