@@ -660,6 +660,7 @@ int kite_cmd_template(int argc, char **argv);  /* template.c */
 int kite_cmd_chat(int argc, char **argv);      /* chat.c */
 int kite_cmd_serve(int argc, char **argv);     /* serve.c */
 int kite_cmd_grammar(int argc, char **argv);   /* grammar.c */
+int kite_cmd_routed(int argc, char **argv, bool chat_verb); /* route_run.c: run/chat --router */
 
 /* The library's log lines on stderr, at or above the level KITE_LOG names (debug, info, warn (the
  * default), error, off); the library itself never prints. */
@@ -700,6 +701,8 @@ int main(int argc, char **argv) {
         printf("kite %d.%d.%d\n", KITE_VERSION_MAJOR, KITE_VERSION_MINOR, KITE_VERSION_PATCH);
         return 0;
     }
+    for (int i = 2; i + 1 < argc && (!strcmp(cmd, "run") || !strcmp(cmd, "chat")); i++)
+        if (!strcmp(argv[i], "--router")) return kite_cmd_routed(argc, argv, !strcmp(cmd, "chat"));
     if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
