@@ -30,6 +30,8 @@ enum {
     ROUTE_MAX_TAGS = 16,        /* segments named in one rule / mapped to one user */
     ROUTE_MAX_ATTEMPTS = 8,     /* backends one plan tries in turn */
     ROUTE_NAME_MAX = 64,        /* bytes of a backend name or tag, NUL included */
+    ROUTE_MAX_USERS = 4096,     /* entries of segments.users */
+    ROUTE_MAX_CONFIG_BYTES = 1 << 20, /* a config file */
 };
 
 /* ---- config.c --------------------------------------------------------------------------------- */
@@ -65,6 +67,7 @@ typedef struct route_backend {
     int32_t retry_base_ms;     /* backoff base: base * 2^k with jitter, capped by Retry-After's larger value; default 200 */
     int32_t failures_to_cooldown; /* consecutive failed attempts that put it in cooldown; default 3 */
     int32_t cooldown_ms;       /* how long before a health probe may bring it back; default 30000 */
+    bool require_reachable;    /* unreachable at open is an error (default false: a warning, and it starts in cooldown) */
 } route_backend;
 
 typedef enum route_use_kind {
@@ -120,6 +123,9 @@ kite_status route_config_load(const char *path, route_config *out, kite_error *e
 void route_config_free(route_config *cfg);
 /* -1 when no backend has that name. */
 int32_t route_config_backend(const route_config *cfg, const char *name);
+/* Deepest nesting of arrays and objects in JSON text (brackets outside strings only); stops at limit + 1,
+ * so the scan is linear and never recurses. Checked before jansson parses anything the router reads. */
+int32_t route_json_depth(const char *text, size_t len, int32_t limit);
 
 /* ---- latency.c -------------------------------------------------------------------------------- */
 typedef struct route_latency {
@@ -138,6 +144,10 @@ typedef struct route_latency {
 double route_latency_predict_ms(const route_latency *l, const route_backend *b, int32_t prompt_tokens,
                                 int32_t completion_tokens);
 void route_latency_observe(route_latency *l, double ttft_s, double s_per_token);
+/* Measures a local model's speeds with n_threads (0 = the model's setting): a 1-token and a 32-token
+ * prefill (a two-point fit gives fixed_s and prefill_s_per_token) and 8 greedy decode tokens, after one
+ * warm-up pass. Sets n_observed to 1. Takes a few forward passes (milliseconds for small models). */
+kite_status route_measure_local(kite_model *m, int32_t n_threads, route_latency *out, kite_error *e);
 
 /* ---- policy.c --------------------------------------------------------------------------------- */
 /* What the policies read about one request and the backends' state at that moment. */
@@ -158,7 +168,8 @@ typedef struct route_backend_state {
 } route_backend_state;
 
 typedef struct route_plan {
-    int http_status;                /* 0, or 400 when the prompt fits no backend (message in reason) */
+    int http_status;                /* 0; 400 when the prompt fits no backend, or the request's route names none;
+                                       503 when every backend it fits is unavailable (message in reason) */
     int32_t attempts[ROUTE_MAX_ATTEMPTS]; /* backend indices in the order to try */
     int32_t n_attempts;
     int32_t rule;                   /* config index of the deciding rule; -1 explicit choice or no rule matched */
@@ -183,6 +194,8 @@ char *route_plan_json(const route_config *cfg, const route_plan *plan);
 /* The confidence statistic: the q-quantile (linear interpolation between order statistics, numpy's
  * default) of n log-probabilities. */
 double route_logprob_quantile(const float *logprobs, size_t n, double q);
+/* The same over n doubles sorted ascending (no NaN); NAN when n is 0. */
+double route_quantile_sorted(const double *x, size_t n, double q);
 
 /* ---- sse.c ------------------------------------------------------------------------------------ */
 typedef struct route_sse_event {
@@ -288,6 +301,10 @@ struct kite_router {
     kite_model *local_model;                         /* owned */
     route_upstream *upstreams[ROUTE_MAX_BACKENDS];   /* remote backends' clients, NULL for the local one */
     route_latency local_latency;                     /* measured at open, refined by the server's requests */
+    bool local_capable;                              /* the device can run the local model well: it fits in the
+                                                        memory free at open, and its measured decode speed reaches
+                                                        min_decode_tok_s */
+    kite_chat_template *local_template;              /* the local model's chat template (prompt counting), or NULL */
     pthread_mutex_t mu;
     /* counters for /metrics (under mu) */
     uint64_t decisions_by_rule[ROUTE_MAX_RULES + 1]; /* [config index], [n_rules] = explicit / no rule */

@@ -651,6 +651,7 @@ static const char MAIN_USAGE[] =
     "  gen-model  write a random-weight model of a real shape (for benchmarks)\n"
     "  serve      an OpenAI-compatible HTTP server (chat and completions, continuous batching)\n"
     "  grammar    print the GBNF grammar a JSON schema or a regular expression compiles to\n"
+    "  route      the hybrid router's tools: explain a request's routing, calibrate a confidence rule\n"
     "\n"
     "kite <command> --help describes each command.\n";
 
@@ -661,6 +662,7 @@ int kite_cmd_chat(int argc, char **argv);      /* chat.c */
 int kite_cmd_serve(int argc, char **argv);     /* serve.c */
 int kite_cmd_grammar(int argc, char **argv);   /* grammar.c */
 int kite_cmd_routed(int argc, char **argv, bool chat_verb); /* route_run.c: run/chat --router */
+int kite_cmd_route(int argc, char **argv);     /* route.c */
 
 /* The library's log lines on stderr, at or above the level KITE_LOG names (debug, info, warn (the
  * default), error, off); the library itself never prints. */
@@ -712,6 +714,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "chat")) return kite_cmd_chat(argc, argv);
     if (!strcmp(cmd, "serve")) return kite_cmd_serve(argc, argv);
     if (!strcmp(cmd, "grammar")) return kite_cmd_grammar(argc, argv);
+    if (!strcmp(cmd, "route")) return kite_cmd_route(argc, argv);
     fprintf(stderr, "%s: error: unknown command '%s'\n\n%s", g_prog, cmd, MAIN_USAGE);
     return 2;
 }
