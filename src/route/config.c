@@ -12,7 +12,9 @@
  *             (the name of an environment variable that must be set and non-empty), timeout_ms {connect,
  *             first_token, total} (1 .. 86400000 ms; connect and first_token <= total), max_context
  *             (tokens, 0 .. 2^24, 0 = unknown), max_retries (0 .. 10), retry_base_ms (1 .. 60000),
- *             failures_to_cooldown (1 .. 1000), cooldown_ms (0 .. 86400000), require_reachable (bool)
+ *             failures_to_cooldown (1 .. 1000), cooldown_ms (0 .. 86400000), require_reachable (bool),
+ *             token_ids (bool: the remote returns token ids as vLLM and kite do with "return_token_ids"; a
+ *             cut answer is then continued from the remote's own tokens when the prompts' ids agree)
  *   rules (0..ROUTE_MAX_RULES), each an object:
  *     when {prompt_tokens_over N (>= 0), prompt_tokens_under N (>= 1), segment [TAG, ...] (1..ROUTE_MAX_TAGS),
  *           max_latency_ms_under MS (> 0)}: every condition given must hold;
@@ -188,7 +190,7 @@ static char *resolve_path(const char *path, const char *config_dir) {
 /* ---- backends --------------------------------------------------------------------------------- */
 static const char *const LOCAL_KEYS[] = {"model", "tokenizer", "ctx", "threads", "min_decode_tok_s", NULL};
 static const char *const REMOTE_KEYS[] = {"url", "model", "api_key_env", "timeout_ms", "max_context", "max_retries",
-                                          "retry_base_ms", "failures_to_cooldown", "cooldown_ms", "require_reachable",
+                                          "retry_base_ms", "failures_to_cooldown", "cooldown_ms", "require_reachable", "token_ids",
                                           NULL};
 
 static int parse_backend(const char *name, const json_t *obj, const char *config_dir, route_backend *b, kite_error *e) {
@@ -309,6 +311,7 @@ static int parse_backend(const char *name, const json_t *obj, const char *config
     if ((rc = get_int(obj, path, "failures_to_cooldown", 1, 1000, &b->failures_to_cooldown, e))) return rc;
     if ((rc = get_int(obj, path, "cooldown_ms", 0, MAX_TIMEOUT_MS, &b->cooldown_ms, e))) return rc;
     if ((rc = get_bool(obj, path, "require_reachable", &b->require_reachable, e))) return rc;
+    if ((rc = get_bool(obj, path, "token_ids", &b->token_ids, e))) return rc;
     return KITE_OK;
 }
 

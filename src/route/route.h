@@ -68,6 +68,8 @@ typedef struct route_backend {
     int32_t failures_to_cooldown; /* consecutive failed attempts that put it in cooldown; default 3 */
     int32_t cooldown_ms;       /* how long before a health probe may bring it back; default 30000 */
     bool require_reachable;    /* unreachable at open is an error (default false: a warning, and it starts in cooldown) */
+    bool token_ids;            /* ask for "return_token_ids" (vLLM's and kite's extension): a cut answer is continued
+                                  from the remote's own token ids when its prompt ids equal the local ones (exact) */
 } route_backend;
 
 typedef enum route_use_kind {

@@ -494,6 +494,20 @@ static bool add_header(struct curl_slist **list, const char *header) {
     return true;
 }
 
+/* Authorization: Bearer KEY when the backend has a key (the probe needs it too: an OpenAI-compatible
+ * server's /v1/models is behind the same key). The copy is wiped before it is freed. */
+static bool add_auth_header(route_upstream *u, struct curl_slist **headers) {
+    if (!u->b->api_key || !u->b->api_key[0]) return true;
+    size_t klen = strlen(u->b->api_key);
+    char *auth = malloc(klen + 32);
+    if (!auth) return false;
+    snprintf(auth, klen + 32, "Authorization: Bearer %s", u->b->api_key);
+    bool ok = add_header(headers, auth);
+    memset(auth, 0, klen + 32);
+    free(auth);
+    return ok;
+}
+
 /* One attempt of a streaming POST. */
 static route_fault attempt_stream(route_upstream *u, const char *url, const char *body, size_t len,
                                   route_chunk_fn fn, void *user_data, const atomic_bool *cancel, int64_t deadline_ms,
@@ -513,17 +527,7 @@ static route_fault attempt_stream(route_upstream *u, const char *url, const char
     bool headers_ok = t->sse != NULL && add_header(&headers, "Content-Type: application/json") &&
                       add_header(&headers, "Accept: text/event-stream") &&
                       add_header(&headers, "Expect:"); /* no wait for a 100 Continue */
-    if (headers_ok && u->b->api_key && u->b->api_key[0]) {
-        size_t klen = strlen(u->b->api_key);
-        char *auth = malloc(klen + 32);
-        headers_ok = auth != NULL;
-        if (auth) {
-            snprintf(auth, klen + 32, "Authorization: Bearer %s", u->b->api_key);
-            headers_ok = add_header(&headers, auth);
-            memset(auth, 0, klen + 32);
-            free(auth);
-        }
-    }
+    headers_ok = headers_ok && add_auth_header(u, &headers);
     if (!headers_ok) {
         free_headers(headers);
         route_sse_free(t->sse);
@@ -787,12 +791,20 @@ kite_status route_upstream_probe(route_upstream *u, kite_error *e) {
     transfer t = {.u = u, .slot = slot, .res = &res, .retry_after_ms = -1, .start_s = now_s()};
     setup_common(u, slot->easy, &t, errbuf, u->models_url);
     curl_easy_setopt(slot->easy, CURLOPT_HTTPGET, 1L);
+    struct curl_slist *headers = NULL;
+    if (!add_auth_header(u, &headers)) {
+        slot_release(u, slot);
+        return kite_fail(e, KITE_ERR_NOMEM, "upstream: out of memory");
+    }
+    curl_easy_setopt(slot->easy, CURLOPT_HTTPHEADER, headers);
     /* the probe is cheap: it gets the connect timeout for connecting and as much again for the answer */
     transfer_limits lim = {.first_token_ms = 0, .deadline_ms = now_ms() + 2 * (int64_t)u->timeout.connect_ms};
     CURLcode code;
     route_fault fault = run_transfer(&t, &lim, NULL, &code, errbuf);
     long status = 0;
     curl_easy_getinfo(slot->easy, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_setopt(slot->easy, CURLOPT_HTTPHEADER, NULL);
+    free_headers(headers);
     if (fault != ROUTE_OK)
         st = kite_fail(e, KITE_ERR_IO, "backend %s: health probe GET %s: %s", u->b->name, u->models_url,
                        fault == ROUTE_FAULT_CONNECT_TIMEOUT ? "connect timed out" : "no answer in time");

@@ -94,8 +94,8 @@ static void add_route_headers(struct MHD_Response *resp, const serve_request *r)
     if (!r || !r->route) return;
     const route_config *cfg = &r->server->router->cfg;
     const serve_route *rt = r->route;
-    if (rt->backend >= 0 && rt->backend < cfg->n_backends)
-        MHD_add_response_header(resp, "x-kite-backend", cfg->backends[rt->backend].name);
+    int32_t answered = rt->answer_backend >= 0 ? rt->answer_backend : rt->backend;
+    if (answered >= 0 && answered < cfg->n_backends) MHD_add_response_header(resp, "x-kite-backend", cfg->backends[answered].name);
     char reason[sizeof rt->plan.reason + 64];
     snprintf(reason, sizeof reason, "%s%s", rt->plan.reason, rt->continued ? "; continued locally after a remote cut" : "");
     for (char *p = reason; *p; p++)
@@ -193,6 +193,10 @@ json_t *serve_response_body(const serve_request *r) {
     }
     json_object_set_new(choice, "logprobs", r->logprobs ? json_incref(r->logprobs) : json_null());
     json_object_set_new(choice, "finish_reason", json_string(r->finish_reason ? r->finish_reason : "stop"));
+    if (r->oa.return_token_ids && !r->route) {
+        json_object_set_new(choice, "token_ids", serve_ids_json(r->out_ids, r->n_out_ids));
+        json_object_set_new(root, "prompt_token_ids", serve_ids_json(r->prompt_ids, r->n_prompt));
+    }
     json_t *choices = json_array();
     json_array_append_new(choices, choice);
     json_object_set_new(root, "choices", choices);
@@ -550,7 +554,7 @@ static int submit_routed(kite_server *s, serve_request *r, const char *body, siz
     serve_route *rt = calloc(1, sizeof *rt);
     if (!rt) return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "out of memory");
     r->route = rt;
-    rt->backend = -1;
+    rt->backend = rt->answer_backend = -1;
     route_decide(&router->cfg, states, &info, &rt->plan);
     pthread_mutex_lock(&router->mu);
     int32_t rule = rt->plan.rule >= 0 && rt->plan.rule < ROUTE_MAX_RULES ? rt->plan.rule : ROUTE_MAX_RULES;

@@ -529,6 +529,7 @@ static int parse_fields(kite_openai_endpoint endpoint, json_t *root, const kite_
     if ((rc = parse_stop(root, limits, req, error))) return rc;
     if ((rc = parse_logit_bias(root, limits, req, error))) return rc;
     if ((rc = get_bool(root, "ignore_eos", &req->ignore_eos, error))) return rc;
+    if ((rc = get_bool(root, "return_token_ids", &req->return_token_ids, error))) return rc;
     if ((rc = get_bool(root, "stream", &req->stream, error))) return rc;
     json_t *options = field(root, "stream_options");
     if (options) {

@@ -76,6 +76,8 @@ typedef struct kite_openai_request {
     kite_logit_bias *logit_bias;/* token ids >= 0 (the server checks them against the vocabulary), bias in [-100, 100] */
     size_t n_logit_bias;
     bool ignore_eos;            /* "ignore_eos" (an extension, as llama.cpp's): keep generating past end tokens */
+    bool return_token_ids;      /* "return_token_ids" (an extension, as vLLM's): the answer carries the prompt's
+                                   ids ("prompt_token_ids") and each choice the ids of its text ("token_ids") */
     /* output */
     bool logprobs;              /* chat: logprobs true; completions: logprobs an integer (>= 0) */
     int32_t top_logprobs;       /* 0 .. KITE_MAX_TOP_LOGPROBS (chat: top_logprobs; completions: logprobs) */

@@ -21,6 +21,11 @@
 #include "base/error.h"
 #include "serve/server.h"
 
+void serve_route_commit_locked(serve_route *rt) {
+    if (rt->answer_backend < 0) rt->answer_backend = rt->backend;
+    rt->committed = true;
+}
+
 void serve_route_free(serve_route *rt) {
     if (!rt) return;
     free(rt->body);
@@ -28,6 +33,8 @@ void serve_route_free(serve_route *rt) {
     serve_buf_free(&rt->held);
     serve_buf_free(&rt->sent_content);
     serve_buf_free(&rt->sent_reasoning);
+    free(rt->remote_ids);
+    free(rt->remote_prompt_ids);
     free(rt);
 }
 
@@ -46,10 +53,20 @@ static void note_attempt(serve_request *r, int32_t backend, const char *outcome,
     json_array_append_new(rt->attempts, a);
 }
 
+/* Rewrites the outcome of the latest try (a local one is noted before it runs, since its answer's route
+ * field is written by the scheduler when it finishes). */
+static void set_last_outcome(serve_request *r, const char *outcome, const char *message) {
+    json_t *a = json_array_get(r->route->attempts, json_array_size(r->route->attempts) - 1);
+    if (!a) return;
+    json_object_set_new(a, "outcome", json_string(outcome));
+    if (message && message[0]) json_object_set_new(a, "message", serve_json_text(message, strlen(message)));
+}
+
 json_t *serve_route_json(const serve_request *r) {
     const serve_route *rt = r->route;
     json_t *o = json_object();
-    if (rt->backend >= 0) json_object_set_new(o, "backend", json_string(backend_of(r, rt->backend)->name));
+    int32_t answered = rt->answer_backend >= 0 ? rt->answer_backend : rt->backend;
+    if (answered >= 0) json_object_set_new(o, "backend", json_string(backend_of(r, answered)->name));
     json_object_set_new(o, "reason", json_string(rt->plan.reason));
     json_object_set_new(o, "rule", rt->plan.rule >= 0 ? json_integer(rt->plan.rule) : json_null());
     if (rt->gate_decided) json_object_set_new(o, "confidence", json_real(rt->gate_score));
@@ -74,7 +91,7 @@ static void decide_gate(serve_request *r) {
     kite_log(KITE_LOG_INFO, "route: %s: confidence %.3f over %d tokens (threshold %.3f): %s", r->id, rt->gate_score,
              rt->gate_seen, rt->plan.conf_min_logprob, pass ? "answered locally" : "sent on");
     pthread_mutex_lock(&r->mu);
-    if (pass) rt->committed = true;
+    if (pass) serve_route_commit_locked(rt);
     else rt->escalated = true;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
@@ -85,7 +102,7 @@ bool serve_route_on_token(serve_request *r) {
     if (rt->gate_tokens == 0 || rt->gate_decided) {
         if (!rt->committed) {
             pthread_mutex_lock(&r->mu);
-            rt->committed = true;
+            serve_route_commit_locked(rt);
             pthread_cond_broadcast(&r->cv);
             pthread_mutex_unlock(&r->mu);
         }
@@ -126,7 +143,7 @@ static void emit_role_once(serve_request *r) {
 
 static void commit(serve_request *r) {
     pthread_mutex_lock(&r->mu);
-    r->route->committed = true;
+    serve_route_commit_locked(r->route);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
 }
@@ -180,6 +197,31 @@ static int on_remote_chunk(const char *chunk_json, size_t len, void *user_data) 
     if (!json_is_object(choice)) {
         json_decref(root);
         return 0;
+    }
+    json_t *prompt_ids = json_object_get(root, "prompt_token_ids");
+    if (json_is_array(prompt_ids) && !rt->remote_prompt_ids && json_array_size(prompt_ids) > 0) {
+        rt->remote_prompt_ids = malloc(json_array_size(prompt_ids) * sizeof *rt->remote_prompt_ids);
+        if (rt->remote_prompt_ids) {
+            size_t i;
+            json_t *v;
+            json_array_foreach(prompt_ids, i, v) rt->remote_prompt_ids[i] = (int32_t)json_integer_value(v);
+            rt->n_remote_prompt_ids = json_array_size(prompt_ids);
+        }
+    }
+    json_t *ids = json_object_get(choice, "token_ids");
+    if (json_is_array(ids)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(ids, i, v) {
+            if (rt->n_remote_ids == rt->cap_remote_ids) {
+                size_t cap = rt->cap_remote_ids ? 2 * rt->cap_remote_ids : 64;
+                int32_t *grown = realloc(rt->remote_ids, cap * sizeof *grown);
+                if (!grown) break;
+                rt->remote_ids = grown;
+                rt->cap_remote_ids = cap;
+            }
+            rt->remote_ids[rt->n_remote_ids++] = (int32_t)json_integer_value(v);
+        }
     }
     json_t *finish = json_object_get(choice, "finish_reason");
     if (json_is_string(finish)) snprintf(rt->remote_finish, sizeof rt->remote_finish, "%s", json_string_value(finish));
@@ -265,7 +307,7 @@ static void finish_remote(serve_request *r) {
     rt->held.len = 0;
     if (r->oa.stream) serve_buf_append(&r->out, "data: [DONE]\n\n", 14);
     r->done = true;
-    rt->committed = true;
+    serve_route_commit_locked(rt);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     kite_log(KITE_LOG_INFO, "route: %s answered by %s (%s), %d tokens, %.0f ms", r->id, backend_of(r, rt->backend)->name,
@@ -287,7 +329,7 @@ static void finish_failed(serve_request *r, int status, const char *code, const 
     r->error_status = status;
     kite_openai_set_error(&r->error, status, "server_error", NULL, code, "%s", message);
     r->done = true;
-    rt->committed = true;
+    serve_route_commit_locked(rt);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
 }
@@ -313,8 +355,13 @@ static void reset_output(serve_request *r) {
     rt->sent_content.len = 0;
     rt->sent_reasoning.len = 0;
     rt->remote_tokens = 0;
+    rt->n_remote_ids = 0;
+    free(rt->remote_prompt_ids);
+    rt->remote_prompt_ids = NULL;
+    rt->n_remote_prompt_ids = 0;
     rt->remote_finish[0] = 0;
     rt->escalated = rt->local_ended = false;
+    rt->answer_backend = -1;
     rt->gate_tokens = rt->gate_seen = 0;
     rt->gate_decided = false;
 }
@@ -328,13 +375,46 @@ typedef enum run_outcome {
 
 static bool local_settled(const serve_request *r) { return r->done || r->route->local_ended; }
 
+/* A cut answer continued from the remote's own tokens: the local prompt's ids, when they equal the
+ * remote's (the same model and template on both sides), followed by the ids of the text it sent, so
+ * greedy decoding goes on exactly as the remote would have (re-tokenizing the text could split it
+ * differently). Returns 0, an HTTP status with *e, or -1 when the ids cannot be used (then the text is). */
+static int continue_from_ids(serve_request *r, kite_openai_error *e) {
+    serve_route *rt = r->route;
+    int rc = serve_prepare_local(r->server, r, NULL, 0, NULL, 0, e);
+    if (rc) return rc;
+    if (rt->n_remote_prompt_ids != r->n_prompt ||
+        memcmp(rt->remote_prompt_ids, r->prompt_ids, r->n_prompt * sizeof *r->prompt_ids) != 0) {
+        kite_log(KITE_LOG_INFO, "route: %s: the remote's prompt ids differ from the local ones: continuing from the text", r->id);
+        return -1;
+    }
+    size_t n = r->n_prompt + rt->n_remote_ids;
+    int32_t *ids = malloc(n * sizeof *ids);
+    if (!ids) return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "out of memory");
+    memcpy(ids, r->prompt_ids, r->n_prompt * sizeof *ids);
+    memcpy(ids + r->n_prompt, rt->remote_ids, rt->n_remote_ids * sizeof *ids);
+    if (r->ids_from_lib) kite_free(r->prompt_ids);
+    else free(r->prompt_ids);
+    r->prompt_ids = ids;
+    r->ids_from_lib = false;
+    r->n_prompt = n;
+    int32_t room = r->server->n_ctx - (int32_t)n;
+    if (room < 1)
+        return kite_openai_set_error(e, 400, "invalid_request_error", NULL, "context_length_exceeded",
+                                     "the answer so far fills the local context (%d tokens)", r->server->n_ctx);
+    if (r->gen.max_tokens > room) r->gen.max_tokens = room;
+    return 0;
+}
+
 /* The local model: the scheduler answers (or, the gate failing, lets go unseen). continuation: the
  * remote's text already sent. */
 static run_outcome run_local(serve_request *r, int32_t backend, bool continuation, kite_openai_error *last_error) {
     kite_server *s = r->server;
     serve_route *rt = r->route;
     kite_openai_error e;
-    int rc = serve_prepare_local(s, r, continuation ? (rt->sent_content.data ? rt->sent_content.data : "") : NULL,
+    int rc = continuation && rt->n_remote_ids ? continue_from_ids(r, &e) : -1;
+    if (rc < 0)
+        rc = serve_prepare_local(s, r, continuation ? (rt->sent_content.data ? rt->sent_content.data : "") : NULL,
                                  rt->sent_content.len, rt->sent_reasoning.data, rt->sent_reasoning.len, &e);
     if (rc) {
         note_attempt(r, backend, "rejected", e.message);
@@ -355,15 +435,16 @@ static run_outcome run_local(serve_request *r, int32_t backend, bool continuatio
     r->cancel_sent = r->timed_out = false;
     r->next = NULL;
     rt->backend = backend;
+    note_attempt(r, backend, "ok", NULL);
     rc = serve_enqueue(s, r);
     if (rc == 429) {
         count(r, &s->router->overflows);
-        note_attempt(r, backend, "queue_full", "the local queue is full");
+        set_last_outcome(r, "queue_full", "the local queue is full");
         kite_openai_set_error(last_error, 429, "rate_limit_error", NULL, "queue_full", "the local queue is full; retry later");
         return RUN_NEXT;
     }
     if (rc) {
-        note_attempt(r, backend, "shutting_down", NULL);
+        set_last_outcome(r, "shutting_down", NULL);
         kite_openai_set_error(last_error, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
         return RUN_NEXT;
     }
@@ -374,7 +455,7 @@ static run_outcome run_local(serve_request *r, int32_t backend, bool continuatio
     if (escalated) {
         char msg[96];
         snprintf(msg, sizeof msg, "confidence %.3f < %.3f", rt->gate_score, rt->plan.conf_min_logprob);
-        note_attempt(r, backend, "low_confidence", msg);
+        set_last_outcome(r, "low_confidence", msg);
         count(r, &s->router->confidence_escalations);
         double score = rt->gate_score;
         reset_output(r);
@@ -382,7 +463,7 @@ static run_outcome run_local(serve_request *r, int32_t backend, bool continuatio
         rt->gate_score = score;
         return RUN_NEXT;
     }
-    note_attempt(r, backend, r->error_status ? "error" : "ok", r->error_status ? r->error.message : NULL);
+    if (r->error_status) set_last_outcome(r, "error", r->error.message);
     return RUN_DONE;
 }
 
@@ -400,6 +481,8 @@ static char *remote_body(const serve_request *r, const route_backend *b, size_t 
     json_object_set_new(root, "stream_options", so);
     json_object_del(root, "route");
     json_object_del(root, "max_latency_ms");
+    if (b->token_ids) json_object_set_new(root, "return_token_ids", json_true());
+    else json_object_del(root, "return_token_ids");
     char *text = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (text) *len = strlen(text);
@@ -470,6 +553,7 @@ static void *runner_main(void *arg) {
                 goto out;
             }
             rt->continued = true;
+            if (rt->n_remote_ids) rt->remote_tokens = (int64_t)rt->n_remote_ids; /* tokens, not chunks */
             count(r, &router->midstream_continuations);
             kite_log(KITE_LOG_INFO, "route: %s: continuing locally after %zu bytes", r->id, rt->sent_content.len);
             if (run_local(r, router->local_backend, true, &last_error) != RUN_DONE) {
@@ -482,7 +566,7 @@ static void *runner_main(void *arg) {
     finish_failed(r, last_error.http_status ? last_error.http_status : 503, last_error.code[0] ? last_error.code : "no_backend",
                   last_error.message);
 out:
-    if (rt->backend >= 0 && !r->error_status) count(r, &router->answered_by_backend[rt->backend]);
+    if (rt->backend >= 0 && !r->error_status) count(r, &router->answered_by_backend[rt->backend]); /* who finished it */
     serve_request_unref(r);
     return NULL;
 }

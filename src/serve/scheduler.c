@@ -29,6 +29,7 @@ void serve_request_unref(serve_request *r) {
     kite_grammar_free(r->grammar);
     kite_tool_stream_free(r->replies);
     serve_route_free(r->route);
+    free(r->out_ids);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -47,7 +48,13 @@ static bool is_chat(const serve_request *r) { return r->oa.endpoint == KITE_OPEN
 
 /* {"id", "object", "created", "model", "choices": [choice]} with "usage": null when the client asked
  * for a usage chunk (OpenAI then puts the field on every chunk). */
-json_t *serve_chunk(const serve_request *r, json_t *choice) {
+json_t *serve_ids_json(const int32_t *ids, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+json_t *serve_chunk(serve_request *r, json_t *choice) {
     json_t *c = json_object();
     json_object_set_new(c, "id", json_string(r->id));
     json_object_set_new(c, "object", json_string(is_chat(r) ? "chat.completion.chunk" : "text_completion"));
@@ -57,17 +64,27 @@ json_t *serve_chunk(const serve_request *r, json_t *choice) {
     if (choice) json_array_append_new(choices, choice);
     json_object_set_new(c, "choices", choices);
     if (r->oa.include_usage) json_object_set_new(c, "usage", json_null());
+    if (r->oa.return_token_ids && !r->sent_prompt_ids && !r->route) {
+        /* vLLM's shape: the prompt's ids once, on the first chunk */
+        json_object_set_new(c, "prompt_token_ids", serve_ids_json(r->prompt_ids, r->n_prompt));
+        r->sent_prompt_ids = true;
+    }
     return c;
 }
 
 /* A choice of a stream chunk: chat {"index", "delta", "logprobs", "finish_reason"}, completions
  * {"index", "text", "logprobs", "finish_reason"}. delta_or_text is taken. */
-json_t *serve_chunk_choice(const serve_request *r, json_t *delta_or_text, json_t *logprobs, const char *finish) {
+json_t *serve_chunk_choice(serve_request *r, json_t *delta_or_text, json_t *logprobs, const char *finish) {
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
     json_object_set_new(choice, is_chat(r) ? "delta" : "text", delta_or_text);
     json_object_set_new(choice, "logprobs", logprobs ? logprobs : json_null());
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+    if (r->oa.return_token_ids && !r->route) {
+        /* the ids of the tokens whose text this chunk (or an earlier one, held back) carries */
+        json_object_set_new(choice, "token_ids", serve_ids_json(r->out_ids + r->n_ids_sent, r->n_out_ids - r->n_ids_sent));
+        r->n_ids_sent = r->n_out_ids;
+    }
     return choice;
 }
 
@@ -148,7 +165,7 @@ static void completion_logprobs_add(const struct kite_server *s, json_t *l, cons
 }
 
 /* A chat stream's first delta carries the role; sent once, before any other delta. */
-static json_t *role_chunk(const serve_request *r) {
+static json_t *role_chunk(serve_request *r) {
     json_t *delta = json_object();
     json_object_set_new(delta, "role", json_string("assistant"));
     json_object_set_new(delta, "content", json_string(""));
@@ -229,11 +246,20 @@ static bool on_reply_event(const kite_tool_event *ev, void *user_data) {
 static bool on_token(int32_t id, const char *text, size_t text_len, void *user_data) {
     serve_request *r = user_data;
     struct kite_server *s = r->server;
-    (void)id;
     if (atomic_load(&r->cancelled)) return false;
     s->step_generated++;
     if (r->n_callbacks++ == 0) serve_metrics_ttft(&s->metrics, serve_now() - r->t_received);
     if (r->route && !serve_route_on_token(r)) return false;
+    if (r->oa.return_token_ids) {
+        if (r->n_out_ids == r->cap_out_ids) {
+            size_t cap = r->cap_out_ids ? 2 * r->cap_out_ids : 64;
+            int32_t *grown = realloc(r->out_ids, cap * sizeof *grown);
+            if (!grown) return false;
+            r->out_ids = grown;
+            r->cap_out_ids = cap;
+        }
+        r->out_ids[r->n_out_ids++] = id;
+    }
     kite_logprobs lp;
     /* a confidence gate asks for log-probabilities the client may not have asked for */
     bool have_lp = r->gen.logprobs && r->oa.logprobs && kite_session_token_logprobs(r->slot->session, &lp) == KITE_OK;
@@ -339,13 +365,13 @@ static void finish_request(struct kite_server *s, serve_request *r) {
         }
         serve_buf_append(&r->out, "data: [DONE]\n\n", 14);
         r->done = true;
-        if (r->route) r->route->committed = true;
+        if (r->route) serve_route_commit_locked(r->route);
         pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
     } else {
         pthread_mutex_lock(&r->mu);
         r->done = true;
-        if (r->route) r->route->committed = true;
+        if (r->route) serve_route_commit_locked(r->route);
         pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
     }

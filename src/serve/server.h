@@ -94,7 +94,8 @@ typedef struct serve_route {
     char *body;                      /* the client's body, for remotes */
     size_t body_len;
     int32_t attempt;                 /* index into plan.attempts being run */
-    int32_t backend;                 /* the backend running now (the one named in the answer) */
+    int32_t backend;                 /* the backend running now */
+    int32_t answer_backend;          /* the one whose output went out first (named in the answer); -1 before */
     json_t *attempts;                /* [{"backend", "outcome", "message"}] the tries so far */
     bool hold;                       /* remote output is held until the remote finishes (structured output,
                                         tools): a cut then costs nothing the client saw */
@@ -102,6 +103,10 @@ typedef struct serve_route {
     serve_buf sent_content;          /* content the client has been sent (or, held, would be) */
     serve_buf sent_reasoning;
     int64_t remote_tokens;           /* content pieces a remote delivered before a cut */
+    int32_t *remote_ids;             /* the remote's token ids of the text delivered (backend "token_ids") */
+    size_t n_remote_ids, cap_remote_ids;
+    int32_t *remote_prompt_ids;      /* the remote's prompt ids (its first chunk's prompt_token_ids) */
+    size_t n_remote_prompt_ids;
     char remote_finish[32];
     bool continued;                  /* a remote cut mid-answer, continued locally */
     bool delivered;                  /* a remote's content reached the client */
@@ -112,7 +117,8 @@ typedef struct serve_route {
     bool gate_decided;
     double gate_score;               /* the quantile once decided */
     /* under the request's mu */
-    bool committed;                  /* output may go to the client (headers name `backend`) */
+    bool committed;                  /* output may go to the client (headers name answer_backend); set with
+                                        serve_route_commit_locked */
     bool escalated;                  /* the gate failed: the local work ended without an answer */
     bool local_ended;                /* the scheduler let go of an escalated request */
 } serve_route;
@@ -163,6 +169,10 @@ struct serve_request {
     int error_status;                /* 0, or the HTTP status of a failure found after admission */
     kite_openai_error error;
     serve_route *route;              /* routed requests only (route_exec.c) */
+    /* return_token_ids: the generated ids, and how many of them stream chunks have carried */
+    int32_t *out_ids;
+    size_t n_out_ids, cap_out_ids, n_ids_sent;
+    bool sent_prompt_ids;
 };
 
 serve_request *serve_request_ref(serve_request *r);
@@ -236,8 +246,10 @@ int serve_enqueue(struct kite_server *s, serve_request *r);
 
 /* Stream events (scheduler.c): a chunk around one choice, a choice, appending to the channel, the role
  * delta a chat stream opens with. */
-json_t *serve_chunk(const serve_request *r, json_t *choice);
-json_t *serve_chunk_choice(const serve_request *r, json_t *delta_or_text, json_t *logprobs, const char *finish);
+json_t *serve_chunk(serve_request *r, json_t *choice);
+json_t *serve_chunk_choice(serve_request *r, json_t *delta_or_text, json_t *logprobs, const char *finish);
+/* return_token_ids: the request's ids as a JSON array (prompt, or generated from `from`). */
+json_t *serve_ids_json(const int32_t *ids, size_t n);
 void serve_send_event(serve_request *r, json_t *event);
 void serve_send_role_once(serve_request *r);
 
@@ -260,6 +272,8 @@ json_t *serve_route_json(const serve_request *r);
 bool serve_route_on_token(serve_request *r);
 void serve_route_on_finish(serve_request *r);
 void serve_route_free(serve_route *rt);
+/* Under the request's mu: output may go out, and the backend running now is the one the answer names. */
+void serve_route_commit_locked(serve_route *rt);
 /* The router's lines of /metrics (appended to the server's text; malloc'd, NULL when out of memory). */
 char *serve_route_metrics_text(struct kite_server *s);
 

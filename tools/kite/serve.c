@@ -211,7 +211,7 @@ int kite_cmd_serve(int argc, char **argv) {
         sp.spec = &spec;
     }
     char name[256];
-    if (!sp.model_name) {
+    if (!sp.model_name && !router) {
         default_model_name(model_path, name, sizeof name);
         sp.model_name = name;
     }
