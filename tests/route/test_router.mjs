@@ -298,6 +298,44 @@ test('offline: a refused remote is answered locally at once, and later requests 
   await stopKite(k);
 });
 
+test('confidence: a threshold calibrated by kite route calibrate splits a prompt set; low-confidence answers come from the remote', async () => {
+  const prompts = ['Once upon a time, there was a little girl named Lily.', 'The dog ran to the park and', 'Tom had a red ball. He',
+                   'One day, a big bird flew', 'Sue liked to eat apples. She', 'The sun was hot and the', 'Max the cat saw a mouse. He',
+                   'Mom said, "Go to bed," and'];
+  const promptFile = path.join(TMP, 'prompts.json');
+  fs.writeFileSync(promptFile, JSON.stringify(prompts));
+  const calibrate = await new Promise((resolve, reject) => execFile(BIN, ['route', 'calibrate', mainConfig, '--prompts', promptFile,
+    '--first-tokens', '4', '--quantile', '0.5', '--remote-fraction', '0.5', '--json', '--threads', '1'],
+    { env: { ...process.env, CLOUD_API_KEY: CLOUD_KEY } }, (error, stdout, stderr) => error ? reject(new Error(stderr)) : resolve(JSON.parse(stdout))));
+  const threshold = calibrate.thresholds[0].min_logprob;
+  assert.equal(calibrate.scores.length, prompts.length);
+  const config = writeConfig('confidence.json', {
+    backends: { local: { model: MODEL }, cloud: cloudBackend(`${proxy.base}/v1`) },
+    rules: [{ confidence: { first_tokens: 4, quantile: 0.5, min_logprob: threshold }, else: 'cloud' }],
+  });
+  const k = startKite(['serve', '--router', config, '--port', '0', '--threads', '1'], { CLOUD_API_KEY: CLOUD_KEY });
+  const base = await k.base;
+  await resetProxy(proxy);
+  const sides = { local: 0, cloud: 0 };
+  for (let i = 0; i < prompts.length; i++) {
+    const body = { prompt: prompts[i], max_tokens: 12, temperature: 0 };
+    const a = i % 2 ? await stream(base, '/v1/completions', body) : await post(base, '/v1/completions', body);
+    const route = a.route ?? a.json.route;
+    const expect = calibrate.scores[i] < threshold ? 'cloud' : 'local';
+    assert.equal(a.backend, expect, `prompt ${i}: score ${calibrate.scores[i]} vs ${threshold}: ${JSON.stringify(route)}`);
+    assert.ok(Math.abs(route.confidence - calibrate.scores[i]) < 1e-4, 'the gate saw the calibration score');
+    if (expect === 'cloud') assert.equal(route.attempts[0].outcome, 'low_confidence');
+    sides[expect]++;
+  }
+  assert.equal(sides.cloud, calibrate.thresholds[0].below, 'the calibrated fraction went to the remote');
+  assert.ok(sides.local > 0 && sides.cloud > 0);
+  assert.equal(metric(await metrics(base), 'kite_route_confidence_escalations_total', ''), sides.cloud);
+  // nothing of the discarded local start reached the client: the remote's answer is whole
+  const st = await proxyStats(proxy);
+  assert.equal(st.requests['/v1/completions'], sides.cloud);
+  await stopKite(k);
+});
+
 test('bad configs are refused naming the field, and never print the key', async () => {
   const run = (config, env = {}) => new Promise((resolve) => {
     execFile(BIN, ['serve', '--router', writeConfig(`bad-${Math.random()}.json`, config), '--port', '0'],
