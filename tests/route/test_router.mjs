@@ -336,6 +336,21 @@ test('confidence: a threshold calibrated by kite route calibrate splits a prompt
   await stopKite(k);
 });
 
+test('kite run --router: the same request from the command line, and where it ran on stderr', async () => {
+  const run = (args) => new Promise((resolve) => execFile(BIN, ['run', '--router', mainConfig, '--threads', '1', ...args],
+    { env: { ...process.env, CLOUD_API_KEY: CLOUD_KEY } }, (error, stdout, stderr) => resolve({ code: error?.code ?? 0, stdout, stderr })));
+  const remote = await run(['--prompt', SHORT, '--max-tokens', '40', '--temperature', '0', '--route', 'remote']);
+  assert.equal(remote.code, 0, remote.stderr);
+  assert.equal(remote.stdout, localShort.json.choices[0].text + '\n');
+  assert.match(remote.stderr, /answered by cloud \(explicit: route=remote\)/);
+  const local = await run(['--prompt', SHORT, '--max-tokens', '40', '--temperature', '0', '--json']);
+  assert.equal(local.code, 0, local.stderr);
+  const result = JSON.parse(local.stdout);
+  assert.equal(result.text, localShort.json.choices[0].text);
+  assert.equal(result.route.backend, 'local');
+  assert.ok(!remote.stderr.includes(CLOUD_KEY) && !local.stderr.includes(CLOUD_KEY));
+});
+
 test('bad configs are refused naming the field, and never print the key', async () => {
   const run = (config, env = {}) => new Promise((resolve) => {
     execFile(BIN, ['serve', '--router', writeConfig(`bad-${Math.random()}.json`, config), '--port', '0'],
