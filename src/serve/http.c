@@ -560,10 +560,11 @@ static int submit_routed(kite_server *s, serve_request *r, const char *body, siz
     int32_t rule = rt->plan.rule >= 0 && rt->plan.rule < ROUTE_MAX_RULES ? rt->plan.rule : ROUTE_MAX_RULES;
     router->decisions_by_rule[rule]++;
     pthread_mutex_unlock(&router->mu);
+    if (rt->plan.http_status == 400)
+        return kite_openai_set_error(e, 400, "invalid_request_error", r->oa.endpoint == KITE_OPENAI_CHAT ? "messages" : "prompt",
+                                     strstr(rt->plan.reason, "fit") ? "context_length_exceeded" : NULL, "%s", rt->plan.reason);
     if (rt->plan.http_status)
-        return kite_openai_set_error(e, rt->plan.http_status, "invalid_request_error",
-                                     r->oa.endpoint == KITE_OPENAI_CHAT ? "messages" : "prompt", "context_length_exceeded", "%s",
-                                     rt->plan.reason);
+        return kite_openai_set_error(e, rt->plan.http_status, "server_error", NULL, "no_backend", "%s", rt->plan.reason);
     rt->prompt_tokens = info.prompt_tokens;
     rt->body = malloc(len + 1);
     if (!rt->body) return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "out of memory");

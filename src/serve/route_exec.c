@@ -461,6 +461,7 @@ static run_outcome run_local(serve_request *r, int32_t backend, bool continuatio
         reset_output(r);
         rt->gate_decided = true; /* keep the score for the answer's route field */
         rt->gate_score = score;
+        rt->gate_failed = true;
         return RUN_NEXT;
     }
     if (r->error_status) set_last_outcome(r, "error", r->error.message);
@@ -562,6 +563,11 @@ static void *runner_main(void *arg) {
             }
             goto out;
         }
+    }
+    /* the confidence gate sent it on and the remote failed too: the local answer, ungated, is still an answer */
+    if (rt->gate_failed && router->local_backend >= 0 && !atomic_load(&r->cancelled)) {
+        kite_log(KITE_LOG_INFO, "route: %s: the remote failed after the confidence gate: answering locally", r->id);
+        if (run_local(r, router->local_backend, false, &last_error) == RUN_DONE) goto out;
     }
     finish_failed(r, last_error.http_status ? last_error.http_status : 503, last_error.code[0] ? last_error.code : "no_backend",
                   last_error.message);

@@ -115,6 +115,7 @@ typedef struct serve_route {
     int32_t gate_seen;
     float gate_logprobs[SERVE_ROUTE_MAX_GATE];
     bool gate_decided;
+    bool gate_failed;                /* the gate sent the request on (kept across tries) */
     double gate_score;               /* the quantile once decided */
     /* under the request's mu */
     bool committed;                  /* output may go to the client (headers name answer_backend); set with

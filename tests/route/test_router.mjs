@@ -333,6 +333,13 @@ test('confidence: a threshold calibrated by kite route calibrate splits a prompt
   // nothing of the discarded local start reached the client: the remote's answer is whole
   const st = await proxyStats(proxy);
   assert.equal(st.requests['/v1/completions'], sides.cloud);
+  // the gate sends one on and the remote fails: the local answer (ungated) is still an answer
+  const low = calibrate.scores.findIndex((x) => x < threshold);
+  await setFault(proxy, 'status=500', 2);
+  const fallback = await post(base, '/v1/completions', { prompt: prompts[low], max_tokens: 12, temperature: 0 });
+  assert.equal(fallback.status, 200, fallback.text);
+  assert.equal(fallback.backend, 'local');
+  assert.deepEqual(fallback.json.route.attempts.map((a) => a.outcome), ['low_confidence', 'http_5xx', 'ok']);
   await stopKite(k);
 });
 
