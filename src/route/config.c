@@ -108,7 +108,10 @@ static int check_keys(const json_t *obj, const char *path, const char *const *al
             if (!strcmp(key, allowed[i])) known = true;
         if (!known) {
             char msg[160];
-            if (strlen(key) < 64) sfmt(msg, sizeof msg, "unknown key \"%s\"", key);
+            /* Quoted only when it reads as a key (a value pasted as a key is not repeated). */
+            bool plain = strlen(key) <= 40;
+            for (const char *c = key; *c && plain; c++) plain = (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_';
+            if (plain) sfmt(msg, sizeof msg, "unknown key \"%s\"", key);
             else sfmt(msg, sizeof msg, "unknown key (%zu bytes)", strlen(key));
             return bad(e, path, msg);
         }
@@ -292,9 +295,16 @@ static int parse_backend(const char *name, const json_t *obj, const char *config
         if (!json_is_object(t)) return bad(e, p, "expected an object {connect, first_token, total}");
         static const char *const keys[] = {"connect", "first_token", "total", NULL};
         if ((rc = check_keys(t, p, keys, e))) return rc;
-        if ((rc = get_int(t, p, "connect", 1, MAX_TIMEOUT_MS, &b->timeout.connect_ms, e))) return rc;
-        if ((rc = get_int(t, p, "first_token", 1, MAX_TIMEOUT_MS, &b->timeout.first_token_ms, e))) return rc;
-        if ((rc = get_int(t, p, "total", 1, MAX_TIMEOUT_MS, &b->timeout.total_ms, e))) return rc;
+        route_timeouts given = {-1, -1, -1};
+        if ((rc = get_int(t, p, "connect", 1, MAX_TIMEOUT_MS, &given.connect_ms, e))) return rc;
+        if ((rc = get_int(t, p, "first_token", 1, MAX_TIMEOUT_MS, &given.first_token_ms, e))) return rc;
+        if ((rc = get_int(t, p, "total", 1, MAX_TIMEOUT_MS, &given.total_ms, e))) return rc;
+        /* A default never exceeds a total that was given (total 1000 alone means connect 1000, not 2000). */
+        if (given.total_ms > 0) b->timeout.total_ms = given.total_ms;
+        b->timeout.connect_ms = given.connect_ms > 0 ? given.connect_ms : b->timeout.connect_ms < b->timeout.total_ms ? b->timeout.connect_ms : b->timeout.total_ms;
+        b->timeout.first_token_ms = given.first_token_ms > 0 ? given.first_token_ms
+                                    : b->timeout.first_token_ms < b->timeout.total_ms ? b->timeout.first_token_ms
+                                                                                       : b->timeout.total_ms;
         char q[PATH_MAX_BYTES];
         if (b->timeout.connect_ms > b->timeout.total_ms) {
             join_path(q, p, "connect");
@@ -334,7 +344,12 @@ static int backend_ref(const route_config *cfg, const json_t *v, const char *pat
         memcpy(list + at, cfg->backends[k].name, n + 1);
         at += n;
     }
-    if (valid_name(s, false)) sfmt(msg, sizeof msg, "no backend named \"%s\" (backends: %s)", s, list);
+    /* The name is quoted only when it looks like one: short, of name characters, and not a key the config
+       loaded (pasted in the wrong place). */
+    bool quotable = valid_name(s, false) && strlen(s) <= 32;
+    for (int32_t k = 0; k < cfg->n_backends && quotable; k++)
+        if (cfg->backends[k].api_key && !strcmp(cfg->backends[k].api_key, s)) quotable = false;
+    if (quotable) sfmt(msg, sizeof msg, "no backend named \"%s\" (backends: %s)", s, list);
     else sfmt(msg, sizeof msg, "not the name of a backend (backends: %s)", list);
     return bad(e, path, msg);
 }

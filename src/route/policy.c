@@ -262,7 +262,7 @@ static bool apply_explicit(decide_ctx *c) {
     route_plan *plan = c->plan;
     const route_config *cfg = c->cfg;
     if (!route || !cfg->allow_explicit) return false;
-    const char *shown = printable_name(route) ? route : "(not a name)";
+    const char *shown = printable_name(route) && strlen(route) <= 32 ? route : "(not a name)";
     int32_t target = -1;
     if (!strcmp(route, "local")) {
         for (int32_t i = 0; i < cfg->n_backends && target < 0; i++)

@@ -320,7 +320,11 @@ struct kite_router {
 /* The backends' states at this moment (cooldowns probed as route_upstream_available does). */
 void route_router_states(struct kite_router *r, route_backend_state states[ROUTE_MAX_BACKENDS]);
 /* Fills info from an OpenAI body and counts its prompt tokens with the local model's tokenizer (the
- * chat template applied; without a local model, bytes / 4). Returns 0 or a 400 with e filled. */
+ * chat template applied; without a template, the contents' text joined by newlines; without a local model,
+ * bytes / 4 rounded up). Reads "route", "user", "max_completion_tokens" (else "max_tokens"),
+ * "max_latency_ms"; route_buf and user_buf receive the strings info points to (a user longer than its
+ * buffer is left out: it could match no mapped user). Returns 0, or 400 (a field of the wrong type, a body
+ * without messages or prompt) or 500 (out of memory) with e filled. */
 int route_request_info_from_body(struct kite_router *r, const char *body, size_t len, const char *segment,
                                  route_request_info *info, char *route_buf, size_t route_buf_size, char *user_buf,
                                  size_t user_buf_size, kite_error *e);

@@ -179,7 +179,7 @@ static int count_texts(struct kite_router *r, const json_t *texts, bool add_bos,
     size_t bytes = 0;
     size_t i;
     json_t *t;
-    json_array_foreach(texts, i, t) bytes += json_string_length(t) + 1;
+    json_array_foreach(texts, i, t) bytes += json_string_length(t) + (i ? 1 : 0); /* joined by newlines */
     if (!r->local_model) {
         *n_tokens = (int32_t)((bytes + 3) / 4 > INT32_MAX ? INT32_MAX : (bytes + 3) / 4);
         return 0;
