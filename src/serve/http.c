@@ -1109,9 +1109,9 @@ static bool wait_drained(kite_server *s, double seconds, bool responses) {
     deadline_after_ms(&ts, (long)(seconds * 1000));
     pthread_mutex_lock(&s->mu);
     int rc = 0;
-    while ((s->in_flight > 0 || (responses && s->n_responding > 0)) && rc != ETIMEDOUT)
+    while ((s->in_flight > 0 || s->n_runners > 0 || (responses && s->n_responding > 0)) && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&s->drained_cv, &s->mu, &ts);
-    bool drained = s->in_flight == 0 && (!responses || s->n_responding == 0);
+    bool drained = s->in_flight == 0 && s->n_runners == 0 && (!responses || s->n_responding == 0);
     pthread_mutex_unlock(&s->mu);
     return drained;
 }
@@ -1128,6 +1128,7 @@ static void shut_down(kite_server *s, double grace_seconds) {
         s->cancel_all = true;
         pthread_cond_signal(&s->cv);
         pthread_mutex_unlock(&s->mu);
+        serve_route_cancel_all(s);
         wait_drained(s, 30.0, false);
     }
     /* Every request is done: let the connection threads send what is left (a slow reader gets a few

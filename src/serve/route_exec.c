@@ -573,8 +573,20 @@ static void *runner_main(void *arg) {
                   last_error.message);
 out:
     if (rt->backend >= 0 && !r->error_status) count(r, &router->answered_by_backend[rt->backend]); /* who finished it */
+    pthread_mutex_lock(&s->mu);
+    if (r->runner_prev) r->runner_prev->runner_next = r->runner_next;
+    else s->runners = r->runner_next;
+    if (r->runner_next) r->runner_next->runner_prev = r->runner_prev;
+    if (--s->n_runners == 0) pthread_cond_broadcast(&s->drained_cv);
+    pthread_mutex_unlock(&s->mu);
     serve_request_unref(r);
     return NULL;
+}
+
+void serve_route_cancel_all(struct kite_server *s) {
+    pthread_mutex_lock(&s->mu);
+    for (serve_request *r = s->runners; r; r = r->runner_next) atomic_store(&r->cancelled, true);
+    pthread_mutex_unlock(&s->mu);
 }
 
 int serve_route_start(serve_request *r) {
@@ -582,10 +594,24 @@ int serve_route_start(serve_request *r) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    struct kite_server *s = r->server;
     serve_request_ref(r);
+    /* listed before the thread starts, so a shutdown waits for it (and can cancel it) */
+    pthread_mutex_lock(&s->mu);
+    r->runner_prev = NULL;
+    r->runner_next = s->runners;
+    if (s->runners) s->runners->runner_prev = r;
+    s->runners = r;
+    s->n_runners++;
+    pthread_mutex_unlock(&s->mu);
     int rc = pthread_create(&t, &attr, runner_main, r);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
+        pthread_mutex_lock(&s->mu);
+        if (r->runner_next) r->runner_next->runner_prev = NULL;
+        s->runners = r->runner_next;
+        s->n_runners--;
+        pthread_mutex_unlock(&s->mu);
         serve_request_unref(r);
         return KITE_ERR_NOMEM;
     }

@@ -170,6 +170,7 @@ struct serve_request {
     int error_status;                /* 0, or the HTTP status of a failure found after admission */
     kite_openai_error error;
     serve_route *route;              /* routed requests only (route_exec.c) */
+    struct serve_request *runner_prev, *runner_next; /* the server's list of running route runners (under its mu) */
     /* return_token_ids: the generated ids, and how many of them stream chunks have carried */
     int32_t *out_ids;
     size_t n_out_ids, cap_out_ids, n_ids_sent;
@@ -237,6 +238,8 @@ struct kite_server {
     serve_metrics metrics;
     uint64_t step_generated;         /* scheduler: tokens generated in the current step */
     kite_router *router;             /* borrowed; NULL = no routing */
+    serve_request *runners;          /* routed requests whose runner thread is alive (under mu) */
+    int32_t n_runners;
 };
 
 /* scheduler.c */
@@ -264,8 +267,10 @@ int serve_prepare_local(struct kite_server *s, serve_request *r, const char *con
 serve_request *serve_request_new(struct kite_server *s);
 
 /* route_exec.c */
-/* Starts the runner of a routed request (takes a reference). */
+/* Starts the runner of a routed request (takes a reference; the server counts it in n_runners). */
 int serve_route_start(serve_request *r);
+/* Cancels every routed request whose runner is alive (a shutdown past its grace). */
+void serve_route_cancel_all(struct kite_server *s);
 /* The answer's "route" field: {"backend", "reason", "rule", "attempts", "continued_by"?}. */
 json_t *serve_route_json(const serve_request *r);
 /* Scheduler hooks: a token of a routed local request (false = stop it: the gate escalated), and its end
