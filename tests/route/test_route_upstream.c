@@ -657,6 +657,20 @@ static void test_proxy(void **state) {
     stop_server(&proxy);
 }
 
+typedef struct prober {
+    route_upstream *u;
+    bool available;
+    double took;
+} prober;
+
+static void *probe_worker(void *arg) {
+    prober *p = arg;
+    double t0 = now_s();
+    p->available = route_upstream_available(p->u);
+    p->took = now_s() - t0;
+    return NULL;
+}
+
 static void test_cooldown_and_probe(void **state) {
     (void)state;
     reset_server(&fake);
@@ -690,6 +704,28 @@ static void test_cooldown_and_probe(void **state) {
     assert_int_equal(k.probe_failures, 1);
     assert_false(k.in_cooldown);
     assert_int_equal(stream(u, &c, NULL).fault, ROUTE_OK);
+    /* in cooldown again; when it ends, four threads ask at once while the probe hangs: one probes (for its
+       600 ms limit, twice the connect timeout), the others hear "unavailable" at once */
+    set_fault(&fake, "status=500", 2);
+    assert_int_equal(stream(u, &c, NULL).fault, ROUTE_FAULT_HTTP_5XX);
+    assert_int_equal(stream(u, &c, NULL).fault, ROUTE_FAULT_HTTP_5XX);
+    sleep_s(0.35);
+    set_fault(&fake, "probe-hang", 1);
+    prober p[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = (prober){.u = u};
+        assert_int_equal(pthread_create(&th[i], NULL, probe_worker, &p[i]), 0);
+    }
+    int slow = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_false(p[i].available);
+        if (p[i].took > 0.5) slow++;
+        else assert_true(p[i].took < 0.1);
+    }
+    assert_int_equal(slow, 1);
+    assert_int_equal(stat_requests(&fake, "/v1/models"), 3);
     route_upstream_free(u);
 }
 
