@@ -436,6 +436,7 @@ static route_fault run_transfer(transfer *t, const transfer_limits *lim, const a
     }
     /* removing an unfinished transfer closes its connection; a finished one's stays in the cache */
     curl_multi_remove_handle(m, h);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL); /* errbuf is the caller's stack: let curl forget it */
     return fault;
 }
 
@@ -467,7 +468,7 @@ static bool is_connect_failure(CURLcode c) {
            c == CURLE_URL_MALFORMAT;
 }
 
-/* The OpenAI error JSON's error.message (or the body's first line), into res->message. */
+/* The OpenAI error JSON's error.message (or the start of a body that is not JSON), into res->message. */
 static void message_from_body(route_upstream *u, transfer *t, const char *what) {
     const char *text = NULL;
     json_t *doc = t->body ? json_loadb(t->body, t->body_len, 0, NULL) : NULL;
