@@ -730,6 +730,11 @@ void route_upstream_stream(route_upstream *u, const char *path, const char *body
     for (int32_t k = 0;; k++) {
         res->retry_after_ms = -1;
         res->message[0] = 0;
+        if (cancelled(cancel)) {
+            fault = ROUTE_FAULT_CANCELLED;
+            set_message(u, res, "upstream: cancelled before the request was sent");
+            break;
+        }
         fault = attempt_stream(u, url, body, len, fn, user_data, cancel, deadline, res, &t);
         pthread_mutex_lock(&u->mu);
         u->counters.faults[fault]++;

@@ -564,6 +564,11 @@ static void test_cancel(void **state) {
     pthread_join(th, NULL);
     assert_int_equal(res.fault, ROUTE_FAULT_CANCELLED);
     assert_true(took >= 0.5 && took < 0.5 + 0.12);
+    /* already cancelled: nothing is sent */
+    json_int_t sent = stat_requests(&fake, "/v1/chat/completions");
+    res = stream(u, &c, &cancel);
+    assert_int_equal(res.fault, ROUTE_FAULT_CANCELLED);
+    assert_int_equal(stat_requests(&fake, "/v1/chat/completions"), sent);
     /* the chunk callback stops it */
     collected c2 = {.stop_after = 2};
     res = stream(u, &c2, NULL);
