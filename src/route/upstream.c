@@ -28,8 +28,9 @@
  *
  * Health counts one outcome per route_upstream_stream call: OK resets the consecutive failures; 4xx and
  * cancel leave them; every other fault adds one, and failures_to_cooldown of them in a row (or one connect
- * failure) start a cooldown. counters.faults[] counts attempts (so retried faults each show), the other
- * counters requests. The API key is only ever in the Authorization header list, which is wiped before it
+ * failure) start a cooldown. A failed probe starts a cooldown too (or prolongs the current one: counted
+ * once), a probe answered 200 ends it. counters.faults[] counts attempts (so retried faults each show),
+ * failures the requests that ended in a fault other than cancel (4xx included), the rest requests. The API key is only ever in the Authorization header list, which is wiped before it
  * is freed; curl's verbose output stays off, and messages quoting the upstream are scrubbed of the key. */
 #include "route/route.h"
 
@@ -59,7 +60,7 @@ typedef struct upstream_slot {
 
 struct route_upstream {
     const route_backend *b;
-    char *chat_url;                   /* not used directly: url + path is built per request */
+    char *base_url;                   /* the backend's url without a trailing slash; + path per request */
     char *models_url;                 /* url + "/models" (the health probe) */
     route_timeouts timeout;           /* the backend's, defaults filled in */
     int32_t max_retries, retry_base_ms, failures_to_cooldown, cooldown_ms;
@@ -435,6 +436,7 @@ static route_fault run_transfer(transfer *t, const transfer_limits *lim, const a
     }
     /* removing an unfinished transfer closes its connection; a finished one's stays in the cache */
     curl_multi_remove_handle(m, h);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL); /* errbuf is the caller's stack: let curl forget it */
     return fault;
 }
 
@@ -466,7 +468,7 @@ static bool is_connect_failure(CURLcode c) {
            c == CURLE_URL_MALFORMAT;
 }
 
-/* The OpenAI error JSON's error.message (or the body's first line), into res->message. */
+/* The OpenAI error JSON's error.message (or the start of a body that is not JSON), into res->message. */
 static void message_from_body(route_upstream *u, transfer *t, const char *what) {
     const char *text = NULL;
     json_t *doc = t->body ? json_loadb(t->body, t->body_len, 0, NULL) : NULL;
@@ -550,7 +552,7 @@ static route_fault attempt_stream(route_upstream *u, const char *url, const char
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
     free_headers(headers);
     res->http_status = (int)t->status;
-    if (t->status == 429) res->retry_after_ms = t->retry_after_ms;
+    if (t->status == 429 || t->status == 503) res->retry_after_ms = t->retry_after_ms;
     if (t->fault != ROUTE_OK) {
         fault = t->fault; /* message already set */
     } else if (fault != ROUTE_OK) {
@@ -652,14 +654,14 @@ kite_status route_upstream_open(route_upstream **out, const route_backend *b, ki
     if (!u) return kite_fail(e, KITE_ERR_NOMEM, "upstream: out of memory");
     u->b = b;
     size_t n = strlen(b->url);
-    u->chat_url = malloc(n + 1);
-    if (u->chat_url) {
-        memcpy(u->chat_url, b->url, n + 1);
-        while (n > 0 && u->chat_url[n - 1] == '/') u->chat_url[--n] = 0; /* the base, without a trailing slash */
+    u->base_url = malloc(n + 1);
+    if (u->base_url) {
+        memcpy(u->base_url, b->url, n + 1);
+        while (n > 0 && u->base_url[n - 1] == '/') u->base_url[--n] = 0; /* the base, without a trailing slash */
     }
-    u->models_url = u->chat_url ? join(u->chat_url, "/models") : NULL;
+    u->models_url = u->base_url ? join(u->base_url, "/models") : NULL;
     if (!u->models_url || pthread_mutex_init(&u->mu, NULL) != 0) {
-        free(u->chat_url);
+        free(u->base_url);
         free(u->models_url);
         free(u);
         return kite_fail(e, KITE_ERR_NOMEM, "upstream: out of memory");
@@ -684,7 +686,7 @@ void route_upstream_free(route_upstream *u) {
         slot_destroy(s);
     }
     pthread_mutex_destroy(&u->mu);
-    free(u->chat_url);
+    free(u->base_url);
     free(u->models_url);
     free(u);
 }
@@ -721,7 +723,7 @@ void route_upstream_stream(route_upstream *u, const char *path, const char *body
     pthread_mutex_lock(&u->mu);
     u->counters.requests++;
     pthread_mutex_unlock(&u->mu);
-    char *url = join(u->chat_url, path);
+    char *url = join(u->base_url, path);
     if (!url) {
         res->fault = ROUTE_FAULT_CONNECT;
         set_message(u, res, "upstream: out of memory");
@@ -732,6 +734,11 @@ void route_upstream_stream(route_upstream *u, const char *path, const char *body
     for (int32_t k = 0;; k++) {
         res->retry_after_ms = -1;
         res->message[0] = 0;
+        if (cancelled(cancel)) {
+            fault = ROUTE_FAULT_CANCELLED;
+            set_message(u, res, "upstream: cancelled before the request was sent");
+            break;
+        }
         fault = attempt_stream(u, url, body, len, fn, user_data, cancel, deadline, res, &t);
         pthread_mutex_lock(&u->mu);
         u->counters.faults[fault]++;
@@ -739,7 +746,7 @@ void route_upstream_stream(route_upstream *u, const char *path, const char *body
         if (fault == ROUTE_OK || t.delivered || !retryable(fault) || k >= u->max_retries) break;
         int64_t backoff = (int64_t)u->retry_base_ms << (k < 20 ? k : 20);
         int64_t wait = backoff / 2 + (int64_t)(jitter_draw(u) * (double)(backoff - backoff / 2));
-        if (fault == ROUTE_FAULT_RATE_LIMITED && res->retry_after_ms > wait) wait = res->retry_after_ms;
+        if (res->retry_after_ms > wait) wait = res->retry_after_ms; /* 429, or a 503 that gave one */
         if (now_ms() + wait >= deadline) {
             char was[sizeof res->message];
             snprintf(was, sizeof was, "%s", res->message);
