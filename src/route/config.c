@@ -348,7 +348,7 @@ static int backend_ref(const route_config *cfg, const json_t *v, const char *pat
        loaded (pasted in the wrong place). */
     bool quotable = valid_name(s, false) && strlen(s) <= 32;
     for (int32_t k = 0; k < cfg->n_backends && quotable; k++)
-        if (cfg->backends[k].api_key && !strcmp(cfg->backends[k].api_key, s)) quotable = false;
+        if (cfg->backends[k].api_key && strstr(s, cfg->backends[k].api_key)) quotable = false;
     if (quotable) sfmt(msg, sizeof msg, "no backend named \"%s\" (backends: %s)", s, list);
     else sfmt(msg, sizeof msg, "not the name of a backend (backends: %s)", list);
     return bad(e, path, msg);

@@ -372,6 +372,8 @@ static void test_key_never_in_errors(void **state) {
         "{\"backends\": {\"cloud\": {\"url\": \"http://h\", \"api_key_env\": \"CLOUD_API_KEY\", \"max_context\": -1}}}",
         "{\"backends\": {\"cloud\": {\"url\": \"http://h\", \"api_key_env\": \"CLOUD_API_KEY\"}}, \"rules\": [{\"use\": \"cloud\", \"fallback\": [\"" SECRET "\"]}]}",
         "{\"" SECRET "\": 1}",
+        /* a name holding the key */
+        "{\"backends\": {\"cloud\": {\"url\": \"http://h\", \"api_key_env\": \"CLOUD_API_KEY\"}}, \"rules\": [{\"use\": \"x" SECRET "\"}]}",
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         route_config cfg;
