@@ -899,6 +899,12 @@ int kite_server_open(kite_server **out, kite_model *model, const kite_server_par
     kite_session_params sp = kite_session_default_params();
     sp.n_ctx = p.n_ctx;
     sp.n_threads = p.n_threads;
+    if (p.router && p.router->local_backend >= 0) {
+        /* the context and threads the router's policies assume for its local backend */
+        const route_backend *local = &p.router->cfg.backends[p.router->local_backend];
+        if (!sp.n_ctx && local->n_ctx > 0) sp.n_ctx = local->n_ctx;
+        if (!sp.n_threads && local->n_threads > 0) sp.n_threads = local->n_threads;
+    }
     sp.kv_type = p.kv_type;
     if (p.spec) {
         s->spec = *p.spec;
@@ -916,7 +922,7 @@ int kite_server_open(kite_server **out, kite_model *model, const kite_server_par
     s->n_ctx = kite_session_n_ctx(s->slots[0].session);
     kite_batch_params bp = kite_batch_default_params();
     bp.n_ctx = s->n_ctx;
-    bp.n_threads = p.n_threads;
+    bp.n_threads = sp.n_threads;
     rc = kite_batch_open(&s->batch, model, &bp, msg, sizeof msg);
     if (rc) {
         kite_fail(&e, rc, "serve: batch: %s", msg);
