@@ -21,7 +21,6 @@
 
 #include "base/error.h"
 #include "chat/chat_internal.h"
-#include "chat/tool_grammar.h"
 #include "serve/server.h"
 
 /* How long kite_server_wait lets in-flight requests finish before it cancels them. */
@@ -354,19 +353,7 @@ static int prepare_output(kite_server *s, serve_request *r, kite_openai_error *e
     }
     if (!rc && calls && oa->tool_choice >= KITE_OPENAI_TOOLS_REQUIRED) {
         param = "tool_choice";
-        char *gbnf = NULL;
-        size_t n = 0;
-        if (format == KITE_TOOL_FORMAT_NONE || format == KITE_TOOL_FORMAT_HARMONY) {
-            /* harmony's markup is control tokens, which a byte grammar cannot write */
-            snprintf(err, sizeof err, "this model's chat template (tool-call format '%s') cannot be made to call a tool",
-                     kite_tool_format_name(format));
-            rc = KITE_ERR_UNSUPPORTED;
-        } else if ((rc = kite_tool_grammar(format, oa->tools_json, oa->tool_choice_name, &gbnf, &n, &ke))) {
-            snprintf(err, sizeof err, "%s", ke.msg);
-        } else {
-            rc = kite_grammar_open(&r->grammar, s->model, KITE_GRAMMAR_GBNF, gbnf, n, err, sizeof err);
-        }
-        free(gbnf);
+        rc = kite_grammar_open_tool_call(&r->grammar, s->model, s->tmpl, oa->tools_json, oa->tool_choice_name, err, sizeof err);
     }
     if (rc)
         return kite_openai_set_error(e, rc == KITE_ERR_NOMEM ? 500 : 400, rc == KITE_ERR_NOMEM ? "server_error" : "invalid_request_error",
