@@ -5,6 +5,7 @@
  * text once at the end (the same parts, by the parser's contract, and no rebuilding per delta). */
 #include "chat/reply.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,30 +16,54 @@
 
 enum { MAX_REPLY_BYTES = 256 << 20 }; /* a reply kept whole: far beyond any context's worth of text */
 
+/* Length of the valid UTF-8 sequence starting at s (n bytes left), or 0 if it is not one. */
+static size_t utf8_sequence(const unsigned char *s, size_t n) {
+    unsigned char c = s[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F; /* no surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else {
+        return 0;
+    }
+    if (n < len) return 0;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+    return len;
+}
+
 json_t *kite_json_text_lossy(const char *bytes, size_t n) {
-    json_t *j = json_stringn(bytes ? bytes : "", n);
-    if (j || n == 0) return j;
-    /* Invalid UTF-8 somewhere: rebuild it sequence by sequence. */
+    const unsigned char *s = (const unsigned char *)(bytes ? bytes : "");
+    size_t i = 0, len;
+    while (i < n && (len = utf8_sequence(s + i, n - i))) i += len;
+    if (i == n) return json_stringn_nocheck((const char *)s, n);
+    /* Invalid UTF-8 from byte i on: each bad byte becomes the 3 bytes of U+FFFD. */
+    if (n > (SIZE_MAX - 1) / 3) return NULL;
     char *clean = malloc(n * 3 + 1);
     if (!clean) return NULL;
-    size_t len = 0;
-    const unsigned char *s = (const unsigned char *)bytes;
-    for (size_t i = 0; i < n;) {
-        unsigned char c = s[i];
-        size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-        json_t *probe = need && i + need <= n ? json_stringn(bytes + i, need) : NULL;
-        if (probe) {
-            memcpy(clean + len, bytes + i, need);
-            len += need;
-            i += need;
-            json_decref(probe);
+    memcpy(clean, s, i);
+    size_t out = i;
+    while (i < n) {
+        if ((len = utf8_sequence(s + i, n - i))) {
+            memcpy(clean + out, s + i, len);
+            out += len;
+            i += len;
         } else {
-            memcpy(clean + len, "\xEF\xBF\xBD", 3);
-            len += 3;
+            memcpy(clean + out, "\xEF\xBF\xBD", 3);
+            out += 3;
             i++;
         }
     }
-    j = json_stringn(clean, len);
+    json_t *j = json_stringn_nocheck(clean, out);
     free(clean);
     return j;
 }

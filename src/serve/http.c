@@ -159,18 +159,13 @@ json_t *serve_response_body(const serve_request *r) {
     json_object_set_new(root, "model", json_string(r->server->model_name));
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
-    json_t *text = serve_json_text(r->content.data ? r->content.data : "", r->content.len);
-    if (chat) {
+    json_t *text = r->message ? NULL : serve_json_text(r->content.data ? r->content.data : "", r->content.len);
+    if (r->message) {
+        json_object_set_new(choice, "message", json_incref(r->message));
+    } else if (chat) {
         json_t *message = json_object();
         json_object_set_new(message, "role", json_string("assistant"));
-        /* OpenAI's shape: a reply that only calls tools has content null */
-        if (r->n_tool_calls > 0 && r->content.len == 0) {
-            json_decref(text);
-            text = json_null();
-        }
         json_object_set_new(message, "content", text);
-        if (r->reasoning.len) json_object_set_new(message, "reasoning_content", serve_json_text(r->reasoning.data, r->reasoning.len));
-        if (r->tool_calls) json_object_set_new(message, "tool_calls", json_incref(r->tool_calls));
         json_object_set_new(choice, "message", message);
     } else {
         json_object_set_new(choice, "text", text);
@@ -368,8 +363,12 @@ static int prepare_output(kite_server *s, serve_request *r, kite_openai_error *e
         if (po.think && kite_detokenize(s->model, r->prompt_ids + from, r->n_prompt - from, tail, sizeof tail, &n_tail, err, sizeof err) == KITE_OK &&
             n_tail <= sizeof tail)
             po.starts_in_think = kite_tool_prompt_opens_think(tail, n_tail);
-        if (kite_tool_stream_new(&po, &r->replies, &ke))
+        if (!oa->stream) {
+            r->parse_reply = true; /* the whole text is parsed once at the end */
+            r->reply_options = po;
+        } else if (kite_tool_stream_new(&po, &r->replies, &ke)) {
             return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "%s", ke.msg);
+        }
     }
     return 0;
 }
