@@ -554,7 +554,7 @@ static json_t *parsed_reply(answer *a, bool stopped) {
         fprintf(stderr, "kite: error: %s\n", err);
         return NULL;
     }
-    json_t *m = json_loads(text, 0, NULL);
+    json_t *m = json_loads(text, JSON_ALLOW_NUL, NULL); /* a model may write NUL bytes */
     kite_free(text);
     const char *problem = kite_chat_reply_problem(a->reply);
     if (problem) fprintf(stderr, "kite: warning: the tool-call markup is malformed: %s\n", problem);
