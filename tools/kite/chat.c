@@ -545,10 +545,10 @@ static void truncate_conversation(chat *c, size_t n) {
     while (json_array_size(c->messages) > n) json_array_remove(c->messages, json_array_size(c->messages) - 1);
 }
 
-/* The reply's message from the parser (OpenAI form); NULL when out of memory. An answer cut short (by
- * Ctrl-C, --max-tokens or the context) keeps its content and reasoning but not its calls, which may be
- * incomplete. */
-static json_t *parsed_reply(answer *a, bool stopped) {
+/* The reply's message from the parser (OpenAI form); NULL when out of memory. An answer stopped by Ctrl-C,
+ * or cut short (--max-tokens, the context) inside a call, keeps its content and reasoning but not its
+ * calls. */
+static json_t *parsed_reply(answer *a, bool cancelled, bool cut) {
     char err[512], *text = NULL;
     if (kite_chat_reply_finish(a->reply, on_reply_part, a, &text, err, sizeof err)) {
         fprintf(stderr, "kite: error: %s\n", err);
@@ -557,9 +557,9 @@ static json_t *parsed_reply(answer *a, bool stopped) {
     json_t *m = json_loads(text, JSON_ALLOW_NUL, NULL); /* a model may write NUL bytes */
     kite_free(text);
     const char *problem = kite_chat_reply_problem(a->reply);
-    if (problem) fprintf(stderr, "kite: warning: the tool-call markup is malformed: %s\n", problem);
+    if (problem && !cut) fprintf(stderr, "kite: warning: the tool-call markup is malformed: %s\n", problem);
     json_t *calls = json_object_get(m, "tool_calls");
-    if (calls && stopped) {
+    if (calls && (cancelled || (cut && problem))) {
         fprintf(stderr, "kite: the answer ended before it finished; its tool calls are not run\n");
         json_object_del(m, "tool_calls");
         if (json_is_null(json_object_get(m, "content"))) json_object_set_new(m, "content", json_string(""));
@@ -661,7 +661,7 @@ static json_t *answer_conversation(chat *c, size_t rollback, bool force_call) {
     st = kite_generate(c->session, &gp, on_answer_token, &a, err, sizeof err);
     g_generating = 0;
     json_t *reply = NULL;
-    if (a.reply) reply = parsed_reply(&a, st || kite_session_finish_reason(c->session) != KITE_FINISH_STOP);
+    if (a.reply) reply = parsed_reply(&a, st == KITE_ERR_CANCELLED, st || kite_session_finish_reason(c->session) != KITE_FINISH_STOP);
     else answer_feed(&a, NULL, 0, true);
     if (a.shown_anything && (!a.reply || a.last_shown != '\n')) fputc('\n', stdout);
     fflush(stdout);
