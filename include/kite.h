@@ -465,6 +465,73 @@ int kite_chat_render(const kite_chat_template *tmpl, const kite_chat_params *par
 int kite_chat_tokenize(const kite_chat_template *tmpl, const kite_model *model, const kite_chat_params *params,
                        int32_t **ids, size_t *n_ids, char *err, size_t err_size);
 
+/* ---- chat replies: content, reasoning, tool calls --------------------------------------------- */
+/* The text a model answers with, split as `kite serve` splits it: content, reasoning (a leading <think>
+ * block when the template writes them, gpt-oss's analysis channel) and tool calls in the markup the
+ * template's model writes (Qwen/Hermes <tool_call>, Llama-3.1 JSON and <|python_tag|>, Mistral
+ * [TOOL_CALLS], DeepSeek, Granite, gpt-oss harmony, else one JSON object {"name", "arguments"}).
+ * Markup that never becomes a call stays content; a malformed call ends where its valid part ends
+ * (kite_chat_reply_problem says where). Text may be fed split anywhere, even inside a marker. */
+typedef struct kite_chat_reply kite_chat_reply;
+
+typedef struct kite_chat_reply_params {
+    bool tool_calls;    /* parse tool calls (tools were offered and tool_choice is not "none"); else the text is
+                           content and reasoning only */
+    const char *prompt; /* the rendered prompt, or its end (NULL: unknown): a generation prompt that opens a
+                           <think> block (DeepSeek-R1's newer templates) starts the reply inside it */
+    size_t prompt_len;
+    uint64_t id_seed;   /* call ids are "call_" and letters and digits that are a function of (id_seed, the
+                           call's index): give each reply its own seed for ids unique across replies */
+} kite_chat_reply_params;
+
+kite_chat_reply_params kite_chat_reply_default_params(void);
+
+typedef enum kite_chat_reply_part {
+    KITE_REPLY_CONTENT = 0,        /* text: more content */
+    KITE_REPLY_REASONING = 1,      /* text: more reasoning */
+    KITE_REPLY_CALL_START = 2,     /* a tool call begins: text is its function's name (NUL-terminated) */
+    KITE_REPLY_CALL_ARGUMENTS = 3, /* text: more of that call's arguments (together, compact JSON text) */
+    KITE_REPLY_CALL_END = 4,       /* the call's arguments are complete (len 0) */
+} kite_chat_reply_part;
+
+/* One part of the reply as it is decided. call is the call's index in the reply (0-based) for the
+ * KITE_REPLY_CALL_* parts, else -1; text[0..len) is valid during the call and never ends inside a UTF-8
+ * character. Returns false to stop (feed and finish then return KITE_ERR_CANCELLED). */
+typedef bool (*kite_chat_reply_fn)(kite_chat_reply_part part, int32_t call, const char *text, size_t len,
+                                   void *user_data);
+
+/* A parser for one reply of tmpl's model (the template is borrowed until kite_chat_reply_free). */
+int kite_chat_reply_open(kite_chat_reply **out, const kite_chat_template *tmpl, const kite_chat_reply_params *params,
+                         char *err, size_t err_size);
+void kite_chat_reply_free(kite_chat_reply *reply);
+/* Feeds text[0..len) (e.g. each token's text) and calls fn (may be NULL) for every part it decides: text
+ * that may still begin a marker waits for the next feed. */
+int kite_chat_reply_feed(kite_chat_reply *reply, const char *text, size_t len, kite_chat_reply_fn fn, void *user_data,
+                         char *err, size_t err_size);
+/* The reply has ended: the parts held back go to fn (may be NULL), and *message_json (may be NULL; the
+ * caller's, freed with kite_free) gets the reply as an OpenAI assistant message: {"role": "assistant",
+ * "content": text, or null when the reply only calls tools, "reasoning_content": text (when there is
+ * reasoning), "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": JSON text}}]
+ * (when there are calls)}, the same parts as the ones fn received. Feeding after finish is an error. */
+int kite_chat_reply_finish(kite_chat_reply *reply, kite_chat_reply_fn fn, void *user_data, char **message_json,
+                           char *err, size_t err_size);
+/* The first malformation in the text so far (one line naming its byte offset), or NULL. */
+const char *kite_chat_reply_problem(const kite_chat_reply *reply);
+
+/* A whole reply at once: open, feed and finish. *message_json as kite_chat_reply_finish gives it. */
+int kite_chat_parse_reply(const kite_chat_template *tmpl, const kite_chat_reply_params *params, const char *text,
+                          size_t len, char **message_json, char *err, size_t err_size);
+
+/* A grammar (for kite_gen_params.grammar) under which the reply is exactly one tool call in tmpl's markup
+ * whose arguments are JSON that the tool's parameters schema allows: tool_choice "required" (tool_name
+ * NULL: any of the tools) or a named function (tool_name). tools_json is the tools array in OpenAI form
+ * ([{"type": "function", "function": {"name", "parameters"?}}]; no parameters: any JSON object). The
+ * reply then parses (kite_chat_reply) into that call. Errors name the tool ("tools[1].function.parameters:
+ * ..."); KITE_ERR_UNSUPPORTED for a template whose markup a grammar over text cannot write (gpt-oss
+ * harmony's control tokens). */
+int kite_grammar_open_tool_call(kite_grammar **out, const kite_model *model, const kite_chat_template *tmpl,
+                                const char *tools_json, const char *tool_name, char *err, size_t err_size);
+
 /* ---- hybrid router (device / cloud) ------------------------------------------------------------ */
 /* Backends (a local model, OpenAI-compatible remotes) and ordered rules from a JSON config (README
  * "Routing"); each request is answered where the rules say, with fallbacks when a side fails. */

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
+
 enum {
     MAX_JSON_DEPTH = 128,         /* nesting of a call object and its arguments */
     MAX_HOLD_BYTES = 1 << 20,     /* markup held before a call's name is known */
@@ -1074,6 +1076,24 @@ static void trim(const char **p, size_t *n) {
     while (*n && is_ws((unsigned char)(*p)[*n - 1])) (*n)--;
 }
 
+/* A DeepSeek call's name is in s->header (the line after "function<｜tool▁sep｜>", or V3.1's text before
+ * the separator): the call starts, and its arguments follow after an optional code fence. A header
+ * without a name (or one spanning lines) is the region's error `problem`. */
+static void ds_start_call(kite_tool_stream *s, const char *problem) {
+    const char *h = s->header.p ? s->header.p : "";
+    size_t hl = s->header.len;
+    trim(&h, &hl);
+    if (!hl || memchr(h, '\n', hl)) {
+        region_error(s, problem);
+        return;
+    }
+    reset_call(s);
+    if (!buf_put(&s->call.name, h, hl)) s->nomem = true;
+    s->call.has_name = true;
+    s->mode = M_DS_FENCE;
+    s->ds_fence = 0;
+}
+
 static void on_marker(kite_tool_stream *s, int id) {
     const char *text = MARKER_TEXT[id];
     size_t tl = strlen(text);
@@ -1135,15 +1155,7 @@ static void on_marker(kite_tool_stream *s, int id) {
             return;
         }
         /* V3.1: the header is the name, the arguments follow the separator */
-        if (!hl || memchr(h, '\n', hl)) {
-            region_error(s, "no call name before the separator");
-            return;
-        }
-        reset_call(s);
-        if (!buf_put(&s->call.name, h, hl)) s->nomem = true;
-        s->call.has_name = true;
-        s->mode = M_DS_FENCE;
-        s->ds_fence = 0;
+        ds_start_call(s, "no call name before the separator");
         return;
     }
     case MK_DS_CALL_END:
@@ -1457,20 +1469,7 @@ static void step(kite_tool_stream *s, unsigned char c) {
                 if (!buf_putc(&s->header, (char)c)) s->nomem = true;
                 return;
             }
-            {
-                const char *h = s->header.p ? s->header.p : "";
-                size_t hl = s->header.len;
-                trim(&h, &hl);
-                if (!hl) {
-                    region_error(s, "no call name");
-                    return;
-                }
-                reset_call(s);
-                if (!buf_put(&s->call.name, h, hl)) s->nomem = true;
-                s->call.has_name = true;
-                s->mode = M_DS_FENCE;
-                s->ds_fence = 0;
-            }
+            ds_start_call(s, "no call name");
             return;
         case M_DS_FENCE:
             /* optional ```json (or ```) line, then the arguments */
@@ -1527,15 +1526,6 @@ kite_tool_parse_options kite_tool_parse_default_options(kite_tool_format format)
     return (kite_tool_parse_options){.format = format, .think = false, .starts_in_think = false, .id_prefix = NULL, .id_seed = 0};
 }
 
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 27;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 31;
-    return x;
-}
-
 size_t kite_tool_call_id(kite_tool_format format, const char *prefix, uint64_t seed, uint32_t index, char *out) {
     static const char ALNUM[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
     bool mistral = format == KITE_TOOL_FORMAT_MISTRAL || format == KITE_TOOL_FORMAT_MISTRAL_ARGS;
@@ -1545,7 +1535,7 @@ size_t kite_tool_call_id(kite_tool_format format, const char *prefix, uint64_t s
     if (mistral) {
         /* 62^9 values: (mix(seed) + index) mod 62^9 differs for every index below 62^9 */
         const uint64_t space = 13537086546263552ull; /* 62^9 */
-        uint64_t v = (mix64(seed) % space + index) % space;
+        uint64_t v = (kite_hash_mix64(seed) % space + index) % space;
         for (int i = 8; i >= 0; i--) {
             out[n + (size_t)i] = ALNUM[v % 62];
             v /= 62;
@@ -1554,7 +1544,7 @@ size_t kite_tool_call_id(kite_tool_format format, const char *prefix, uint64_t s
     } else {
         /* mix is a bijection of 64-bit words, so distinct (seed ^ index * odd) give distinct words, and 11
          * base-62 digits hold any 64-bit word: the first 11 characters already differ */
-        uint64_t v = mix64(seed ^ ((uint64_t)index * 0x9E3779B97F4A7C15ull)), w = mix64(v + 1), x = mix64(v + 2);
+        uint64_t v = kite_hash_mix64(seed ^ ((uint64_t)index * 0x9E3779B97F4A7C15ull)), w = kite_hash_mix64(v + 1), x = kite_hash_mix64(v + 2);
         for (int i = 10; i >= 0; i--) {
             out[n + (size_t)i] = ALNUM[v % 62];
             v /= 62;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "grammar/grammar_internal.h"
 
 #define TRANS_UNKNOWN INT32_MIN
@@ -121,15 +122,6 @@ static bool grow(kite_gmatch *m, void **buf, size_t *cap, size_t need, size_t el
     return true;
 }
 
-static inline uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
-
 static inline uint64_t pair_key(int32_t pos, int32_t below) { return ((uint64_t)(uint32_t)pos << 32) | (uint32_t)below; }
 
 static bool rehash_nodes(kite_gmatch *m, size_t cap) {
@@ -137,7 +129,7 @@ static bool rehash_nodes(kite_gmatch *m, size_t cap) {
     int32_t *slots = calloc(cap, sizeof *slots);
     if (!slots) return false;
     for (size_t id = 1; id < m->n_nodes; id++) {
-        size_t i = mix64(pair_key(m->nodes[id].pos, m->nodes[id].next)) & (cap - 1);
+        size_t i = kite_hash_mix64(pair_key(m->nodes[id].pos, m->nodes[id].next)) & (cap - 1);
         while (slots[i]) i = (i + 1) & (cap - 1);
         slots[i] = (int32_t)id;
     }
@@ -151,7 +143,7 @@ static bool rehash_nodes(kite_gmatch *m, size_t cap) {
 static int32_t cons(kite_gmatch *m, int32_t pos, int32_t below) {
     if ((m->n_nodes + 1) * 2 > m->node_slot_cap && !rehash_nodes(m, m->node_slot_cap * 2)) return 0;
     uint64_t key = pair_key(pos, below);
-    size_t mask = m->node_slot_cap - 1, i = mix64(key) & mask;
+    size_t mask = m->node_slot_cap - 1, i = kite_hash_mix64(key) & mask;
     for (int32_t id; (id = m->node_slots[i]) != 0; i = (i + 1) & mask)
         if (m->nodes[id].pos == pos && m->nodes[id].next == below) return id;
     if (m->n_nodes >= INT32_MAX - 1) return 0;
@@ -187,7 +179,7 @@ static bool first_visit(kite_gmatch *m, int32_t pos, int32_t below, bool *oom) {
         }
         for (size_t j = 0; j < m->seen_cap; j++) {
             if (m->seen_gen[j] != m->gen) continue;
-            size_t i = mix64(m->seen_keys[j]) & (cap - 1);
+            size_t i = kite_hash_mix64(m->seen_keys[j]) & (cap - 1);
             while (gens[i] == m->gen) i = (i + 1) & (cap - 1);
             keys[i] = m->seen_keys[j];
             gens[i] = m->gen;
@@ -199,7 +191,7 @@ static bool first_visit(kite_gmatch *m, int32_t pos, int32_t below, bool *oom) {
         m->seen_cap = cap;
     }
     uint64_t key = pair_key(pos, below);
-    size_t mask = m->seen_cap - 1, i = mix64(key) & mask;
+    size_t mask = m->seen_cap - 1, i = kite_hash_mix64(key) & mask;
     for (; m->seen_gen[i] == m->gen; i = (i + 1) & mask)
         if (m->seen_keys[i] == key) return false;
     m->seen_keys[i] = key;
@@ -275,8 +267,8 @@ static int32_t finish_closure(kite_gmatch *m) {
             m->out[j] = v;
         }
     }
-    uint64_t h = mix64(accepting ? 0x9e3779b97f4a7c15ull : 1);
-    for (size_t i = 0; i < m->n_out; i++) h = mix64(h ^ (uint32_t)m->out[i]);
+    uint64_t h = kite_hash_mix64(accepting ? 0x9e3779b97f4a7c15ull : 1);
+    for (size_t i = 0; i < m->n_out; i++) h = kite_hash_mix64(h ^ (uint32_t)m->out[i]);
     if ((m->n_states + 1) * 2 > m->state_slot_cap) {
         size_t cap = m->state_slot_cap ? m->state_slot_cap * 2 : 1024;
         if (kite_gmatch_memory(m) + cap * sizeof(int32_t) > m->limits.max_bytes)
@@ -285,8 +277,8 @@ static int32_t finish_closure(kite_gmatch *m) {
         if (!slots) return limit(m, "out of memory (states)");
         for (size_t s = 0; s < m->n_states; s++) {
             const gstate *st = &m->states[s];
-            uint64_t hs = mix64(st->accepting ? 0x9e3779b97f4a7c15ull : 1);
-            for (uint32_t i = 0; i < st->count; i++) hs = mix64(hs ^ (uint32_t)m->pool[st->first + i]);
+            uint64_t hs = kite_hash_mix64(st->accepting ? 0x9e3779b97f4a7c15ull : 1);
+            for (uint32_t i = 0; i < st->count; i++) hs = kite_hash_mix64(hs ^ (uint32_t)m->pool[st->first + i]);
             size_t i = hs & (cap - 1);
             while (slots[i]) i = (i + 1) & (cap - 1);
             slots[i] = (int32_t)s + 1;

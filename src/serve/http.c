@@ -21,7 +21,6 @@
 
 #include "base/error.h"
 #include "chat/chat_internal.h"
-#include "chat/tool_grammar.h"
 #include "serve/server.h"
 
 /* How long kite_server_wait lets in-flight requests finish before it cancels them. */
@@ -175,18 +174,13 @@ json_t *serve_response_body(const serve_request *r) {
     json_object_set_new(root, "model", json_string(r->server->model_name));
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
-    json_t *text = serve_json_text(r->content.data ? r->content.data : "", r->content.len);
-    if (chat) {
+    json_t *text = r->message ? NULL : serve_json_text(r->content.data ? r->content.data : "", r->content.len);
+    if (r->message) {
+        json_object_set_new(choice, "message", json_incref(r->message));
+    } else if (chat) {
         json_t *message = json_object();
         json_object_set_new(message, "role", json_string("assistant"));
-        /* OpenAI's shape: a reply that only calls tools has content null */
-        if (r->n_tool_calls > 0 && r->content.len == 0) {
-            json_decref(text);
-            text = json_null();
-        }
         json_object_set_new(message, "content", text);
-        if (r->reasoning.len) json_object_set_new(message, "reasoning_content", serve_json_text(r->reasoning.data, r->reasoning.len));
-        if (r->tool_calls) json_object_set_new(message, "tool_calls", json_incref(r->tool_calls));
         json_object_set_new(choice, "message", message);
     } else {
         json_object_set_new(choice, "text", text);
@@ -416,19 +410,7 @@ static int prepare_output(kite_server *s, serve_request *r, kite_openai_error *e
     }
     if (!rc && calls && oa->tool_choice >= KITE_OPENAI_TOOLS_REQUIRED) {
         param = "tool_choice";
-        char *gbnf = NULL;
-        size_t n = 0;
-        if (format == KITE_TOOL_FORMAT_NONE || format == KITE_TOOL_FORMAT_HARMONY) {
-            /* harmony's markup is control tokens, which a byte grammar cannot write */
-            snprintf(err, sizeof err, "this model's chat template (tool-call format '%s') cannot be made to call a tool",
-                     kite_tool_format_name(format));
-            rc = KITE_ERR_UNSUPPORTED;
-        } else if ((rc = kite_tool_grammar(format, oa->tools_json, oa->tool_choice_name, &gbnf, &n, &ke))) {
-            snprintf(err, sizeof err, "%s", ke.msg);
-        } else {
-            rc = kite_grammar_open(&r->grammar, s->model, KITE_GRAMMAR_GBNF, gbnf, n, err, sizeof err);
-        }
-        free(gbnf);
+        rc = kite_grammar_open_tool_call(&r->grammar, s->model, s->tmpl, oa->tools_json, oa->tool_choice_name, err, sizeof err);
     }
     if (rc)
         return kite_openai_set_error(e, rc == KITE_ERR_NOMEM ? 500 : 400, rc == KITE_ERR_NOMEM ? "server_error" : "invalid_request_error",
@@ -443,8 +425,12 @@ static int prepare_output(kite_server *s, serve_request *r, kite_openai_error *e
         if (po.think && kite_detokenize(s->model, r->prompt_ids + from, r->n_prompt - from, tail, sizeof tail, &n_tail, err, sizeof err) == KITE_OK &&
             n_tail <= sizeof tail)
             po.starts_in_think = kite_tool_prompt_opens_think(tail, n_tail);
-        if (kite_tool_stream_new(&po, &r->replies, &ke))
+        if (!oa->stream) {
+            r->parse_reply = true; /* the whole text is parsed once at the end */
+            r->reply_options = po;
+        } else if (kite_tool_stream_new(&po, &r->replies, &ke)) {
             return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "%s", ke.msg);
+        }
     }
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "chat/reply.h"
 #include "serve/server.h"
 
 /* ---- requests --------------------------------------------------------------------------------- */
@@ -23,8 +24,7 @@ void serve_request_unref(serve_request *r) {
     else free(r->prompt_ids);
     serve_buf_free(&r->out);
     serve_buf_free(&r->content);
-    serve_buf_free(&r->reasoning);
-    json_decref(r->tool_calls);
+    json_decref(r->message);
     json_decref(r->logprobs);
     kite_grammar_free(r->grammar);
     kite_tool_stream_free(r->replies);
@@ -178,41 +178,10 @@ void serve_send_role_once(serve_request *r) {
     r->sent_role = true;
 }
 
-/* A chat reply's parts as the tool-call parser finds them: content, reasoning and calls, appended to the
- * non-stream answer or sent as OpenAI's deltas. */
+/* A streamed chat reply's parts as the tool-call parser finds them: content, reasoning and calls, sent as
+ * OpenAI's deltas. */
 static bool on_reply_event(const kite_tool_event *ev, void *user_data) {
     serve_request *r = user_data;
-    if (!r->oa.stream) {
-        switch (ev->kind) {
-        case KITE_TOOL_EVENT_CONTENT: serve_buf_append(&r->content, ev->text, ev->len); break;
-        case KITE_TOOL_EVENT_REASONING: serve_buf_append(&r->reasoning, ev->text, ev->len); break;
-        case KITE_TOOL_EVENT_CALL_START: {
-            if (!r->tool_calls) r->tool_calls = json_array();
-            json_t *call = json_object(), *fn = json_object();
-            json_object_set_new(call, "id", json_string(ev->id));
-            json_object_set_new(call, "type", json_string("function"));
-            json_object_set_new(fn, "name", json_string(ev->name));
-            json_object_set_new(fn, "arguments", json_string(""));
-            json_object_set_new(call, "function", fn);
-            json_array_append_new(r->tool_calls, call);
-            r->n_tool_calls++;
-            break;
-        }
-        case KITE_TOOL_EVENT_ARGUMENTS: {
-            json_t *fn = json_object_get(json_array_get(r->tool_calls, (size_t)ev->index), "function");
-            json_t *args = json_object_get(fn, "arguments");
-            if (!args) break;
-            serve_buf joined = {0};
-            serve_buf_append(&joined, json_string_value(args), json_string_length(args));
-            serve_buf_append(&joined, ev->text, ev->len);
-            json_object_set_new(fn, "arguments", serve_json_text(joined.data ? joined.data : "", joined.len));
-            serve_buf_free(&joined);
-            break;
-        }
-        case KITE_TOOL_EVENT_CALL_END: break;
-        }
-        return true;
-    }
     json_t *delta = json_object();
     switch (ev->kind) {
     case KITE_TOOL_EVENT_CONTENT: json_object_set_new(delta, "content", serve_json_text(ev->text, ev->len)); break;
@@ -267,8 +236,7 @@ static bool on_token(int32_t id, const char *text, size_t text_len, void *user_d
     r->text_offset += text_len;
     if (!r->oa.stream) {
         /* Non-stream: only the scheduler touches these until done is set under the lock. */
-        if (r->replies) kite_tool_stream_feed(r->replies, text, text_len, on_reply_event, r, NULL);
-        else serve_buf_append(&r->content, text, text_len);
+        serve_buf_append(&r->content, text, text_len); /* with parse_reply, parsed when it ends */
         if (have_lp) {
             if (is_chat(r)) json_array_append_new(json_object_get(r->logprobs, "content"), chat_logprob_entry(s, &lp));
             else completion_logprobs_add(s, r->logprobs, &lp, offset);
@@ -517,6 +485,20 @@ static void finish_slot(struct kite_server *s, serve_slot *slot) {
             kite_tool_stream_finish(r->replies, on_reply_event, r, NULL);
             const char *problem = kite_tool_stream_problem(r->replies);
             if (problem) kite_log(KITE_LOG_INFO, "serve: %s: tool-call markup: %s", r->id, problem);
+        } else if (r->parse_reply) {
+            /* non-stream: the whole text once, with the options a stream would have had */
+            kite_tool_parse parse;
+            kite_error ke = {0};
+            if (kite_tool_parse_text(&r->reply_options, r->content.data ? r->content.data : "", r->content.len, &parse, &ke) == KITE_OK) {
+                r->message = kite_tool_message_json(&parse);
+                r->n_tool_calls = (int32_t)parse.n_calls;
+                if (parse.problem[0]) kite_log(KITE_LOG_INFO, "serve: %s: tool-call markup: %s", r->id, parse.problem);
+                kite_tool_parse_clear(&parse);
+            }
+            if (!r->message) {
+                fail_request(s, r, 500, "server_error", NULL, ke.status ? ke.msg : "out of memory");
+                return;
+            }
         }
         r->finish_reason = reason == KITE_FINISH_STOP ? (r->n_tool_calls > 0 ? "tool_calls" : "stop") : "length";
         finish_request(s, r);

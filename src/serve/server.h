@@ -134,8 +134,11 @@ struct serve_request {
     bool ids_from_lib;
     kite_gen_params gen;             /* stop and logit_bias point into oa, grammar to the one below */
     kite_grammar *grammar;           /* response_format / grammar / a forced tool call, or NULL */
-    kite_tool_stream *replies;       /* chat: the reply parsed into content, reasoning and tool calls as it
-                                        streams (tools offered, or a template that writes <think>), or NULL */
+    kite_tool_stream *replies;       /* stream chat: the reply parsed into content, reasoning and tool calls as
+                                        it streams (tools offered, or a template that writes <think>), or NULL */
+    bool parse_reply;                /* non-stream chat, in the same cases: content holds the reply's text,
+                                        parsed once when it ends (reply_options) */
+    kite_tool_parse_options reply_options;
     char id[48];                     /* chatcmpl-... / cmpl-... */
     int64_t created;                 /* Unix seconds */
     double t_received;               /* serve_now() when the body was in */
@@ -159,9 +162,8 @@ struct serve_request {
     pthread_cond_t cv;
     serve_buf out;                   /* stream: SSE bytes not yet sent (from out_pos) */
     size_t out_pos;
-    serve_buf content;               /* non-stream: the completion text (with replies: the content part) */
-    serve_buf reasoning;             /* non-stream with replies: the reasoning part */
-    json_t *tool_calls;              /* non-stream with replies: the calls (OpenAI's message.tool_calls) */
+    serve_buf content;               /* non-stream: the completion text */
+    json_t *message;                 /* non-stream with parse_reply: the parsed assistant message, at the end */
     int32_t n_tool_calls;            /* calls the reply holds so far */
     json_t *logprobs;                /* non-stream: chat {"content": [...]} or completions {tokens, ...} */
     bool done;

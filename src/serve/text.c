@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat/reply.h"
 #include "serve/server.h"
 
 bool serve_buf_append(serve_buf *b, const char *bytes, size_t n) {
@@ -26,56 +27,7 @@ void serve_buf_free(serve_buf *b) {
     *b = (serve_buf){0};
 }
 
-/* Length of the valid UTF-8 sequence starting at s (n bytes left), or 0 if it is not one. */
-static size_t utf8_sequence(const unsigned char *s, size_t n) {
-    unsigned char c = s[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F; /* no surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (n < len) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
-    return len;
-}
-
-json_t *serve_json_text(const char *bytes, size_t n) {
-    const unsigned char *s = (const unsigned char *)bytes;
-    bool valid = true;
-    for (size_t i = 0; i < n;) {
-        size_t len = utf8_sequence(s + i, n - i);
-        if (!len) { valid = false; break; }
-        i += len;
-    }
-    if (valid) return json_stringn_nocheck(bytes, n);
-    serve_buf b = {0};
-    bool ok = true;
-    for (size_t i = 0; i < n && ok;) {
-        size_t len = utf8_sequence(s + i, n - i);
-        if (!len) {
-            ok = serve_buf_append(&b, "\xEF\xBF\xBD", 3); /* U+FFFD */
-            i++;
-        } else {
-            ok = serve_buf_append(&b, bytes + i, len);
-            i += len;
-        }
-    }
-    json_t *j = ok ? json_stringn_nocheck(b.data ? b.data : "", b.len) : NULL;
-    serve_buf_free(&b);
-    return j;
-}
+json_t *serve_json_text(const char *bytes, size_t n) { return kite_json_text_lossy(bytes, n); }
 
 bool serve_sse_append(serve_buf *b, const json_t *event) {
     char *text = json_dumps(event, JSON_COMPACT);

@@ -3,16 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "tokenize/tokenizer_internal.h"
-
-static uint64_t mix64(uint64_t h) {
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
-}
 
 uint64_t kite_hash_bytes(const void *data, size_t len) {
     const unsigned char *p = data;
@@ -20,14 +12,14 @@ uint64_t kite_hash_bytes(const void *data, size_t len) {
     while (len >= 8) {
         uint64_t k;
         memcpy(&k, p, 8);
-        h = (h ^ mix64(k)) * 0x9FB21C651E98DF25ULL;
+        h = (h ^ kite_hash_mix64(k)) * 0x9FB21C651E98DF25ULL;
         p += 8;
         len -= 8;
     }
     uint64_t tail = 0;
     for (size_t i = 0; i < len; i++) tail |= (uint64_t)p[i] << (8 * i);
-    h = (h ^ mix64(tail ^ 0x5bd1e995)) * 0x9FB21C651E98DF25ULL;
-    return mix64(h);
+    h = (h ^ kite_hash_mix64(tail ^ 0x5bd1e995)) * 0x9FB21C651E98DF25ULL;
+    return kite_hash_mix64(h);
 }
 
 /* Smallest power of two >= 2 * n (and >= 16); 0 if it would not fit in 32 bits. */
@@ -99,7 +91,7 @@ static int merges_grow(kite_merge_map *m, kite_error *e) {
     if (rc) return rc;
     for (uint32_t i = 0; i <= m->mask; i++) {
         if (m->keys[i] == UINT64_MAX) continue;
-        uint32_t j = (uint32_t)mix64(m->keys[i]) & bigger.mask;
+        uint32_t j = (uint32_t)kite_hash_mix64(m->keys[i]) & bigger.mask;
         while (bigger.keys[j] != UINT64_MAX) j = (j + 1) & bigger.mask;
         bigger.keys[j] = m->keys[i];
         bigger.ranks[j] = m->ranks[i];
@@ -117,7 +109,7 @@ int kite_merges_add(kite_merge_map *m, int32_t left, int32_t right, int32_t rank
         if (rc) return rc;
     }
     uint64_t key = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
-    uint32_t i = (uint32_t)mix64(key) & m->mask;
+    uint32_t i = (uint32_t)kite_hash_mix64(key) & m->mask;
     while (m->keys[i] != UINT64_MAX) {
         if (m->keys[i] == key) return KITE_OK; /* the first rank of a pair wins */
         i = (i + 1) & m->mask;
@@ -132,7 +124,7 @@ int kite_merges_add(kite_merge_map *m, int32_t left, int32_t right, int32_t rank
 bool kite_merges_find(const kite_merge_map *m, int32_t left, int32_t right, int32_t *rank, int32_t *result) {
     if (!m->keys || left < 0 || right < 0) return false;
     uint64_t key = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
-    uint32_t i = (uint32_t)mix64(key) & m->mask;
+    uint32_t i = (uint32_t)kite_hash_mix64(key) & m->mask;
     for (;;) {
         uint64_t k = m->keys[i];
         if (k == UINT64_MAX) return false;

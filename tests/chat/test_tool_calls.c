@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "chat/tool_calls.h"
+#include "kite.h"
 
 static const char *source_dir(void) {
     const char *d = getenv("KITE_SOURCE_DIR");
@@ -359,6 +360,149 @@ static void test_template_renders(void **state) {
         n++;
     }
     assert_true(n >= 100);
+    json_decref(root);
+}
+
+/* ---- the public reply API (kite.h) over the same cases ---- */
+
+typedef struct reply_parts {
+    char *content, *reasoning, *names, *args;
+    size_t content_len, reasoning_len, names_len, args_len;
+    int starts, ends;
+} reply_parts;
+
+static bool on_part(kite_chat_reply_part part, int32_t call, const char *text, size_t len, void *user) {
+    reply_parts *r = user;
+    switch (part) {
+    case KITE_REPLY_CONTENT: append(&r->content, &r->content_len, text, len); break;
+    case KITE_REPLY_REASONING: append(&r->reasoning, &r->reasoning_len, text, len); break;
+    case KITE_REPLY_CALL_START:
+        assert_int_equal(call, r->starts++);
+        assert_int_equal(strlen(text), len);
+        append(&r->names, &r->names_len, text, len);
+        append(&r->names, &r->names_len, "\n", 1);
+        break;
+    case KITE_REPLY_CALL_ARGUMENTS:
+        assert_int_equal(call, r->starts - 1);
+        append(&r->args, &r->args_len, text, len);
+        break;
+    case KITE_REPLY_CALL_END:
+        assert_int_equal(call, r->ends++);
+        append(&r->args, &r->args_len, "\n", 1);
+        break;
+    }
+    return true;
+}
+
+/* Each case through kite_chat_reply, with the case's template (its family read from the source, as the
+ * server reads it), fed in pieces: the parts streamed and the finished OpenAI message both say what the
+ * template rendered; kite_chat_parse_reply gives the same message. */
+static void test_public_reply_api(void **state) {
+    (void)state;
+    json_t *root = load_cases();
+    size_t i, n = 0;
+    json_t *c;
+    json_array_foreach(json_object_get(root, "cases"), i, c) {
+        const char *id = json_string_value(json_object_get(c, "id"));
+        const char *text = json_string_value(json_object_get(c, "text"));
+        const char *want_content = json_string_value(json_object_get(c, "content"));
+        const char *want_reasoning = json_string_value(json_object_get(c, "reasoning"));
+        json_t *want_calls = json_object_get(c, "calls");
+        const json_t *t = NULL;
+        size_t k;
+        json_t *each;
+        json_array_foreach(json_object_get(root, "templates"), k, each)
+            if (!strcmp(json_string_value(json_object_get(each, "name")), json_string_value(json_object_get(c, "template")))) t = each;
+        if (!t) fail_msg("%s: no template", id);
+        char *src = template_source(t), err[512];
+        kite_chat_template *tmpl = NULL;
+        if (kite_chat_template_from_text(&tmpl, src, strlen(src), NULL, err, sizeof err)) fail_msg("%s: %s", id, err);
+        free(src);
+        kite_chat_reply_params rp = kite_chat_reply_default_params();
+        rp.tool_calls = true;
+        rp.id_seed = i;
+        if (json_is_true(json_object_get(c, "prompt_opens_think"))) {
+            rp.prompt = "<|Assistant|><think>\n";
+            rp.prompt_len = strlen(rp.prompt);
+        }
+        kite_chat_reply *reply = NULL;
+        assert_int_equal(kite_chat_reply_open(&reply, tmpl, &rp, err, sizeof err), KITE_OK);
+        reply_parts parts = {0};
+        size_t len = strlen(text), step = 1 + i % 7;
+        for (size_t at = 0; at < len; at += step)
+            assert_int_equal(kite_chat_reply_feed(reply, text + at, at + step <= len ? step : len - at, on_part, &parts, err, sizeof err), KITE_OK);
+        char *message_text = NULL, *whole_text = NULL;
+        assert_int_equal(kite_chat_reply_finish(reply, on_part, &parts, &message_text, err, sizeof err), KITE_OK);
+        assert_null(kite_chat_reply_problem(reply));
+        assert_int_equal(kite_chat_reply_feed(reply, "x", 1, NULL, NULL, err, sizeof err), KITE_ERR_INVALID_ARG);
+        kite_chat_reply_free(reply);
+        assert_int_equal(kite_chat_parse_reply(tmpl, &rp, text, len, &whole_text, err, sizeof err), KITE_OK);
+        assert_string_equal(message_text, whole_text);
+
+        json_t *m = json_loads(message_text, 0, NULL);
+        assert_non_null(m);
+        assert_string_equal(json_string_value(json_object_get(m, "role")), "assistant");
+        json_t *content = json_object_get(m, "content");
+        size_t n_calls = json_array_size(want_calls);
+        if (n_calls && !*want_content) assert_true(json_is_null(content));
+        else if (strcmp(json_string_value(content), want_content)) fail_msg("%s: content %s", id, message_text);
+        json_t *reasoning = json_object_get(m, "reasoning_content");
+        if (*want_reasoning ? !reasoning || strcmp(json_string_value(reasoning), want_reasoning) : reasoning != NULL)
+            fail_msg("%s: reasoning %s", id, message_text);
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (json_array_size(calls) != n_calls || (!n_calls && calls)) fail_msg("%s: calls %s", id, message_text);
+        char *names = NULL, *args = NULL;
+        size_t names_len = 0, args_len = 0;
+        for (k = 0; k < n_calls; k++) {
+            json_t *call = json_array_get(calls, k), *fn = json_object_get(call, "function");
+            assert_string_equal(json_string_value(json_object_get(call, "type")), "function");
+            assert_true(json_string_length(json_object_get(call, "id")) >= 9);
+            const char *name = json_string_value(json_object_get(fn, "name"));
+            if (strcmp(name, json_string_value(json_object_get(json_array_get(want_calls, k), "name")))) fail_msg("%s: call %zu %s", id, k, name);
+            const char *a = json_string_value(json_object_get(fn, "arguments"));
+            expect_arguments(id, (int)k, a, json_object_get(json_array_get(want_calls, k), "arguments"));
+            append(&names, &names_len, name, strlen(name));
+            append(&names, &names_len, "\n", 1);
+            append(&args, &args_len, a, strlen(a));
+            append(&args, &args_len, "\n", 1);
+        }
+        /* the streamed parts are the message's */
+        assert_string_equal(parts.content ? parts.content : "", want_content);
+        assert_string_equal(parts.reasoning ? parts.reasoning : "", want_reasoning);
+        assert_string_equal(parts.names ? parts.names : "", names ? names : "");
+        assert_string_equal(parts.args ? parts.args : "", args ? args : "");
+        assert_int_equal(parts.starts, (int)n_calls);
+        assert_int_equal(parts.ends, (int)n_calls);
+        free(names);
+        free(args);
+        free(parts.content);
+        free(parts.reasoning);
+        free(parts.names);
+        free(parts.args);
+        json_decref(m);
+        kite_free(message_text);
+        kite_free(whole_text);
+        kite_chat_template_free(tmpl);
+        n++;
+    }
+    assert_true(n >= 100);
+    /* without tool_calls the same markup is content */
+    kite_chat_template *tmpl = NULL;
+    const char *src = "{% for m in messages %}<tool_call>{{ m.content }}{% endfor %}";
+    assert_int_equal(kite_chat_template_from_text(&tmpl, src, strlen(src), NULL, NULL, 0), KITE_OK);
+    const char *call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+    char *message = NULL;
+    assert_int_equal(kite_chat_parse_reply(tmpl, NULL, call, strlen(call), &message, NULL, 0), KITE_OK);
+    json_t *m = json_loads(message, 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(m, "content")), call);
+    assert_null(json_object_get(m, "tool_calls"));
+    json_decref(m);
+    kite_free(message);
+    /* invalid UTF-8 becomes U+FFFD in the message */
+    assert_int_equal(kite_chat_parse_reply(tmpl, NULL, "a\xff" "b", 3, &message, NULL, 0), KITE_OK);
+    assert_string_equal(message, "{\"role\":\"assistant\",\"content\":\"a\xEF\xBF\xBD" "b\"}");
+    kite_free(message);
+    kite_chat_template_free(tmpl);
     json_decref(root);
 }
 
@@ -714,7 +858,7 @@ int main(void) {
         cmocka_unit_test(test_template_renders),      cmocka_unit_test(test_frame_matches_templates),
         cmocka_unit_test(test_frame_round_trip),      cmocka_unit_test(test_hand_cases),
         cmocka_unit_test(test_hostile_inputs),        cmocka_unit_test(test_ids_and_api),
-        cmocka_unit_test(test_incremental),
+        cmocka_unit_test(test_incremental),           cmocka_unit_test(test_public_reply_api),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

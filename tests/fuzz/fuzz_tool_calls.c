@@ -1,12 +1,16 @@
 /* Fuzzes the tool-call parsers: byte 0 picks the format (low 4 bits) and the think flags (bits 4 and 5),
  * byte 1 seeds the split points, the rest is the model's text. The text is parsed whole, then streamed in
  * pseudo-random pieces and byte by byte: every stream must give exactly the whole parse (content,
- * reasoning, calls, problem), its events must be well ordered, and nothing may crash or hang. */
+ * reasoning, calls, problem), its events must be well ordered, and nothing may crash or hang. The whole
+ * parse as an OpenAI message (kite_tool_message_json, what kite_chat_reply_finish and the server answer)
+ * must be JSON that dumps and reloads, with the parse's text wherever that text is valid UTF-8. */
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/reply.h"
 #include "chat/tool_calls.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -90,6 +94,43 @@ static void stream_and_compare(const kite_tool_parse_options *o, const char *tex
     free(s.args);
 }
 
+/* s[0..n) as the message carries it: the same bytes when they are valid UTF-8 (jansson says), else only
+ * longer (each bad byte became three). */
+static void check_text(const json_t *j, const char *s, size_t n) {
+    if (!json_is_string(j)) abort();
+    json_t *probe = json_stringn(s, n);
+    if (probe ? json_string_length(j) != n || memcmp(json_string_value(j), s, n) : json_string_length(j) <= n) abort();
+    json_decref(probe);
+}
+
+static void check_message(const kite_tool_parse *p) {
+    json_t *m = kite_tool_message_json(p);
+    if (!m) abort();
+    char *dumped = json_dumps(m, JSON_COMPACT);
+    json_t *again = dumped ? json_loads(dumped, JSON_ALLOW_NUL, NULL) : NULL; /* a model may write NUL bytes */
+    if (!again || !json_equal(m, again)) abort();
+    json_t *content = json_object_get(m, "content");
+    if (p->n_calls && !p->content_len) {
+        if (!json_is_null(content)) abort();
+    } else {
+        check_text(content, p->content, p->content_len);
+    }
+    json_t *reasoning = json_object_get(m, "reasoning_content");
+    if (p->reasoning_len) check_text(reasoning, p->reasoning, p->reasoning_len);
+    else if (reasoning) abort();
+    json_t *calls = json_object_get(m, "tool_calls");
+    if (json_array_size(calls) != p->n_calls || (!p->n_calls && calls)) abort();
+    for (size_t i = 0; i < p->n_calls; i++) {
+        json_t *fn = json_object_get(json_array_get(calls, i), "function");
+        check_text(json_object_get(fn, "name"), p->calls[i].name, strlen(p->calls[i].name));
+        check_text(json_object_get(fn, "arguments"), p->calls[i].arguments, p->calls[i].arguments_len);
+        if (strcmp(json_string_value(json_object_get(json_array_get(calls, i), "id")), p->calls[i].id)) abort();
+    }
+    free(dumped);
+    json_decref(again);
+    json_decref(m);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
     kite_tool_parse_options o = kite_tool_parse_default_options((kite_tool_format)((data[0] & 15) % KITE_TOOL_FORMAT_COUNT));
@@ -104,6 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!whole.content || !whole.reasoning || whole.content[whole.content_len] || whole.reasoning[whole.reasoning_len]) abort();
     /* content and reasoning are made of the input's bytes: never longer than it */
     if (whole.content_len + whole.reasoning_len > len) abort();
+    check_message(&whole);
     stream_and_compare(&o, text, len, data[1], false, &whole);
     if (len <= 4096) stream_and_compare(&o, text, len, 0, true, &whole);
     kite_tool_parse_clear(&whole);

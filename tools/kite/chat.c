@@ -43,6 +43,13 @@ static const char CHAT_USAGE[] =
     "  --threads N             worker threads (default: all cores)\n"
     "  --cache-type f16|f32    KV cache precision (default f16)\n"
     "  --draft PATH|ngram|none speculative decoding (the answers are unchanged)\n"
+    "  --tools FILE.json       tool definitions (an OpenAI tools array) for the template; the model's calls are\n"
+    "                          shown as [tool call] NAME(ARGUMENTS), and each call's result is the next line read\n"
+    "                          (prompt 'tool NAME> '), sent back as a tool message before the model goes on\n"
+    "  --tool-choice auto|none|required|NAME\n"
+    "                          auto (default): the model may call; none: calls are not parsed; required or a\n"
+    "                          tool's NAME: the answer to each message is one call, forced by a grammar\n"
+    "  --json                  print each tool call as one line of OpenAI JSON instead\n"
     "\n"
     "commands:\n"
     "  /reset        start a new conversation (the --system message stays)\n"
@@ -65,7 +72,8 @@ static const char CHAT_COMMANDS[] =
 typedef struct chat_options {
     const char *model_path, *tokenizer_path, *template_file, *template_name, *system, *kwargs_text;
     const char *draft, *cache_type;
-    bool no_think, ignore_eos;
+    const char *tools_file, *tool_choice; /* tool_choice NULL = auto */
+    bool no_think, ignore_eos, json;
     int32_t ctx, threads;      /* 0 = defaults */
     int32_t max_tokens;        /* per answer; -1 = until the end of the turn or the context */
     float temperature, top_p, min_p, repeat_penalty;
@@ -108,6 +116,7 @@ static int parse_options(int argc, char **argv, chat_options *o) {
         if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) return -1;
         if (!strcmp(opt, "--no-think")) { o->no_think = true; continue; }
         if (!strcmp(opt, "--ignore-eos")) { o->ignore_eos = true; continue; }
+        if (!strcmp(opt, "--json")) { o->json = true; continue; }
         if (opt[0] != '-') return usage_error("unexpected argument '%s'", opt);
         const char **text_slot = !strcmp(opt, "--model")           ? &o->model_path
                                  : !strcmp(opt, "--tokenizer")     ? &o->tokenizer_path
@@ -117,6 +126,8 @@ static int parse_options(int argc, char **argv, chat_options *o) {
                                  : !strcmp(opt, "--kwargs")        ? &o->kwargs_text
                                  : !strcmp(opt, "--draft")         ? &o->draft
                                  : !strcmp(opt, "--cache-type")    ? &o->cache_type
+                                 : !strcmp(opt, "--tools")         ? &o->tools_file
+                                 : !strcmp(opt, "--tool-choice")   ? &o->tool_choice
                                                                    : NULL;
         static const char *const known[] = {"--max-tokens", "--temperature", "--top-k", "--top-p", "--min-p",
                                             "--repeat-penalty", "--seed", "--ctx", "--threads"};
@@ -154,6 +165,8 @@ static int parse_options(int argc, char **argv, chat_options *o) {
     if (!o->model_path) return usage_error("%s", "kite chat needs --model PATH");
     if (o->cache_type && strcmp(o->cache_type, "f16") && strcmp(o->cache_type, "f32"))
         return usage_error("--cache-type expects f16 or f32, got '%s'", o->cache_type);
+    if (o->tool_choice && !o->tools_file) return usage_error("%s", "--tool-choice needs --tools FILE.json");
+    if (o->json && !o->tools_file) return usage_error("%s", "--json prints tool calls: it needs --tools FILE.json");
     if (o->template_name && o->template_file)
         return usage_error("%s", "--template-name picks one of the model's templates; it does not go with --chat-template");
     return 0;
@@ -229,6 +242,11 @@ typedef struct chat {
     const char *system;
     char *kwargs_text;        /* compact JSON object of template variables, or NULL */
     json_t *messages;         /* the conversation in OpenAI form */
+    char *tools_text;         /* --tools: compact JSON array for the template, or NULL */
+    bool parse_calls;         /* tools offered and --tool-choice is not none: replies are parsed for calls */
+    kite_grammar *force_call; /* --tool-choice required|NAME: the answer to a message is one call */
+    bool json_calls;          /* --json: calls printed as OpenAI JSON lines */
+    uint64_t n_replies;       /* replies parsed so far: each gets its own call ids */
     bool color;               /* stdout is a terminal: reasoning is dimmed */
     bool interactive;         /* stdin is a terminal: libedit */
     int32_t n_vocab;
@@ -263,43 +281,74 @@ static bool token_is_special(chat *c, int32_t id) {
     return special;
 }
 
-static char *conversation_text(const chat *c) { return kite_cli_json_text(c->messages); }
+/* The conversation as templates take it (compact JSON text, malloc'd): past calls' arguments, JSON text
+ * in OpenAI form, become JSON values (Hugging Face's convention, which templates write with tojson, as
+ * kite serve passes them), and a reply that only called tools gets content "" (templates concatenate it). */
+static char *conversation_text(const json_t *messages) {
+    json_t *copy = json_deep_copy(messages);
+    size_t i, k;
+    json_t *m, *call;
+    json_array_foreach(copy, i, m) {
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (!json_is_array(calls)) continue;
+        if (json_is_null(json_object_get(m, "content"))) json_object_set_new(m, "content", json_string(""));
+        json_array_foreach(calls, k, call) {
+            json_t *fn = json_object_get(call, "function");
+            json_t *args = json_object_get(fn, "arguments");
+            json_t *parsed = json_is_string(args) ? json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, NULL) : NULL;
+            if (parsed) json_object_set_new(fn, "arguments", parsed);
+        }
+    }
+    char *text = copy ? kite_cli_json_text(copy) : NULL;
+    json_decref(copy);
+    return text;
+}
+
+static kite_chat_params conversation_params(const chat *c, const char *messages_text, bool generation_prompt) {
+    kite_chat_params cp = kite_chat_default_params();
+    cp.messages_json = messages_text;
+    cp.tools_json = c->tools_text;
+    cp.kwargs_json = c->kwargs_text;
+    cp.add_generation_prompt = generation_prompt;
+    return cp;
+}
 
 /* Renders the conversation (plus the assistant header) and tokenizes it for the model. */
 static int conversation_ids(chat *c, json_t *messages, bool generation_prompt, int32_t **ids, size_t *n, char *err,
                             size_t err_size) {
-    char *text = kite_cli_json_text(messages);
+    char *text = conversation_text(messages);
     if (!text) {
         snprintf(err, err_size, "out of memory");
         return KITE_ERR_NOMEM;
     }
-    kite_chat_params cp = kite_chat_default_params();
-    cp.messages_json = text;
-    cp.kwargs_json = c->kwargs_text;
-    cp.add_generation_prompt = generation_prompt;
+    kite_chat_params cp = conversation_params(c, text, generation_prompt);
     int st = kite_chat_tokenize(c->tmpl, c->model, &cp, ids, n, err, err_size);
     free(text);
     return st;
 }
 
+/* The conversation rendered with the generation prompt (kite_free), or NULL. */
+static char *prompt_text(chat *c, size_t *len) {
+    char *messages = conversation_text(c->messages);
+    if (!messages) return NULL;
+    kite_chat_params cp = conversation_params(c, messages, true);
+    char *text = NULL;
+    if (kite_chat_render(c->tmpl, &cp, &text, len, NULL, 0)) text = NULL;
+    free(messages);
+    return text;
+}
+
 /* Whether the rendered prompt leaves the model inside a reasoning block (templates such as
  * DeepSeek-R1's end the generation prompt with "<think>\n"): the answer then starts as reasoning. */
 static bool prompt_opens_thinking(chat *c) {
-    char *messages = conversation_text(c);
-    if (!messages) return false;
-    kite_chat_params cp = kite_chat_default_params();
-    cp.messages_json = messages;
-    cp.kwargs_json = c->kwargs_text;
-    cp.add_generation_prompt = true;
-    char *text = NULL;
     size_t len = 0;
+    char *text = prompt_text(c, &len);
     bool open = false;
-    if (!kite_chat_render(c->tmpl, &cp, &text, &len, NULL, 0)) {
+    if (text) {
         while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' ' || text[len - 1] == '\r')) len--;
         open = len >= 7 && !memcmp(text + len - 7, "<think>", 7);
     }
     kite_free(text);
-    free(messages);
     return open;
 }
 
@@ -325,13 +374,17 @@ typedef struct answer {
     bool at_line_start;      /* the next reasoning byte starts a shown line (gets the prefix) */
     bool shown_reasoning;    /* a reasoning block was opened on screen */
     bool shown_anything;
+    char last_shown;         /* the last byte shown */
     int64_t n_tokens;
+    kite_chat_reply *reply;  /* tools: the parser the answer goes through (else the phases above) */
+    bool reply_failed;       /* the parser ran out of memory */
 } answer;
 
 static void show(answer *a, const char *s, size_t n) {
     if (n == 0) return;
     fwrite(s, 1, n, stdout);
     a->shown_anything = true;
+    a->last_shown = s[n - 1];
 }
 
 static void show_reasoning(answer *a, const char *s, size_t n) {
@@ -357,6 +410,7 @@ static void end_reasoning(answer *a) {
     if (!a->at_line_start) show(a, "\n", 1);
     if (a->c->color) fputs("\x1b[0m", stdout);
     a->at_line_start = true;
+    a->shown_reasoning = false; /* reasoning that comes again opens a new block */
 }
 
 static void show_content(answer *a, const char *s, size_t n) {
@@ -432,9 +486,18 @@ static void answer_feed(answer *a, const char *text, size_t len, bool at_end) {
     fflush(stdout);
 }
 
+static bool on_reply_part(kite_chat_reply_part part, int32_t call, const char *text, size_t len, void *user);
+
 static bool on_answer_token(int32_t id, const char *text, size_t len, void *user) {
     answer *a = user;
     a->n_tokens++;
+    if (a->reply) {
+        /* the parser sees every byte, control tokens' text included (gpt-oss's and Mistral's call markup
+         * is control tokens), as kite serve feeds it */
+        if (kite_chat_reply_feed(a->reply, text, len, on_reply_part, a, NULL, 0)) a->reply_failed = true;
+        fflush(stdout);
+        return true;
+    }
     if (token_is_special(a->c, id)) {
         /* The token's own text ends the chunk (bytes before it complete an earlier character). */
         char piece[256];
@@ -447,29 +510,84 @@ static bool on_answer_token(int32_t id, const char *text, size_t len, void *user
     return true;
 }
 
-/* ---- turns ------------------------------------------------------------------------------------ */
-static void remove_last_message(chat *c) {
-    size_t n = json_array_size(c->messages);
-    if (n) json_array_remove(c->messages, n - 1);
+/* The parts of a reply the tool-call parser decided: content and reasoning shown as without tools, and
+ * each call as "[tool call] NAME(ARGUMENTS)" on a line of its own (nothing with --json: the calls are
+ * printed as JSON when the reply ends). */
+static bool on_reply_part(kite_chat_reply_part part, int32_t call, const char *text, size_t len, void *user) {
+    answer *a = user;
+    (void)call;
+    switch (part) {
+    case KITE_REPLY_REASONING: show_reasoning(a, text, len); break;
+    case KITE_REPLY_CONTENT:
+        end_reasoning(a);
+        show_content(a, text, len);
+        break;
+    case KITE_REPLY_CALL_START:
+        end_reasoning(a);
+        if (a->c->json_calls) break;
+        if (a->shown_anything && a->last_shown != '\n') show(a, "\n", 1);
+        show(a, "[tool call] ", 12);
+        show(a, text, len);
+        show(a, "(", 1);
+        break;
+    case KITE_REPLY_CALL_ARGUMENTS:
+        if (!a->c->json_calls) show(a, text, len);
+        break;
+    case KITE_REPLY_CALL_END:
+        if (!a->c->json_calls) show(a, ")\n", 2);
+        break;
+    }
+    return true;
 }
 
-/* Appends the user's line, answers it, and appends the answer. Errors are reported and leave the
- * conversation as it was before the line. */
-static void chat_turn(chat *c, const char *line, size_t line_len) {
-    char err[1024];
-    json_t *content = json_stringn(line, line_len);
-    if (!content) {
-        fprintf(stderr, "kite: error: the message is not valid UTF-8; it was not sent\n");
-        return;
-    }
-    json_array_append_new(c->messages, json_pack("{s:s,s:o}", "role", "user", "content", content));
+/* ---- turns ------------------------------------------------------------------------------------ */
+static void truncate_conversation(chat *c, size_t n) {
+    while (json_array_size(c->messages) > n) json_array_remove(c->messages, json_array_size(c->messages) - 1);
+}
 
+/* The reply's message from the parser (OpenAI form); NULL when out of memory. An answer stopped by Ctrl-C,
+ * or cut short (--max-tokens, the context) inside a call, keeps its content and reasoning but not its
+ * calls. */
+static json_t *parsed_reply(answer *a, bool cancelled, bool cut) {
+    char err[512], *text = NULL;
+    if (kite_chat_reply_finish(a->reply, on_reply_part, a, &text, err, sizeof err)) {
+        fprintf(stderr, "kite: error: %s\n", err);
+        return NULL;
+    }
+    json_t *m = json_loads(text, JSON_ALLOW_NUL, NULL); /* a model may write NUL bytes */
+    kite_free(text);
+    const char *problem = kite_chat_reply_problem(a->reply);
+    if (problem && !cut) fprintf(stderr, "kite: warning: the tool-call markup is malformed: %s\n", problem);
+    json_t *calls = json_object_get(m, "tool_calls");
+    if (calls && (cancelled || (cut && problem))) {
+        fprintf(stderr, "kite: the answer ended before it finished; its tool calls are not run\n");
+        json_object_del(m, "tool_calls");
+        if (json_is_null(json_object_get(m, "content"))) json_object_set_new(m, "content", json_string(""));
+    } else if (calls && a->c->json_calls) {
+        size_t i;
+        json_t *one;
+        json_array_foreach(calls, i, one) {
+            char *line = kite_cli_json_text(one);
+            if (line) show(a, line, strlen(line));
+            show(a, "\n", 1);
+            free(line);
+        }
+    }
+    return m;
+}
+
+/* Answers the conversation as it stands (its last message is the user's line, or tool results) and
+ * appends the answer; force_call applies --tool-choice required|NAME. Errors are reported; one before
+ * the answer began takes the conversation back to its first `rollback` messages. Returns the calls the
+ * answer made (borrowed from the stored message), or NULL. */
+static json_t *answer_conversation(chat *c, size_t rollback, bool force_call) {
+    char err[1024];
     int32_t *ids = NULL;
     size_t n_ids = 0;
     if (conversation_ids(c, c->messages, true, &ids, &n_ids, err, sizeof err)) {
         fprintf(stderr, "kite: error: %s\n", err);
-        remove_last_message(c);
-        return;
+        truncate_conversation(c, rollback);
+        return NULL;
     }
     int32_t n_ctx = kite_session_n_ctx(c->session);
     if (n_ids == 0 || n_ids >= (size_t)n_ctx) {
@@ -480,11 +598,33 @@ static void chat_turn(chat *c, const char *line, size_t line_len) {
                     "/reset to start a new conversation (or run with a larger --ctx)\n",
                     n_ids, n_ctx);
         kite_free(ids);
-        remove_last_message(c);
-        return;
+        truncate_conversation(c, rollback);
+        return NULL;
     }
 
-    bool thinking = prompt_opens_thinking(c);
+    answer a = {.c = c, .at_line_start = true};
+    if (c->parse_calls) {
+        /* the parser knows the template's reasoning markup: it reads the rendered prompt's end */
+        size_t prompt_len = 0;
+        char *prompt = prompt_text(c, &prompt_len);
+        kite_chat_reply_params rp = kite_chat_reply_default_params();
+        rp.tool_calls = true;
+        rp.prompt = prompt;
+        rp.prompt_len = prompt ? prompt_len : 0;
+        rp.id_seed = c->gen.seed * 0x9E3779B97F4A7C15ull + ++c->n_replies;
+        int st = kite_chat_reply_open(&a.reply, c->tmpl, &rp, err, sizeof err);
+        kite_free(prompt);
+        if (st) {
+            fprintf(stderr, "kite: error: %s\n", err);
+            kite_free(ids);
+            truncate_conversation(c, rollback);
+            return NULL;
+        }
+    } else {
+        bool thinking = prompt_opens_thinking(c);
+        a.phase = thinking ? PHASE_THINKING : PHASE_START;
+        a.skip_newlines = thinking;
+    }
     kite_stats before, after;
     kite_session_stats(c->session, &before);
     size_t keep = 0;
@@ -509,18 +649,21 @@ static void chat_turn(chat *c, const char *line, size_t line_len) {
         if (st == KITE_ERR_CANCELLED) fprintf(stderr, "kite: stopped before the answer began; the message was not sent\n");
         else fprintf(stderr, "kite: error: %s\n", err);
         kite_free(ids);
-        remove_last_message(c);
-        return;
+        kite_chat_reply_free(a.reply);
+        truncate_conversation(c, rollback);
+        return NULL;
     }
 
     kite_gen_params gp = c->gen;
     int32_t room = n_ctx - (int32_t)n_ids;
     gp.max_tokens = c->max_answer_tokens > 0 && c->max_answer_tokens < room ? c->max_answer_tokens : room;
-    answer a = {.c = c, .phase = thinking ? PHASE_THINKING : PHASE_START, .skip_newlines = thinking, .at_line_start = true};
+    if (force_call) gp.grammar = c->force_call;
     st = kite_generate(c->session, &gp, on_answer_token, &a, err, sizeof err);
     g_generating = 0;
-    answer_feed(&a, NULL, 0, true);
-    if (a.shown_anything) fputc('\n', stdout);
+    json_t *reply = NULL;
+    if (a.reply) reply = parsed_reply(&a, st == KITE_ERR_CANCELLED, st || kite_session_finish_reason(c->session) != KITE_FINISH_STOP);
+    else answer_feed(&a, NULL, 0, true);
+    if (a.shown_anything && (!a.reply || a.last_shown != '\n')) fputc('\n', stdout);
     fflush(stdout);
     kite_session_stats(c->session, &after);
 
@@ -542,11 +685,17 @@ static void chat_turn(chat *c, const char *line, size_t line_len) {
     } else if (st) {
         fprintf(stderr, "kite: error: %s\n", err);
     }
-    if (a.content.failed || a.reasoning.failed) fprintf(stderr, "kite: error: out of memory keeping the answer\n");
+    if (a.content.failed || a.reasoning.failed || a.reply_failed || (a.reply && !reply))
+        fprintf(stderr, "kite: error: out of memory keeping the answer\n");
+    json_t *calls = NULL;
     if (st && st != KITE_ERR_CANCELLED && st != KITE_ERR_CONTEXT_FULL && a.n_tokens == 0) {
-        remove_last_message(c); /* nothing was answered */
-    } else {
-        json_t *reply = json_object();
+        json_decref(reply);
+        truncate_conversation(c, rollback); /* nothing was answered */
+    } else if (reply) {
+        calls = json_object_get(reply, "tool_calls");
+        json_array_append_new(c->messages, reply);
+    } else if (!a.reply) {
+        reply = json_object();
         json_object_set_new(reply, "role", json_string("assistant"));
         json_object_set_new(reply, "content", json_string_lossy(a.content.data, a.content.len));
         /* Templates that know reasoning_content (Qwen3) decide whether past reasoning is shown again;
@@ -556,10 +705,61 @@ static void chat_turn(chat *c, const char *line, size_t line_len) {
         if (r > 0) json_object_set_new(reply, "reasoning_content", json_string_lossy(a.reasoning.data, r));
         json_array_append_new(c->messages, reply);
     }
+    kite_chat_reply_free(a.reply);
     free(a.content.data);
     free(a.reasoning.data);
     free(a.held.data);
     kite_free(ids);
+    return calls;
+}
+
+static char *read_line(chat *c, const char *prompt);
+
+/* Each call's result is the next line read (taken as it is, commands included); the model then goes on
+ * from the results. Returns false at the end of input. */
+static bool answer_calls(chat *c, json_t *calls) {
+    while (calls) {
+        size_t rollback = json_array_size(c->messages), i;
+        json_t *call;
+        json_t *results = json_array();
+        json_array_foreach(calls, i, call) {
+            const char *name = json_string_value(json_object_get(json_object_get(call, "function"), "name"));
+            char prompt[160];
+            snprintf(prompt, sizeof prompt, "tool %.120s> ", name ? name : "?");
+            char *line = read_line(c, prompt);
+            if (!line) {
+                json_decref(results);
+                return false;
+            }
+            json_t *content = json_string(line);
+            if (!content) {
+                fprintf(stderr, "kite: error: the tool result is not valid UTF-8; it is sent as \"\"\n");
+                content = json_string("");
+            }
+            if (c->interactive && *line) add_history(line);
+            free(line);
+            json_array_append_new(results, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id",
+                                                     json_object_get(call, "id"), "content", content));
+        }
+        json_array_extend(c->messages, results);
+        json_decref(results);
+        calls = answer_conversation(c, rollback, false);
+    }
+    return true;
+}
+
+/* Appends the user's line, answers it (and the tool calls the answer makes), and appends the answers.
+ * Errors are reported and leave the conversation as it was before the line. Returns false at the end of
+ * input. */
+static bool chat_turn(chat *c, const char *line, size_t line_len) {
+    json_t *content = json_stringn(line, line_len);
+    if (!content) {
+        fprintf(stderr, "kite: error: the message is not valid UTF-8; it was not sent\n");
+        return true;
+    }
+    size_t rollback = json_array_size(c->messages);
+    json_array_append_new(c->messages, json_pack("{s:s,s:o}", "role", "user", "content", content));
+    return answer_calls(c, answer_conversation(c, rollback, c->force_call != NULL));
 }
 
 /* ---- commands --------------------------------------------------------------------------------- */
@@ -724,11 +924,11 @@ static int read_key(FILE *unused) {
 
 /* The next line (without its newline), malloc'd; NULL at the end of input, or on Ctrl-C at an empty
  * prompt. */
-static char *read_line(chat *c) {
+static char *read_line(chat *c, const char *prompt) {
     for (;;) {
         g_interrupted = 0;
         if (c->interactive) {
-            char *line = readline("> ");
+            char *line = readline(prompt);
             if (!line) return NULL;
             size_t len = strlen(line);
             if (len == 0 || line[len - 1] != INTERRUPT_MARKER) return line;
@@ -793,6 +993,30 @@ static int open_chat(chat *c, const chat_options *o) {
         json_decref(kwargs);
     }
 
+    if (o->tools_file) {
+        json_t *tools = kite_cli_load_tools(o->tools_file, err, sizeof err);
+        if (!tools) {
+            fprintf(stderr, "kite: error: %s\n", err);
+            return 1;
+        }
+        c->tools_text = kite_cli_json_text(tools);
+        json_decref(tools);
+        if (!c->tools_text) {
+            fprintf(stderr, "kite: error: out of memory\n");
+            return 1;
+        }
+        const char *choice = o->tool_choice ? o->tool_choice : "auto";
+        c->parse_calls = strcmp(choice, "none") != 0;
+        c->json_calls = o->json;
+        if (strcmp(choice, "none") && strcmp(choice, "auto")) {
+            const char *name = strcmp(choice, "required") ? choice : NULL;
+            if (kite_grammar_open_tool_call(&c->force_call, c->model, c->tmpl, c->tools_text, name, err, sizeof err)) {
+                fprintf(stderr, "kite: error: --tool-choice %s: %s\n", choice, err);
+                return 1;
+            }
+        }
+    }
+
     kite_session_params sp = kite_session_default_params();
     sp.n_ctx = o->ctx;
     sp.n_threads = o->threads;
@@ -855,6 +1079,8 @@ static void close_chat(chat *c) {
     kite_model_free(c->model);
     json_decref(c->messages);
     free(c->kwargs_text);
+    free(c->tools_text);
+    kite_grammar_free(c->force_call);
     free(c->token_kind);
 }
 
@@ -894,7 +1120,7 @@ int kite_cmd_chat(int argc, char **argv) {
     }
 
     for (;;) {
-        char *line = read_line(&c);
+        char *line = read_line(&c, "> ");
         if (!line) break;
         size_t len = strlen(line);
         bool go_on = true;
@@ -904,7 +1130,7 @@ int kite_cmd_chat(int argc, char **argv) {
         } else if (len > 0) {
             if (c.interactive) add_history(line);
             const char *text = line[0] == '/' ? line + 1 : line; /* "//x" sends "/x" */
-            chat_turn(&c, text, strlen(text));
+            go_on = chat_turn(&c, text, strlen(text));
         }
         free(line);
         if (!go_on) break;

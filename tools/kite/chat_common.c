@@ -163,3 +163,19 @@ int kite_cli_load_conversation(const char *path, json_t **messages, json_t **too
 char *kite_cli_json_text(const json_t *value) {
     return json_dumps(value, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
 }
+
+json_t *kite_cli_load_tools(const char *path, char *err, size_t err_size) {
+    json_error_t je;
+    json_t *tools = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!tools) {
+        if (je.line < 0) snprintf(err, err_size, "cannot read %s: %s", path, je.text);
+        else snprintf(err, err_size, "%s:%d:%d: invalid JSON: %s", path, je.line, je.column, je.text);
+        return NULL;
+    }
+    if (!json_is_array(tools)) {
+        json_decref(tools);
+        snprintf(err, err_size, "%s: the tools must be a JSON array of tool definitions", path);
+        return NULL;
+    }
+    return tools;
+}

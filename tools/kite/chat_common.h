@@ -33,6 +33,10 @@ int kite_cli_parse_conversation(const char *text, size_t len, const char *what, 
  * references). Returns 0 or a kite_status. */
 int kite_cli_load_conversation(const char *path, json_t **messages, json_t **tools, char *err, size_t err_size);
 
+/* Loads a tools file (--tools FILE.json): a JSON array of tool definitions in OpenAI form. Bad JSON names
+ * the file, line and column. Returns a new reference, or NULL with a message. */
+json_t *kite_cli_load_tools(const char *path, char *err, size_t err_size);
+
 /* Compact JSON text of value (UTF-8 kept, key order kept, reals round-trip), freed with free(). */
 char *kite_cli_json_text(const json_t *value);
 

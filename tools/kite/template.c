@@ -96,18 +96,8 @@ int kite_cmd_template(int argc, char **argv) {
         goto done;
     }
     if (tools_file) {
-        json_t *file_tools = NULL;
-        json_error_t je;
-        file_tools = json_load_file(tools_file, JSON_REJECT_DUPLICATES, &je);
+        json_t *file_tools = kite_cli_load_tools(tools_file, err, sizeof err);
         if (!file_tools) {
-            if (je.line < 0) snprintf(err, sizeof err, "cannot read %s: %s", tools_file, je.text);
-            else snprintf(err, sizeof err, "%s:%d:%d: invalid JSON: %s", tools_file, je.line, je.column, je.text);
-            error_line(err);
-            goto done;
-        }
-        if (!json_is_array(file_tools)) {
-            json_decref(file_tools);
-            snprintf(err, sizeof err, "%s: the tools must be a JSON array of tool definitions", tools_file);
             error_line(err);
             goto done;
         }
