@@ -35,6 +35,7 @@ void serve_route_free(serve_route *rt) {
     serve_buf_free(&rt->sent_reasoning);
     free(rt->remote_ids);
     free(rt->remote_prompt_ids);
+    json_decref(rt->tool_calls);
     free(rt);
 }
 
@@ -152,19 +153,19 @@ static void commit(serve_request *r) {
  * name once and the arguments in pieces). */
 static void merge_tool_call(serve_request *r, json_t *delta_call) {
     json_int_t index = json_integer_value(json_object_get(delta_call, "index"));
-    if (!r->tool_calls) r->tool_calls = json_array();
+    if (!r->route->tool_calls) r->route->tool_calls = json_array();
     if (index < 0 || index > 255) return;
-    while ((json_int_t)json_array_size(r->tool_calls) <= index) {
+    while ((json_int_t)json_array_size(r->route->tool_calls) <= index) {
         json_t *call = json_object(), *fn = json_object();
         json_object_set_new(call, "id", json_string(""));
         json_object_set_new(call, "type", json_string("function"));
         json_object_set_new(fn, "name", json_string(""));
         json_object_set_new(fn, "arguments", json_string(""));
         json_object_set_new(call, "function", fn);
-        json_array_append_new(r->tool_calls, call);
+        json_array_append_new(r->route->tool_calls, call);
         r->n_tool_calls++;
     }
-    json_t *call = json_array_get(r->tool_calls, (size_t)index);
+    json_t *call = json_array_get(r->route->tool_calls, (size_t)index);
     json_t *id = json_object_get(delta_call, "id");
     if (json_is_string(id)) json_object_set(call, "id", id);
     json_t *fn = json_object_get(call, "function"), *dfn = json_object_get(delta_call, "function");
@@ -240,7 +241,6 @@ static int on_remote_chunk(const char *chunk_json, size_t len, void *user_data) 
     if (n_reasoning) serve_buf_append(&rt->sent_reasoning, json_string_value(reasoning), n_reasoning);
     if (!r->oa.stream) {
         if (n_content) serve_buf_append(&r->content, json_string_value(content), n_content);
-        if (n_reasoning) serve_buf_append(&r->reasoning, json_string_value(reasoning), n_reasoning);
         if (has_calls) {
             size_t i;
             json_t *call;
@@ -302,6 +302,18 @@ static void finish_remote(serve_request *r) {
             emit(r, u);
         }
     }
+    if (!r->oa.stream && r->oa.endpoint == KITE_OPENAI_CHAT && (rt->tool_calls || rt->sent_reasoning.len)) {
+        /* the answer's message in OpenAI's shape: content null when it only calls tools */
+        json_t *m = json_object();
+        json_object_set_new(m, "role", json_string("assistant"));
+        json_object_set_new(m, "content", rt->tool_calls && r->content.len == 0
+                                              ? json_null()
+                                              : serve_json_text(r->content.data ? r->content.data : "", r->content.len));
+        if (rt->sent_reasoning.len)
+            json_object_set_new(m, "reasoning_content", serve_json_text(rt->sent_reasoning.data, rt->sent_reasoning.len));
+        if (rt->tool_calls) json_object_set(m, "tool_calls", rt->tool_calls);
+        r->message = m;
+    }
     pthread_mutex_lock(&r->mu);
     if (rt->held.len) serve_buf_append(&r->out, rt->held.data, rt->held.len);
     rt->held.len = 0;
@@ -342,9 +354,10 @@ static void reset_output(serve_request *r) {
     pthread_mutex_unlock(&r->mu);
     rt->held.len = 0;
     r->content.len = 0;
-    r->reasoning.len = 0;
-    json_decref(r->tool_calls);
-    r->tool_calls = NULL;
+    json_decref(rt->tool_calls);
+    rt->tool_calls = NULL;
+    json_decref(r->message);
+    r->message = NULL;
     r->n_tool_calls = 0;
     json_decref(r->logprobs);
     r->logprobs = NULL;

@@ -102,6 +102,7 @@ typedef struct serve_route {
     serve_buf held;                  /* stream: held SSE events */
     serve_buf sent_content;          /* content the client has been sent (or, held, would be) */
     serve_buf sent_reasoning;
+    json_t *tool_calls;              /* non-stream: a remote's calls merged from its deltas */
     int64_t remote_tokens;           /* content pieces a remote delivered before a cut */
     int32_t *remote_ids;             /* the remote's token ids of the text delivered (backend "token_ids") */
     size_t n_remote_ids, cap_remote_ids;
