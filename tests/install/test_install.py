@@ -110,11 +110,25 @@ try:
     check_story(run([static_bin, model, PROMPT], env=cmake_env).stdout, "find_package kite::kite_static")
     passed += 1
 
-    # ---- the installed CLI on the installed model (KITE_DEFAULT_MODEL: the prefix is not the configured one)
+    # ---- the installed CLI without --model finds the model of its own prefix (not the configured one)
     r = run([os.path.join(prefix, "bin", "kite"), "run", "--prompt", PROMPT, "--temperature", "0", "--max-tokens", "32"],
-            env=dict(cmake_env, KITE_DEFAULT_MODEL=model))
-    assert f"using the default model {model}\n".encode() in r.stderr, r.stderr
+            env=cmake_env)
+    assert f"using the default model {os.path.realpath(model)}\n".encode() in r.stderr, r.stderr
     check_story(r.stdout, "installed kite run")
+    passed += 1
+
+    # ---- ...and so does a program linking the installed libkite.so, through kite_default_model_path
+    probe = os.path.join(work, "default_path.c")
+    with open(probe, "w") as f:
+        f.write('#include <stdio.h>\n#include "kite.h"\n'
+                'int main(void) {\n    const char *path;\n    char err[512];\n'
+                '    if (kite_default_model_path(&path, err, sizeof err)) { fprintf(stderr, "%s\\n", err); return 1; }\n'
+                '    printf("%s\\n", path);\n    return 0;\n}\n')
+    probe_bin = os.path.join(work, "default_path")
+    run([CC] + CC_FLAGS + ["-o", probe_bin, probe] + flags, env=ENV)
+    # Run from another folder: the answer comes from where libkite.so is, not from this program or the cwd.
+    r = run([probe_bin], env=dict(ENV, LD_LIBRARY_PATH=lib), cwd="/")
+    assert r.stdout.decode() == os.path.realpath(model) + "\n", (r.stdout, model)
     passed += 1
 finally:
     shutil.rmtree(work, ignore_errors=True)
