@@ -73,6 +73,16 @@ kite_model_params kite_model_default_params(void);
 int kite_model_open(kite_model **out, const char *path, const kite_model_params *params, char *err, size_t err_size);
 void kite_model_free(kite_model *model);
 
+/* The small story model kite ships (TinyStories-656K, Q8_0 GGUF, 750 KB, Apache-2.0; models/README.md),
+ * for programs that need a model without being given one. The first of:
+ *   1. $KITE_DEFAULT_MODEL when set and not empty (used as given: naming no file is an error);
+ *   2. the installed copy, <datadir>/kite/models/tinystories-656k-q8_0.gguf: first under the prefix the
+ *      running program (or libkite.so) is installed in, then under the prefix libkite was configured with;
+ *   3. the copy in the source tree libkite was built from.
+ * Sets *path to it (a string owned by the library, or the environment's, valid until the environment
+ * changes), or returns KITE_ERR_IO with err naming the places looked in. */
+int kite_default_model_path(const char **path, char *err, size_t err_size);
+
 typedef struct kite_model_info {
     char architecture[32];  /* "llama", "qwen2", "qwen3" */
     char format[16];        /* "gguf", "safetensors", "llama2c" */

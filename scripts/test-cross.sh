@@ -64,7 +64,7 @@ run_tests() {
 
 start=$SECONDS
 echo "-- x86-64 build (build-qemu-x86, gcc, Release, -Werror)"
-CC=gcc cmake -S . -B build-qemu-x86 -DCMAKE_BUILD_TYPE=Release -DKITE_WERROR=ON -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
+CC=gcc cmake -S . -B build-qemu-x86 -DCMAKE_BUILD_TYPE=Release -DKITE_BUILD_TESTS=ON -DKITE_WERROR=ON -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
 cmake --build build-qemu-x86 -j"$JOBS" --target test_kernels test_golden >/dev/null
 
 echo "-- x86-64 AVX2, no AVX-512: ${X86_AVX2[*]}"
@@ -80,7 +80,7 @@ expect_level build-qemu-x86 ref "" qemu-x86_64 -cpu "SandyBridge,-x2apic,-tsc-de
 run_tests build-qemu-x86 "ref" "" "${X86_SSE[@]}"
 
 echo "-- aarch64 cross build (build-aarch64, aarch64-linux-gnu-gcc, Release, -Werror)"
-cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" -DCMAKE_BUILD_TYPE=Release \
+cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" -DCMAKE_BUILD_TYPE=Release -DKITE_BUILD_TESTS=ON \
   -DKITE_WERROR=ON -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
 cmake --build build-aarch64 -j"$JOBS" --target test_kernels test_golden >/dev/null
 

@@ -21,12 +21,12 @@ if [ -f tests/oracle/package.json ]; then
 fi
 
 echo "== release build (gcc, -Werror)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKITE_WERROR=ON -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKITE_WERROR=ON -DKITE_BUILD_TESTS=ON -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
 cmake --build build -j"$JOBS"
 (cd build && ctest --output-on-failure -j"$JOBS")
 
 echo "== sanitizer build (clang, ASan+UBSan)"
-CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKITE_WERROR=ON -DKITE_SANITIZE=ON \
+CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKITE_WERROR=ON -DKITE_SANITIZE=ON -DKITE_BUILD_TESTS=ON \
   -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
 cmake --build build-asan -j"$JOBS"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$JOBS")

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "default_model.h"
 #include "kite.h"
 
 int kite_cmd_bench(int argc, char **argv);
@@ -599,7 +600,7 @@ int kite_cmd_bench(int argc, char **argv) {
         if (a.model) return bench_fail(2, "give either --hw or --model, not both");
         return run_hw_only(&a);
     }
-    if (!a.model) return bench_fail(2, "kite bench needs --model PATH or --hw (see kite bench --help)");
+    if ((rc = kite_cli_model_or_default(&a.model, "kite bench", false))) return rc;
     return run_bench(&a);
 }
 

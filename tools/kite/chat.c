@@ -18,6 +18,7 @@
 #include <editline/readline.h>
 
 #include "chat_common.h"
+#include "default_model.h"
 #include "kite.h"
 
 static const char CHAT_USAGE[] =
@@ -162,7 +163,8 @@ static int parse_options(int argc, char **argv, chat_options *o) {
             return 2;
         }
     }
-    if (!o->model_path) return usage_error("%s", "kite chat needs --model PATH");
+    int rc = kite_cli_model_or_default(&o->model_path, "kite chat", false);
+    if (rc) return rc;
     if (o->cache_type && strcmp(o->cache_type, "f16") && strcmp(o->cache_type, "f32"))
         return usage_error("--cache-type expects f16 or f32, got '%s'", o->cache_type);
     if (o->tool_choice && !o->tools_file) return usage_error("%s", "--tool-choice needs --tools FILE.json");

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "chat_common.h"
+#include "default_model.h"
 #include "kite.h"
 
 static const char *g_prog = "kite";
@@ -193,7 +194,8 @@ static const char RUN_USAGE[] =
     "and llama.cpp, unless --no-special. With --chat, the prompt is a user turn rendered through the model's\n"
     "chat template (special-token text typed in it then stays plain text) and the model answers it.\n"
     "\n"
-    "  --model, -m PATH        GGUF file, llama2.c .bin, or Hugging Face folder (or a .safetensors in one)\n"
+    "  --model, -m PATH        GGUF file, llama2.c .bin, or Hugging Face folder (or a .safetensors in one);\n"
+    "                          default: $KITE_DEFAULT_MODEL, else the bundled story model (models/README.md)\n"
     "  --tokenizer PATH        llama2.c tokenizer .bin or tokenizer.json (needed for llama2.c checkpoints)\n"
     "  --prompt, -p TEXT       prompt text (UTF-8)\n"
     "  --prompt-ids IDS        prompt as token ids, separated by commas or spaces (no BOS added)\n"
@@ -349,7 +351,7 @@ static int cmd_run(int argc, char **argv) {
     int rc = parse_args(argc, argv, 2, &a, "kite run --help");
     if (rc) return rc;
     if (a.help) { fputs(RUN_USAGE, stdout); return 0; }
-    if (!a.model) return fail(2, "%s", "kite run needs --model PATH (see kite run --help)");
+    if ((rc = kite_cli_model_or_default(&a.model, "kite run", a.quiet))) return rc;
     if (a.cache_type && strcmp(a.cache_type, "f16") && strcmp(a.cache_type, "f32"))
         return fail(2, "--cache-type expects f16 or f32, got '%s'", a.cache_type);
     if (!a.prompt && !a.prompt_ids) return fail(2, "%s", "kite run needs --prompt TEXT or --prompt-ids IDS (see kite run --help)");

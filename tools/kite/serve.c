@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "chat_common.h"
+#include "default_model.h"
 #include "kite.h"
 
 int kite_cmd_serve(int argc, char **argv);
@@ -141,8 +142,11 @@ int kite_cmd_serve(int argc, char **argv) {
             return usage_error("unknown option %s", opt);
         }
     }
-    if (!model_path && !router_path) return usage_error("%s", "kite serve needs --model PATH or --router CONFIG");
     if (model_path && router_path) return usage_error("%s", "--router takes the model from its config's local backend: drop --model");
+    if (!router_path) {
+        int usage_rc = kite_cli_model_or_default(&model_path, "kite serve", false);
+        if (usage_rc) return usage_rc;
+    }
     if (cache_type && strcmp(cache_type, "f16") && strcmp(cache_type, "f32"))
         return usage_error("--cache-type expects f16 or f32, got '%s'", cache_type);
     sp.kv_type = cache_type && !strcmp(cache_type, "f32") ? KITE_KV_F32 : KITE_KV_F16;
