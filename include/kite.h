@@ -131,6 +131,11 @@ typedef struct kite_gen_params {
     const kite_logit_bias *logit_bias; /* n_logit_bias entries, borrowed during generation */
     size_t n_logit_bias;
     bool ignore_eos;           /* keep going past end tokens */
+    /* Text for people (kite run, kite chat): control tokens (BOS, <|im_start|>, ...) give no text, and the
+     * spelling of an end token written in plain pieces ("<|" "end" "_story" "|>", as a model trained on text
+     * holding its marker may write it) ends generation like a stop string (KITE_FINISH_STOP). Off by default:
+     * the text then holds every token's text but end tokens', as Hugging Face's decode does. */
+    bool skip_special;
     /* Stop strings (borrowed during generation): generation ends when the generated text contains one,
      * matched across token boundaries. The callback never receives the stop string nor anything after
      * it: text that could begin a stop string is held back (delivered with a later token, or at the

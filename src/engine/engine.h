@@ -43,6 +43,7 @@ struct kite_grammar {
 };
 
 enum { KITE_PREFILL_CHUNK = 64 }; /* tokens per forward pass while processing a prompt */
+enum { KITE_MAX_END_TEXT = 8 };    /* end-token spellings a generation watches for (skip_special) */
 
 /* A generation under way: kite_generate's loop, or work queued by kite_session_start for
  * kite_batch_step. */
@@ -55,6 +56,9 @@ typedef struct kite_generation {
     char pending[256];          /* bytes of an incomplete UTF-8 character carried to the next token */
     size_t n_pending;
     char *held;                 /* [cap_held] complete text held back while it may begin a stop string */
+    const char *end_text[KITE_MAX_END_TEXT]; /* params.skip_special: end tokens' spellings (the tokenizer's), stops too */
+    size_t end_text_len[KITE_MAX_END_TEXT];
+    int32_t n_end_text;
     size_t n_held, cap_held;
     int32_t prev;               /* the token before, for SentencePiece's leading-space rule */
     int64_t generated;

@@ -52,6 +52,10 @@ int32_t kite_tokenizer_token_id(const kite_tokenizer *t, const char *text, size_
 const char *kite_tokenizer_token_text(const kite_tokenizer *t, int32_t id, size_t *len);
 /* Whether id is a control or unknown token (BOS, EOS, <|im_start|>, ...). */
 bool kite_tokenizer_is_special(const kite_tokenizer *t, int32_t id);
+/* Whether id is a control token (BOS, EOS, <|im_start|>, ...; not unknown, not user-defined). */
+bool kite_tokenizer_is_control(const kite_tokenizer *t, int32_t id);
+/* The end-of-generation tokens (kite_tokenizer_is_eog), lowest id first: writes at most cap, returns the count written. */
+int32_t kite_tokenizer_eog_ids(const kite_tokenizer *t, int32_t *ids, int32_t cap);
 
 /* Encodes UTF-8 text (invalid UTF-8 is KITE_ERR_TOKENIZER). parse_special: text spelling a special /
  * added token (e.g. "<|im_start|>") becomes that token; user-defined added tokens (HF added tokens with
