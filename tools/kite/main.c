@@ -111,7 +111,16 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "%s: error: option %s needs a value (see %s)\n", g_prog, opt, usage_hint);
+            static const char *const valued[] = {
+                "--model", "--tokenizer", "--prompt", "--prompt-ids", "--file", "--ids", "--draft", "--spec-verify",
+                "--cache-type", "--system", "--chat-template", "--grammar", "--json-schema", "--regex", "--stop",
+                "--logit-bias", "--spec-budget", "--max-tokens", "--top-k", "--threads", "--ctx", "--spec-tree",
+                "--logprobs", "--temperature", "--top-p", "--min-p", "--repeat-penalty", "--presence-penalty",
+                "--frequency-penalty", "--seed"};
+            bool known = false;
+            for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) known |= !strcmp(opt, valued[k]);
+            fprintf(stderr, known ? "%s: error: option %s needs a value (see %s)\n" : "%s: error: unknown option %s (see %s)\n",
+                    g_prog, opt, usage_hint);
             return 2;
         }
         const char *val = argv[++i];
@@ -382,12 +391,15 @@ static int parse_id_list(const char *s, int32_t **ids, size_t *n) {
     if (!*ids) return fail(1, "%s", "out of memory");
     const char *p = s;
     while (*p) {
-        while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n') p++;
+        while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
         if (!*p) break;
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX) return fail(2, "--prompt-ids: '%s' is not a list of token ids", s);
+        if (end == p || errno || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "%s: error: token ids: '%.20s' at byte %zu is not a token id\n", g_prog, p, (size_t)(p - s));
+            return 2;
+        }
         if (*n == cap) {
             cap *= 2;
             int32_t *ni = realloc(*ids, cap * sizeof **ids);
@@ -912,10 +924,11 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     int rc = dispatch(argc, argv);
     /* Output still buffered, or refused earlier (a full disk, a closed pipe), fails the command. */
-    if (fflush(stdout) || ferror(stdout) || fclose(stdout)) {
+    errno = 0;
+    if ((fflush(stdout) || ferror(stdout) || fclose(stdout)) && rc == 0) { /* a failed command has said why */
         int code = errno;
         fprintf(stderr, "%s: error: writing the output: %s\n", g_prog, strerror(code ? code : EIO));
-        if (rc == 0) rc = 1;
+        rc = 1;
     }
     return rc;
 }
