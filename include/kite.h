@@ -58,7 +58,7 @@ typedef struct kite_session kite_session;
 typedef void (*kite_progress_fn)(float fraction, void *user_data);
 
 typedef struct kite_model_params {
-    const char *tokenizer_path; /* a llama2.c tokenizer .bin or a tokenizer.json; NULL: from the model */
+    const char *tokenizer_path; /* a llama2.c tokenizer .bin, a SentencePiece .model or a tokenizer.json; NULL: from the model */
     bool vocab_only;            /* load the tokenizer only (no weights, no sessions); the model path
                                    may then be NULL when tokenizer_path is given */
     int n_threads;              /* worker threads for sessions of this model; 0 = number of cores */

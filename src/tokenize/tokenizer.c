@@ -602,6 +602,11 @@ int kite_tokenizer_from_file(kite_tokenizer **out, const char *path, int32_t n_v
     size_t i = 0;
     while (i < f.size && isspace(f.data[i])) i++;
     bool json = ends_with(path, ".json") || (i < f.size && f.data[i] == '{');
+    if (!json && ends_with(path, ".model")) {
+        rc = kite_tokenizer_from_spm_model(out, f.data, f.size, e);
+        kite_unmap_file(&f);
+        return rc;
+    }
     if (!json) {
         rc = kite_tokenizer_from_llama2c(out, f.data, f.size, n_vocab, e);
         kite_unmap_file(&f);
