@@ -69,6 +69,16 @@ t.check("a llama2.c tokenizer of another vocabulary is refused (exit 1, one clea
 rc, out, err = kite(["run", "-m", S260[1], "--tokenizer", os.path.join(MODELS, "tokenizers", "qwen3", "tokenizer.json"), "-p", "x"])
 t.check("as a mismatched tokenizer.json is", rc == 1 and "tokenizer" in err, err)
 
+# ---- SentencePiece .model tokenizers -------------------------------------------------------------------------
+spm = os.path.join(TOK512, "tok512.model")
+rc, via_model, err = run_json(["-m", S260[1], "--tokenizer", spm, "-p", "Lily and Tom went to the park", "-n", "16", "--temp", "0"])
+rc2, via_bin, _ = run_json(S260 + ["-p", "Lily and Tom went to the park", "-n", "16", "--temp", "0"])
+t.check("--tokenizer tok512.model gives tok512.bin's ids and text", via_model is not None and via_bin is not None
+        and via_model["prompt_ids"] == via_bin["prompt_ids"] and via_model["ids"] == via_bin["ids"]
+        and via_model["text"] == via_bin["text"], err)
+rc, out, err = kite(["run", "-m", S260[1], "--tokenizer", os.path.join(MODELS, "llama2-tokenizer", "tokenizer.model"), "-p", "x"])
+t.check("a .model of another vocabulary is refused naming it", rc == 1 and "tokenizer.model has 32000 tokens" in err, err)
+
 # ---- kite bench on a small context -------------------------------------------------------------------------
 rc, out, err = kite(["bench"] + S260 + ["--no-hw", "--reps", "1", "--json"], timeout=120)
 try:
