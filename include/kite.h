@@ -259,6 +259,15 @@ const int32_t *kite_session_tokens(const kite_session *session, int32_t *n);
  * with another session's context starts from that session's K/V. */
 int kite_session_copy_prefix(kite_session *dst, const kite_session *src, int32_t n_tokens, char *err, size_t err_size);
 
+/* Session files: the context's tokens and their K/V in a file (kite run --prompt-cache). Load replaces the
+ * session's context with the file's; the file must come from the same model (a fingerprint of its tensors),
+ * with the same KV type, and fit the session's context, else KITE_ERR_INVALID_ARG (or KITE_ERR_FORMAT for a
+ * damaged file, KITE_ERR_CONTEXT_FULL when too long) and the session is unchanged. After a load the next
+ * kite_prompt must give at least one token (the logits after the context are not stored). Save writes a
+ * temporary file beside path and renames it into place. */
+int kite_session_save(const kite_session *session, const char *path, char *err, size_t err_size);
+int kite_session_load(kite_session *session, const char *path, char *err, size_t err_size);
+
 /* ---- continuous batching ---------------------------------------------------------------------- */
 /* Many sessions of one model advanced together: each kite_batch_step runs one forward pass over one
  * decoding pass of every generating session (its next token, or its drafted chain or tree) and chunks

@@ -109,6 +109,24 @@ struct kite_session {
     kite_generation gen;
 };
 
+/* Session files (session_file.c). What a file must match to load into a session. */
+enum { KITE_SESSION_HEADER_BYTES = 48 };
+typedef struct kite_session_file_shape {
+    uint64_t fingerprint;   /* kite_model_fingerprint of the session's model */
+    kite_kv_type kv_type;
+    int32_t n_layers, n_kv_heads, head_dim, n_vocab;
+} kite_session_file_shape;
+typedef struct kite_session_file_view {
+    int32_t n_tokens;
+    const unsigned char *tokens; /* [n_tokens] int32, little-endian, unaligned */
+    const unsigned char *kv;     /* K then V: [n_layers][n_kv_heads][n_tokens][head_dim] elements each */
+} kite_session_file_view;
+/* A hash of the model's shape, tensor table and a sample of every tensor's bytes. */
+uint64_t kite_model_fingerprint(const kite_model *m);
+/* Validates a whole session file held in memory against x (and at most max_tokens tokens); out points into data. */
+int kite_session_file_parse(const void *data, size_t size, const kite_session_file_shape *x, int32_t max_tokens,
+                            kite_session_file_view *out, kite_error *e);
+
 /* For engine/batch.c (session.c). */
 int kite_session_prompt_done(kite_session *s, kite_error *e);
 void kite_session_gen_first(kite_session *s);

@@ -61,6 +61,7 @@ typedef struct cli_args {
     bool have_logprobs;
     const char *ids;          /* kite detokenize --ids IDS */
     bool keep_newline;        /* kite tokenize --keep-newline */
+    const char *prompt_cache; /* --prompt-cache FILE: the prompt's K/V saved and reused */
 } cli_args;
 
 static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
@@ -113,7 +114,7 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         if (i + 1 >= argc) {
             static const char *const valued[] = {
                 "--model", "--tokenizer", "--prompt", "--prompt-ids", "--file", "--ids", "--draft", "--spec-verify",
-                "--cache-type", "--system", "--chat-template", "--grammar", "--json-schema", "--regex", "--stop",
+                "--cache-type", "--prompt-cache", "--system", "--chat-template", "--grammar", "--json-schema", "--regex", "--stop",
                 "--logit-bias", "--spec-budget", "--max-tokens", "--top-k", "--threads", "--ctx", "--spec-tree",
                 "--logprobs", "--temperature", "--top-p", "--min-p", "--repeat-penalty", "--presence-penalty",
                 "--frequency-penalty", "--seed"};
@@ -161,6 +162,7 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         if (!strcmp(opt, "--regex")) { a->regex = val; continue; }
         if (!strcmp(opt, "--file")) { a->file = val; continue; }
         if (!strcmp(opt, "--ids")) { a->ids = val; continue; }
+        if (!strcmp(opt, "--prompt-cache")) { a->prompt_cache = val; continue; }
         if (!strcmp(opt, "--stop")) {
             if (a->n_stop == KITE_MAX_STOP) return fail(2, "at most 16 --stop strings, got another: '%s'", val);
             if (!*val || strlen(val) > KITE_MAX_STOP_BYTES) return fail(2, "--stop expects a non-empty string of at most 1024 bytes, got '%s'", val);
@@ -302,6 +304,8 @@ static const char RUN_USAGE[] =
     "  --stop S                end generation where the text contains S (S itself not printed); repeatable\n"
     "  --threads, -t N         worker threads (default: all cores)\n"
     "  --ctx, -c N             context size in tokens (default: the model's, at most 4096)\n"
+    "  --prompt-cache FILE     save the prompt's state (K/V) in FILE; a later run whose prompt starts the same\n"
+    "                          loads it and skips that part of the prefill (a file of another model is ignored)\n"
     "  --cache-type f16|f32    KV cache precision (default f16, as llama.cpp; f32 keeps keys and values exact)\n"
     "  --no-bos                do not add BOS to the prompt\n"
     "  --ignore-eos            keep generating past end-of-sequence tokens\n"
@@ -619,7 +623,27 @@ static int cmd_run(int argc, char **argv) {
     if (a.json && a.have_logprobs) out.logprobs = json_array();
     g_run_session = session;
     catch_sigint();
-    int st = kite_prompt(session, prompt, n_prompt, err, sizeof err);
+    /* --prompt-cache: the longest prefix the file shares with this prompt is not processed again (the last
+     * prompt token always is: the file holds no logits); the prompt's state is saved for the next run. */
+    size_t cached = 0;
+    bool save_cache = a.prompt_cache != NULL;
+    if (a.prompt_cache && access(a.prompt_cache, F_OK) == 0) {
+        if (kite_session_load(session, a.prompt_cache, err, sizeof err)) {
+            fprintf(stderr, "%s: warning: --prompt-cache: %s; processing the whole prompt\n", g_prog, err);
+        } else {
+            int32_t n_cached = 0;
+            const int32_t *have = kite_session_tokens(session, &n_cached);
+            while (cached < (size_t)n_cached && cached < n_prompt && have[cached] == prompt[cached]) cached++;
+            if (cached == n_prompt) cached--;
+            save_cache = cached + 1 < n_prompt || (size_t)n_cached != n_prompt;
+            kite_session_truncate(session, (int32_t)cached, err, sizeof err);
+        }
+    }
+    int st = kite_prompt(session, prompt + cached, n_prompt - cached, err, sizeof err);
+    if (!st && save_cache && !g_interrupted && kite_session_save(session, a.prompt_cache, err, sizeof err)) {
+        fprintf(stderr, "%s: warning: --prompt-cache: %s\n", g_prog, err);
+        err[0] = 0;
+    }
     bool generated = !st;
     if (!st) st = kite_generate(session, &gp, on_token, &out, err, sizeof err);
     g_run_session = NULL;
@@ -694,6 +718,7 @@ static int cmd_run(int argc, char **argv) {
             json_object_set_new(js, "grammar_mask_ms", json_real(stats.grammar_mask_ms));
             json_object_set_new(js, "grammar_mask_hits", json_integer(stats.grammar_mask_hits));
         }
+        if (a.prompt_cache) json_object_set_new(js, "prompt_cached", json_integer((json_int_t)cached));
         json_object_set_new(root, "stats", js);
         json_object_set_new(root, "stopped", json_string(stopped));
         if (context_full) json_object_set_new(root, "context_full", json_true());
@@ -705,6 +730,7 @@ static int cmd_run(int argc, char **argv) {
         free(dump);
         json_decref(root);
     }
+    if (!a.quiet && ok && a.prompt_cache) fprintf(stderr, "prompt cache: %zu of %zu prompt tokens reused\n", cached, n_prompt);
     if (!a.quiet && ok) {
         fprintf(stderr, "prompt tokens: %lld, prefill: %.1f tok/s, time to first token: %.1f ms, generated: %lld, decode: %.1f tok/s\n",
                 (long long)stats.prompt_tokens, stats.prefill_tok_s, stats.ttft_ms, (long long)stats.generated_tokens,
