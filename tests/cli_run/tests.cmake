@@ -5,3 +5,4 @@
 kite_script_test(test_cli_run_stops cli_run/test_run_stops.py)
 kite_script_test(test_cli_run_io cli_run/test_run_io.py)
 kite_script_test(test_cli_run_flags cli_run/test_run_flags.py)
+kite_script_test(test_cli_run_prompt_cache cli_run/test_run_prompt_cache.py)
