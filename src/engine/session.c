@@ -376,7 +376,7 @@ static void emit(kite_session *s, int32_t id, const float *logits) {
     } else {
         /* Complete text joins what is held back; a stop string ends generation before it; text that
          * may still begin one stays held. */
-        if (g->n_held + ready > g->cap_held) {
+        if (g->n_held + ready > g->cap_held || !g->held) { /* a first token of no text still needs the buffer */
             size_t cap = (g->n_held + ready) * 2 + 64;
             char *grown = realloc(g->held, cap);
             if (!grown) {
