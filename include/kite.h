@@ -58,7 +58,7 @@ typedef struct kite_session kite_session;
 typedef void (*kite_progress_fn)(float fraction, void *user_data);
 
 typedef struct kite_model_params {
-    const char *tokenizer_path; /* a llama2.c tokenizer .bin or a tokenizer.json; NULL: from the model */
+    const char *tokenizer_path; /* a llama2.c tokenizer .bin, a SentencePiece .model or a tokenizer.json; NULL: from the model */
     bool vocab_only;            /* load the tokenizer only (no weights, no sessions); the model path
                                    may then be NULL when tokenizer_path is given */
     int n_threads;              /* worker threads for sessions of this model; 0 = number of cores */
@@ -141,6 +141,11 @@ typedef struct kite_gen_params {
     const kite_logit_bias *logit_bias; /* n_logit_bias entries, borrowed during generation */
     size_t n_logit_bias;
     bool ignore_eos;           /* keep going past end tokens */
+    /* Text for people (kite run, kite chat): control tokens (BOS, <|im_start|>, ...) give no text, and the
+     * spelling of an end token written in plain pieces ("<|" "end" "_story" "|>", as a model trained on text
+     * holding its marker may write it) ends generation like a stop string (KITE_FINISH_STOP). Off by default:
+     * the text then holds every token's text but end tokens', as Hugging Face's decode does. */
+    bool skip_special;
     /* Stop strings (borrowed during generation): generation ends when the generated text contains one,
      * matched across token boundaries. The callback never receives the stop string nor anything after
      * it: text that could begin a stop string is held back (delivered with a later token, or at the
@@ -263,6 +268,15 @@ const int32_t *kite_session_tokens(const kite_session *session, int32_t *n);
  * calls, on the thread that steps it). A server's prefix cache: a request sharing a prompt prefix
  * with another session's context starts from that session's K/V. */
 int kite_session_copy_prefix(kite_session *dst, const kite_session *src, int32_t n_tokens, char *err, size_t err_size);
+
+/* Session files: the context's tokens and their K/V in a file (kite run --prompt-cache). Load replaces the
+ * session's context with the file's; the file must come from the same model (a fingerprint of its tensors),
+ * with the same KV type, and fit the session's context, else KITE_ERR_INVALID_ARG (or KITE_ERR_FORMAT for a
+ * damaged file, KITE_ERR_CONTEXT_FULL when too long) and the session is unchanged. After a load the next
+ * kite_prompt must give at least one token (the logits after the context are not stored). Save writes a
+ * temporary file beside path and renames it into place. */
+int kite_session_save(const kite_session *session, const char *path, char *err, size_t err_size);
+int kite_session_load(kite_session *session, const char *path, char *err, size_t err_size);
 
 /* ---- continuous batching ---------------------------------------------------------------------- */
 /* Many sessions of one model advanced together: each kite_batch_step runs one forward pass over one

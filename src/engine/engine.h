@@ -43,6 +43,7 @@ struct kite_grammar {
 };
 
 enum { KITE_PREFILL_CHUNK = 64 }; /* tokens per forward pass while processing a prompt */
+enum { KITE_MAX_END_TEXT = 8 };    /* end-token spellings a generation watches for (skip_special) */
 
 /* A generation under way: kite_generate's loop, or work queued by kite_session_start for
  * kite_batch_step. */
@@ -55,6 +56,9 @@ typedef struct kite_generation {
     char pending[256];          /* bytes of an incomplete UTF-8 character carried to the next token */
     size_t n_pending;
     char *held;                 /* [cap_held] complete text held back while it may begin a stop string */
+    const char *end_text[KITE_MAX_END_TEXT]; /* params.skip_special: end tokens' spellings (the tokenizer's), stops too */
+    size_t end_text_len[KITE_MAX_END_TEXT];
+    int32_t n_end_text;
     size_t n_held, cap_held;
     int32_t prev;               /* the token before, for SentencePiece's leading-space rule */
     int64_t generated;
@@ -104,6 +108,24 @@ struct kite_session {
     float *tree_logits;      /* [KITE_MAX_DRAFT + 1][n_vocab] target logits of a verification pass */
     kite_generation gen;
 };
+
+/* Session files (session_file.c). What a file must match to load into a session. */
+enum { KITE_SESSION_HEADER_BYTES = 48 };
+typedef struct kite_session_file_shape {
+    uint64_t fingerprint;   /* kite_model_fingerprint of the session's model */
+    kite_kv_type kv_type;
+    int32_t n_layers, n_kv_heads, head_dim, n_vocab;
+} kite_session_file_shape;
+typedef struct kite_session_file_view {
+    int32_t n_tokens;
+    const unsigned char *tokens; /* [n_tokens] int32, little-endian, unaligned */
+    const unsigned char *kv;     /* K then V: [n_layers][n_kv_heads][n_tokens][head_dim] elements each */
+} kite_session_file_view;
+/* A hash of the model's shape, tensor table and a sample of every tensor's bytes. */
+uint64_t kite_model_fingerprint(const kite_model *m);
+/* Validates a whole session file held in memory against x (and at most max_tokens tokens); out points into data. */
+int kite_session_file_parse(const void *data, size_t size, const kite_session_file_shape *x, int32_t max_tokens,
+                            kite_session_file_view *out, kite_error *e);
 
 /* For engine/batch.c (session.c). */
 int kite_session_prompt_done(kite_session *s, kite_error *e);

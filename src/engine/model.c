@@ -55,11 +55,21 @@ static int open_tokenizer(kite_model *m, const char *model_path, const char *tok
             st = kite_tokenizer_from_hf_json(&m->tokenizer, json, len, config, config_len, e);
             free(json);
             free(config);
+        } else if (has_suffix(tokenizer_path, ".model")) {
+            kite_mapped_file f;
+            if ((st = kite_map_file(&f, tokenizer_path, e))) return st;
+            st = kite_tokenizer_from_spm_model(&m->tokenizer, f.data, f.size, e);
+            kite_unmap_file(&f);
         } else {
             kite_mapped_file f;
             if ((st = kite_map_file(&f, tokenizer_path, e))) return st;
-            st = kite_tokenizer_from_llama2c(&m->tokenizer, f.data, f.size, m->n_vocab, e);
+            /* Every entry is read: a .bin holding more tokens than the model's vocabulary belongs to another
+             * model (its first n_vocab entries would tokenize, silently wrong). */
+            st = kite_tokenizer_from_llama2c(&m->tokenizer, f.data, f.size, 0, e);
             kite_unmap_file(&f);
+            if (!st && m->n_vocab > 0 && kite_tokenizer_n_vocab(m->tokenizer) != m->n_vocab)
+                return kite_fail(e, KITE_ERR_TOKENIZER, "tokenizer %s has %d tokens but the model's vocabulary has %d: it belongs to another model",
+                                 tokenizer_path, kite_tokenizer_n_vocab(m->tokenizer), m->n_vocab);
         }
     } else if (m->src.gguf) {
         st = kite_tokenizer_from_gguf(&m->tokenizer, m->src.gguf, e);
@@ -85,8 +95,8 @@ static int open_tokenizer(kite_model *m, const char *model_path, const char *tok
         return kite_fail(e, st, "tokenizer of %s: %s", tokenizer_path ? tokenizer_path : model_path, inner);
     }
     if (m->n_vocab > 0 && kite_tokenizer_n_vocab(m->tokenizer) > m->n_vocab)
-        return kite_fail(e, KITE_ERR_FORMAT, "tokenizer has %d tokens but the model's vocabulary has %d",
-                         kite_tokenizer_n_vocab(m->tokenizer), m->n_vocab);
+        return kite_fail(e, KITE_ERR_FORMAT, "tokenizer %s has %d tokens but the model's vocabulary has %d: it belongs to another model",
+                         tokenizer_path ? tokenizer_path : model_path, kite_tokenizer_n_vocab(m->tokenizer), m->n_vocab);
     return KITE_OK;
 }
 

@@ -227,13 +227,15 @@ static size_t utf8_complete_prefix(const char *buf, size_t n) {
 
 /* Length of the longest suffix of text[0..n) that is a proper prefix of one of the stop strings: text
  * that may still become a stop string once more tokens arrive. */
-static size_t stop_prefix_suffix(const kite_gen_params *p, const char *text, size_t n) {
+static size_t stop_prefix_suffix(const kite_generation *g, const char *text, size_t n) {
+    const kite_gen_params *p = &g->params;
     size_t best = 0;
-    for (size_t i = 0; i < p->n_stop; i++) {
-        size_t len = strlen(p->stop[i]);
+    for (size_t i = 0; i < p->n_stop + (size_t)g->n_end_text; i++) {
+        const char *stop = i < p->n_stop ? p->stop[i] : g->end_text[i - p->n_stop];
+        size_t len = i < p->n_stop ? strlen(stop) : g->end_text_len[i - p->n_stop];
         size_t max = len - 1 < n ? len - 1 : n;
         for (size_t k = max; k > best; k--)
-            if (!memcmp(text + n - k, p->stop[i], k)) {
+            if (!memcmp(text + n - k, stop, k)) {
                 best = k;
                 break;
             }
@@ -242,10 +244,13 @@ static size_t stop_prefix_suffix(const kite_gen_params *p, const char *text, siz
 }
 
 /* Offset of the earliest stop string in text[0..n), or n when none occurs. */
-static size_t stop_find(const kite_gen_params *p, const char *text, size_t n) {
+static size_t stop_find(const kite_generation *g, const char *text, size_t n) {
+    const kite_gen_params *p = &g->params;
     size_t first = n;
-    for (size_t i = 0; i < p->n_stop; i++) {
-        const char *hit = memmem(text, n, p->stop[i], strlen(p->stop[i]));
+    for (size_t i = 0; i < p->n_stop + (size_t)g->n_end_text; i++) {
+        const char *stop = i < p->n_stop ? p->stop[i] : g->end_text[i - p->n_stop];
+        size_t len = i < p->n_stop ? strlen(stop) : g->end_text_len[i - p->n_stop];
+        const char *hit = memmem(text, n, stop, len);
         if (hit && (size_t)(hit - text) < first) first = (size_t)(hit - text);
     }
     return first;
@@ -331,7 +336,9 @@ static void emit(kite_session *s, int32_t id, const float *logits) {
     bool end = !gp->ignore_eos && kite_tokenizer_is_eog(m->tokenizer, id);
     bool last = end || g->generated >= gp->max_tokens;
     char piece[256];
-    int32_t len = end ? 0 : kite_tokenizer_piece(m->tokenizer, g->prev, id, piece, sizeof piece);
+    /* Under skip_special, control tokens (BOS, <|im_start|>, ...) stand for no text, as end tokens never do. */
+    bool silent = end || (gp->skip_special && kite_tokenizer_is_control(m->tokenizer, id));
+    int32_t len = silent ? 0 : kite_tokenizer_piece(m->tokenizer, g->prev, id, piece, sizeof piece);
     if (len < 0) len = 0;
     if (len > (int32_t)sizeof piece) len = (int32_t)sizeof piece; /* no real token is this long */
     char text[512];
@@ -364,12 +371,12 @@ static void emit(kite_session *s, int32_t id, const float *logits) {
     else if (last) g->finish = KITE_FINISH_LENGTH;
     g->stop = last;
 
-    if (gp->n_stop == 0) {
+    if (gp->n_stop == 0 && g->n_end_text == 0) {
         deliver(s, id, text, ready);
     } else {
         /* Complete text joins what is held back; a stop string ends generation before it; text that
          * may still begin one stays held. */
-        if (g->n_held + ready > g->cap_held) {
+        if (g->n_held + ready > g->cap_held || !g->held) { /* a first token of no text still needs the buffer */
             size_t cap = (g->n_held + ready) * 2 + 64;
             char *grown = realloc(g->held, cap);
             if (!grown) {
@@ -384,7 +391,7 @@ static void emit(kite_session *s, int32_t id, const float *logits) {
         }
         memcpy(g->held + g->n_held, text, ready);
         g->n_held += ready;
-        size_t at = stop_find(gp, g->held, g->n_held);
+        size_t at = stop_find(g, g->held, g->n_held);
         size_t out;
         if (at < g->n_held) {
             out = at;
@@ -392,7 +399,7 @@ static void emit(kite_session *s, int32_t id, const float *logits) {
             g->stop = true;
             g->finish = KITE_FINISH_STOP;
         } else {
-            out = last ? g->n_held : g->n_held - stop_prefix_suffix(gp, g->held, g->n_held);
+            out = last ? g->n_held : g->n_held - stop_prefix_suffix(g, g->held, g->n_held);
         }
         deliver(s, id, g->held, out);
         if (g->n_held >= out) {
@@ -544,6 +551,21 @@ static int gen_begin(kite_session *s, const kite_gen_params *params, kite_token_
     g->finish = KITE_FINISH_NONE;
     g->cur_logits = NULL;
     memset(&g->error, 0, sizeof g->error);
+    /* skip_special: the spellings of the end tokens end generation like stop strings, for a model that
+     * writes its end marker in plain pieces ("<|" "end" "_story" "|>") before (or instead of) the token. */
+    g->n_end_text = 0;
+    if (params->skip_special && !params->ignore_eos) {
+        int32_t eog[KITE_MAX_END_TEXT];
+        int32_t n_eog = kite_tokenizer_eog_ids(s->model->tokenizer, eog, KITE_MAX_END_TEXT);
+        for (int32_t i = 0; i < n_eog; i++) {
+            size_t len = 0;
+            const char *text = kite_tokenizer_token_text(s->model->tokenizer, eog[i], &len);
+            /* Only marker-like spellings: a short or plain-word end token would cut ordinary text. */
+            if (!text || len < 3 || !kite_tokenizer_is_control(s->model->tokenizer, eog[i])) continue;
+            g->end_text[g->n_end_text] = text;
+            g->end_text_len[g->n_end_text++] = len;
+        }
+    }
     g->t_start = kite_now_ms();
     g->t_first = 0;
     g->prev = s->unfed_token >= 0 ? s->unfed_token : s->n_past > 0 ? s->history[s->n_past - 1] : -1;

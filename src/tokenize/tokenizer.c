@@ -290,6 +290,17 @@ bool kite_tokenizer_is_eog(const kite_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_vocab && (t->flags[id] & KITE_TOKEN_FLAG_EOG);
 }
 
+int32_t kite_tokenizer_eog_ids(const kite_tokenizer *t, int32_t *ids, int32_t cap) {
+    int32_t n = 0;
+    for (int32_t id = 0; id < t->n_vocab && n < cap; id++)
+        if (t->flags[id] & KITE_TOKEN_FLAG_EOG) ids[n++] = id;
+    return n;
+}
+
+bool kite_tokenizer_is_control(const kite_tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab && t->types[id] == KITE_TOKEN_CONTROL;
+}
+
 int32_t kite_tokenizer_token_id(const kite_tokenizer *t, const char *text, size_t len) {
     return kite_vocab_find(t, text, len);
 }
@@ -591,6 +602,11 @@ int kite_tokenizer_from_file(kite_tokenizer **out, const char *path, int32_t n_v
     size_t i = 0;
     while (i < f.size && isspace(f.data[i])) i++;
     bool json = ends_with(path, ".json") || (i < f.size && f.data[i] == '{');
+    if (!json && ends_with(path, ".model")) {
+        rc = kite_tokenizer_from_spm_model(out, f.data, f.size, e);
+        kite_unmap_file(&f);
+        return rc;
+    }
     if (!json) {
         rc = kite_tokenizer_from_llama2c(out, f.data, f.size, n_vocab, e);
         kite_unmap_file(&f);

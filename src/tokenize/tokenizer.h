@@ -31,8 +31,12 @@ int kite_tokenizer_from_hf_json(kite_tokenizer **out, const char *json, size_t j
  * n_vocab: the model's vocabulary size (the file does not say); n_vocab <= 0 reads entries until the
  * end of the file. BOS = 1, EOS = 2 as in llama2.c. */
 int kite_tokenizer_from_llama2c(kite_tokenizer **out, const void *data, size_t size, int32_t n_vocab, kite_error *e);
+/* From a SentencePiece ModelProto (.model): BPE models with the identity normalizer (Llama-2's tokenizer.model,
+ * llama2.c's tok*.model); pieces, scores and types as stored, unk / bos / eos from the trainer spec,
+ * add_dummy_prefix from the normalizer spec. Unigram models and other normalizers are KITE_ERR_UNSUPPORTED. */
+int kite_tokenizer_from_spm_model(kite_tokenizer **out, const void *data, size_t size, kite_error *e);
 /* From a file: a tokenizer.json (by its name or a leading '{'; a tokenizer_config.json in the same folder is
- * read too when present) or else a llama2.c tokenizer .bin (n_vocab as above; <= 0 reads every entry). */
+ * read too when present), a SentencePiece .model (by its name), or else a llama2.c tokenizer .bin (n_vocab as above; <= 0 reads every entry). */
 int kite_tokenizer_from_file(kite_tokenizer **out, const char *path, int32_t n_vocab, kite_error *e);
 void kite_tokenizer_free(kite_tokenizer *t);
 
@@ -52,6 +56,10 @@ int32_t kite_tokenizer_token_id(const kite_tokenizer *t, const char *text, size_
 const char *kite_tokenizer_token_text(const kite_tokenizer *t, int32_t id, size_t *len);
 /* Whether id is a control or unknown token (BOS, EOS, <|im_start|>, ...). */
 bool kite_tokenizer_is_special(const kite_tokenizer *t, int32_t id);
+/* Whether id is a control token (BOS, EOS, <|im_start|>, ...; not unknown, not user-defined). */
+bool kite_tokenizer_is_control(const kite_tokenizer *t, int32_t id);
+/* The end-of-generation tokens (kite_tokenizer_is_eog), lowest id first: writes at most cap, returns the count written. */
+int32_t kite_tokenizer_eog_ids(const kite_tokenizer *t, int32_t *ids, int32_t cap);
 
 /* Encodes UTF-8 text (invalid UTF-8 is KITE_ERR_TOKENIZER). parse_special: text spelling a special /
  * added token (e.g. "<|im_start|>") becomes that token; user-defined added tokens (HF added tokens with

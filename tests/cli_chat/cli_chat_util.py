@@ -62,7 +62,7 @@ def special_tokens(config_path):
 
 def tokenize(model_args, text, special=True):
     """Token ids of text by kite tokenize (no BOS: a rendered template writes its own)."""
-    args = ["tokenize"] + list(model_args) + ["--no-bos"] + ([] if special else ["--no-special"])
+    args = ["tokenize"] + list(model_args) + ["--no-bos", "--keep-newline"] + ([] if special else ["--no-special"])
     rc, out, err = kite(args, input=text.encode("utf-8"))
     if rc != 0:
         raise RuntimeError("kite tokenize failed: " + err)

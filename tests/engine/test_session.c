@@ -121,6 +121,70 @@ static void test_seeded_sampling(void **state) {
     assert_memory_equal(text, a.text, len);
 }
 
+/* skip_special: TinyStories-656K spells its end marker in plain pieces ("<|" "end" "_story" "|>") before its
+ * end token. Without skip_special the text holds the marker; with it, generation ends where the marker
+ * begins (finish stop), the text is the plain text up to it and the ids are a prefix of the plain run's. A
+ * control token that is no end token (<|start_story|>, forced by a logit bias) prints nothing. */
+static void test_skip_special(void **state) {
+    (void)state;
+    char err[512];
+    kite_model *m;
+    kite_model_params mp = kite_model_default_params();
+    mp.n_threads = 2;
+    assert_int_equal(kite_model_open(&m, kite_test_data("models/tinystories-656k/tinystories-656k-q8_0.gguf"), &mp, err, sizeof err), KITE_OK);
+    int32_t prompt[16];
+    size_t n_prompt = 0;
+    assert_int_equal(kite_tokenize(m, "Once upon a time", 16, true, false, prompt, 16, &n_prompt, err, sizeof err), KITE_OK);
+    kite_gen_params gp = kite_gen_default_params();
+    gp.temperature = 0;
+    gp.max_tokens = 300;
+    collected plain = {0}, clean = {0}, forced = {0};
+    collected *runs[3] = {&plain, &clean, &forced};
+    kite_finish_reason finish[3];
+    kite_logit_bias bias = {1, 100.0f};
+    for (int r = 0; r < 3; r++) {
+        kite_session *s;
+        assert_int_equal(kite_session_open(&s, m, NULL, err, sizeof err), KITE_OK);
+        assert_int_equal(kite_prompt(s, prompt, n_prompt, err, sizeof err), KITE_OK);
+        gp.skip_special = r > 0;
+        if (r == 2) gp.logit_bias = &bias, gp.n_logit_bias = 1, gp.max_tokens = 4;
+        assert_int_equal(kite_generate(s, &gp, collect, runs[r], err, sizeof err), KITE_OK);
+        finish[r] = kite_session_finish_reason(s);
+        kite_session_free(s);
+    }
+    plain.text[plain.len] = 0;
+    clean.text[clean.len] = 0;
+    const char *marker = strstr(plain.text, "<|end_story|>");
+    assert_non_null(marker); /* the case under test: the model writes the marker as text */
+    assert_int_equal(clean.len, (size_t)(marker - plain.text));
+    assert_memory_equal(clean.text, plain.text, clean.len);
+    assert_null(strstr(clean.text, "<|"));
+    assert_int_equal(finish[1], KITE_FINISH_STOP);
+    assert_true(clean.n < plain.n);
+    assert_memory_equal(clean.ids, plain.ids, sizeof(int32_t) * (size_t)clean.n);
+    assert_int_equal(forced.n, 4);
+    for (int i = 0; i < 4; i++) assert_int_equal(forced.ids[i], 1);
+    assert_int_equal(forced.len, 0);
+    kite_model_free(m);
+}
+
+/* A llama2.c tokenizer .bin of another vocabulary (Llama-2's 32000 pieces for stories260K's 512) is refused. */
+static void test_mismatched_llama2c_tokenizer(void **state) {
+    (void)state;
+    char err[512];
+    kite_model *m = NULL;
+    kite_model_params mp = kite_model_default_params();
+    mp.tokenizer_path = kite_test_data("models/llama2-tokenizer/tokenizer.bin");
+    assert_int_equal(kite_model_open(&m, kite_test_data("models/tinystories-tok512/stories260K.bin"), &mp, err, sizeof err),
+                     KITE_ERR_TOKENIZER);
+    assert_null(m);
+    assert_non_null(strstr(err, "32000"));
+    assert_non_null(strstr(err, "512"));
+    mp.tokenizer_path = kite_test_data("models/tinystories-tok512/tok512.bin");
+    assert_int_equal(kite_model_open(&m, kite_test_data("models/tinystories-tok512/stories260K.bin"), &mp, err, sizeof err), KITE_OK);
+    kite_model_free(m);
+}
+
 static void test_callback_stop_and_cancel(void **state) {
     (void)state;
     kite_gen_params gp = kite_gen_default_params();
@@ -257,6 +321,7 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_seeded_sampling),
         cmocka_unit_test(test_callback_stop_and_cancel), cmocka_unit_test(test_context_limits),
         cmocka_unit_test(test_stats), cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_model_info),
+        cmocka_unit_test(test_skip_special), cmocka_unit_test(test_mismatched_llama2c_tokenizer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -201,6 +201,7 @@ typedef struct bench_args {
     int32_t reps;
     double hw_seconds;
     bool hw_only, no_hw, json, help;
+    bool prompt_lens_given, gen_tokens_given, batch_depth_given; /* else the defaults shrink to fit a small model */
 } bench_args;
 
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
@@ -232,9 +233,11 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
         } else if (!strcmp(opt, "--prompt-tokens")) {
             if (!parse_list(val, 1, 1 << 20, a->prompt_lens, MAX_LIST, &a->n_prompt_lens))
                 return bench_fail(2, "--prompt-tokens expects up to %d comma-separated lengths >= 1, got '%s'", MAX_LIST, val);
+            a->prompt_lens_given = true;
         } else if (!strcmp(opt, "--gen-tokens")) {
             if (!parse_long(val, 2, 1 << 20, &v)) return bench_fail(2, "--gen-tokens expects an integer >= 2, got '%s'", val);
             a->gen_tokens = (int32_t)v;
+            a->gen_tokens_given = true;
         } else if (!strcmp(opt, "--batch-sizes")) {
             if (!parse_list(val, 1, 4096, a->batch_sizes, MAX_LIST, &a->n_batch_sizes))
                 return bench_fail(2, "--batch-sizes expects up to %d comma-separated sizes in [1, 4096], got '%s'", MAX_LIST, val);
@@ -242,6 +245,7 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
         } else if (!strcmp(opt, "--batch-depth")) {
             if (!parse_long(val, 1, 1 << 20, &v)) return bench_fail(2, "--batch-depth expects an integer >= 1, got '%s'", val);
             a->batch_depth = (int32_t)v;
+            a->batch_depth_given = true;
         } else if (!strcmp(opt, "--batch-passes")) {
             if (!parse_long(val, 1, 1000, &v)) return bench_fail(2, "--batch-passes expects an integer in [1, 1000], got '%s'", val);
             a->batch_passes = (int32_t)v;
@@ -313,7 +317,7 @@ static const char *fmt_u64_hex(uint64_t v, char *buf, size_t n) {
     return buf;
 }
 
-static int run_bench(const bench_args *a) {
+static int run_bench(bench_args *a) { /* a: its default lengths may shrink to fit the model */
     char err[512];
     int rc = 0;
     kite_model_params mp = kite_model_default_params();
@@ -339,6 +343,37 @@ static int run_bench(const bench_args *a) {
     }
     uint64_t decode_bytes = info.weight_bytes - (info.tied_embeddings ? 0 : embd_bytes);
     int64_t matmul_params = info.n_params - (info.tied_embeddings ? 0 : embd_params);
+
+    /* Default lengths a small model's context cannot hold shrink to fit it (stories260K.bin holds 512
+     * tokens: prompts of 128 and 511); lengths given on the command line are measured as given, or refused. */
+    int32_t fit = info.n_ctx_train - 1; /* the longest prompt or generation a session of n_ctx_train holds */
+    bool shrunk = false;
+    if (fit >= 2 && !a->prompt_lens_given) {
+        int n = 0;
+        for (int i = 0; i < a->n_prompt_lens; i++) {
+            int32_t len = a->prompt_lens[i] < fit ? a->prompt_lens[i] : fit;
+            shrunk |= len != a->prompt_lens[i];
+            if (n == 0 || a->prompt_lens[n - 1] != len) a->prompt_lens[n++] = len;
+        }
+        a->n_prompt_lens = n;
+    }
+    if (fit >= 2 && !a->gen_tokens_given && a->gen_tokens > fit) {
+        a->gen_tokens = fit;
+        shrunk = true;
+    }
+    if (a->batch_curve && !a->batch_depth_given) {
+        int32_t widest = 0;
+        for (int i = 0; i < a->n_batch_sizes; i++) widest = a->batch_sizes[i] > widest ? a->batch_sizes[i] : widest;
+        if (a->batch_depth + widest > info.n_ctx_train && info.n_ctx_train - widest >= 1) {
+            a->batch_depth = info.n_ctx_train - widest;
+            shrunk = true;
+        }
+    }
+    if (shrunk) {
+        fprintf(stderr, "kite bench: %s holds %d tokens of context: prompts of", a->model, info.n_ctx_train);
+        for (int i = 0; i < a->n_prompt_lens; i++) fprintf(stderr, "%s%d", i ? ", " : " ", a->prompt_lens[i]);
+        fprintf(stderr, " tokens, %d generated\n", a->gen_tokens);
+    }
 
     int32_t max_prompt = 0;
     for (int i = 0; i < a->n_prompt_lens; i++)

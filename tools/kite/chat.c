@@ -113,7 +113,11 @@ static int parse_options(int argc, char **argv, chat_options *o) {
     o->max_tokens = -1;
     for (int i = 2; i < argc; i++) {
         const char *opt = argv[i];
-        if (!strcmp(opt, "-m")) opt = "--model";
+        /* llama.cpp's short flags, as kite run takes them. */
+        static const char *const short_flags[][2] = {{"-m", "--model"}, {"-n", "--max-tokens"}, {"-t", "--threads"},
+                                                      {"-c", "--ctx"},   {"-s", "--seed"},       {"--temp", "--temperature"}};
+        for (size_t k = 0; k < sizeof short_flags / sizeof *short_flags; k++)
+            if (!strcmp(opt, short_flags[k][0])) opt = short_flags[k][1];
         if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) return -1;
         if (!strcmp(opt, "--no-think")) { o->no_think = true; continue; }
         if (!strcmp(opt, "--ignore-eos")) { o->ignore_eos = true; continue; }
@@ -1060,6 +1064,7 @@ static int open_chat(chat *c, const chat_options *o) {
     if (o->have_repeat_penalty) c->gen.repeat_penalty = o->repeat_penalty;
     if (o->have_seed) c->gen.seed = o->seed;
     c->gen.ignore_eos = o->ignore_eos;
+    c->gen.skip_special = true; /* text for people: no control-token text, a spelled-out end marker ends the answer */
     c->max_answer_tokens = o->max_tokens;
     c->system = o->system;
     if (c->system) { /* checked once: every /reset adds it again */

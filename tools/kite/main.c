@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,16 @@ typedef struct cli_args {
     const char *regex;        /* --regex TEXT */
     bool json_object;         /* --json-object: any JSON object */
     bool no_forced_drafts;    /* --no-forced-drafts */
+    const char *stop[KITE_MAX_STOP]; /* --stop S, repeatable */
+    size_t n_stop;
+    const char *file;         /* --file PATH: the prompt text from a file */
+    kite_logit_bias bias[256]; /* --logit-bias ID=BIAS, repeatable */
+    size_t n_bias;
+    int32_t logprobs;         /* --logprobs N: log-probabilities and N alternatives per token in --json */
+    bool have_logprobs;
+    const char *ids;          /* kite detokenize --ids IDS */
+    bool keep_newline;        /* kite tokenize --keep-newline */
+    const char *prompt_cache; /* --prompt-cache FILE: the prompt's K/V saved and reused */
 } cli_args;
 
 static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
@@ -76,8 +87,13 @@ static bool parse_float(const char *s, float *out) {
 static int parse_args(int argc, char **argv, int first, cli_args *a, const char *usage_hint) {
     for (int i = first; i < argc; i++) {
         const char *opt = argv[i];
-        if (!strcmp(opt, "-m")) opt = "--model";
-        else if (!strcmp(opt, "-p")) opt = "--prompt";
+        /* llama.cpp's short flags, where they clash with nothing of kite's. */
+        static const char *const short_flags[][2] = {{"-m", "--model"}, {"-p", "--prompt"},  {"-n", "--max-tokens"},
+                                                      {"-t", "--threads"}, {"-c", "--ctx"},   {"-s", "--seed"},
+                                                      {"-f", "--file"},    {"--temp", "--temperature"}};
+        for (size_t k = 0; k < sizeof short_flags / sizeof *short_flags; k++)
+            if (!strcmp(opt, short_flags[k][0])) opt = short_flags[k][1];
+        if (!strcmp(opt, "--keep-newline")) { a->keep_newline = true; continue; }
         if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) { a->help = true; continue; }
         if (!strcmp(opt, "--json")) { a->json = true; continue; }
         if (!strcmp(opt, "--no-bos")) { a->no_bos = true; continue; }
@@ -87,13 +103,26 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         if (!strcmp(opt, "--chat")) { a->chat = true; continue; }
         if (!strcmp(opt, "--json-object")) { a->json_object = true; continue; }
         if (!strcmp(opt, "--no-forced-drafts")) { a->no_forced_drafts = true; continue; }
-        if (opt[0] != '-' || opt[1] != '-') {
+        if (opt[0] != '-' || (opt[1] != '-' && opt[1])) {
+            if (opt[0] == '-') {
+                fprintf(stderr, "%s: error: unknown option %s (see %s)\n", g_prog, opt, usage_hint);
+                return 2;
+            }
             if (a->positional) return fail(2, "unexpected argument '%s'", opt);
             a->positional = opt;
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "%s: error: option %s needs a value (see %s)\n", g_prog, opt, usage_hint);
+            static const char *const valued[] = {
+                "--model", "--tokenizer", "--prompt", "--prompt-ids", "--file", "--ids", "--draft", "--spec-verify",
+                "--cache-type", "--prompt-cache", "--system", "--chat-template", "--grammar", "--json-schema", "--regex", "--stop",
+                "--logit-bias", "--spec-budget", "--max-tokens", "--top-k", "--threads", "--ctx", "--spec-tree",
+                "--logprobs", "--temperature", "--top-p", "--min-p", "--repeat-penalty", "--presence-penalty",
+                "--frequency-penalty", "--seed"};
+            bool known = false;
+            for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) known |= !strcmp(opt, valued[k]);
+            fprintf(stderr, known ? "%s: error: option %s needs a value (see %s)\n" : "%s: error: unknown option %s (see %s)\n",
+                    g_prog, opt, usage_hint);
             return 2;
         }
         const char *val = argv[++i];
@@ -132,6 +161,29 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         if (!strcmp(opt, "--grammar")) { a->grammar_file = val; continue; }
         if (!strcmp(opt, "--json-schema")) { a->schema_file = val; continue; }
         if (!strcmp(opt, "--regex")) { a->regex = val; continue; }
+        if (!strcmp(opt, "--file")) { a->file = val; continue; }
+        if (!strcmp(opt, "--ids")) { a->ids = val; continue; }
+        if (!strcmp(opt, "--prompt-cache")) { a->prompt_cache = val; continue; }
+        if (!strcmp(opt, "--stop")) {
+            if (a->n_stop == KITE_MAX_STOP) return fail(2, "at most 16 --stop strings, got another: '%s'", val);
+            if (!*val || strlen(val) > KITE_MAX_STOP_BYTES) return fail(2, "--stop expects a non-empty string of at most 1024 bytes, got '%s'", val);
+            a->stop[a->n_stop++] = val;
+            continue;
+        }
+        if (!strcmp(opt, "--logit-bias")) {
+            /* ID=BIAS (llama.cpp's ID+BIAS and ID-BIAS too); BIAS may be -inf (never this token). */
+            char *end;
+            errno = 0;
+            long id = strtol(val, &end, 10);
+            float bias;
+            const char *b = *end == '=' ? end + 1 : end;
+            if (end == val || errno || id < 0 || id > INT32_MAX || (*end != '=' && *end != '+' && *end != '-') ||
+                !parse_float(b, &bias))
+                return fail(2, "--logit-bias expects ID=BIAS (a token id and a number, e.g. 13=-inf or 42=2.5), got '%s'", val);
+            if (a->n_bias == sizeof a->bias / sizeof *a->bias) return fail(2, "at most 256 --logit-bias entries, got another: '%s'", val);
+            a->bias[a->n_bias++] = (kite_logit_bias){(int32_t)id, bias};
+            continue;
+        }
         if (!strcmp(opt, "--spec-budget") && !strcmp(val, "auto")) { a->spec_budget = 0; continue; }
         INT_OPT("--max-tokens", max_tokens, 0, INT32_MAX, a->have_max_tokens = true)
         INT_OPT("--top-k", top_k, 0, INT32_MAX, a->have_top_k = true)
@@ -139,6 +191,7 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         INT_OPT("--ctx", ctx, 1, 1 << 22, (void)0)
         INT_OPT("--spec-budget", spec_budget, 1, KITE_MAX_DRAFT, (void)0)
         INT_OPT("--spec-tree", spec_tree, 1, 8, (void)0)
+        INT_OPT("--logprobs", logprobs, 0, KITE_MAX_TOP_LOGPROBS, a->have_logprobs = true)
         FLOAT_OPT("--temperature", temperature, have_temperature)
         FLOAT_OPT("--top-p", top_p, have_top_p)
         FLOAT_OPT("--min-p", min_p, have_min_p)
@@ -160,6 +213,40 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         return 2;
     }
     return 0;
+}
+
+/* All of a stream, NUL-terminated (*len excludes the NUL); NULL on a read error or out of memory. */
+static char *read_all(FILE *f, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        if (n == cap) {
+            char *grown = cap > ((size_t)1 << 30) ? NULL : realloc(buf, (cap *= 2) + 1);
+            if (!grown) break;
+            buf = grown;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) break;
+            buf[n] = 0;
+            *len = n;
+            return buf;
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+/* Settings that work but are likely mistakes: more threads than CPUs, more context than the model was trained for. */
+static void warn_limits(const cli_args *a, const kite_model_info *info) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (a->threads > 0 && cpus > 0 && a->threads > cpus)
+        fprintf(stderr, "%s: warning: --threads %d is more than the %ld CPUs online: the extra threads only wait for a core\n",
+                g_prog, a->threads, cpus);
+    if (a->ctx > 0 && info->n_ctx_train > 0 && a->ctx > info->n_ctx_train)
+        fprintf(stderr, "%s: warning: --ctx %d is more than the %d tokens the model was trained with: text past them is "
+                        "likely to degrade\n", g_prog, a->ctx, info->n_ctx_train);
 }
 
 /* ---- progress bar ----------------------------------------------------------------------------- */
@@ -186,7 +273,7 @@ static int open_model(const cli_args *a, bool vocab_only, kite_model **model) {
 
 /* ---- run -------------------------------------------------------------------------------------- */
 static const char RUN_USAGE[] =
-    "usage: kite run --model PATH [--tokenizer PATH] (--prompt TEXT | --prompt-ids IDS) [options]\n"
+    "usage: kite run --model PATH [--tokenizer PATH] (--prompt TEXT | --file PATH | --prompt-ids IDS) [options]\n"
     "       kite run --model PATH --chat [--system TEXT] [--chat-template FILE] --prompt TEXT [options]\n"
     "\n"
     "Generates a completion of the prompt and streams it to stdout; statistics go to stderr.\n"
@@ -196,24 +283,31 @@ static const char RUN_USAGE[] =
     "\n"
     "  --model, -m PATH        GGUF file, llama2.c .bin, or Hugging Face folder (or a .safetensors in one);\n"
     "                          default: $KITE_DEFAULT_MODEL, else the bundled story model (models/README.md)\n"
-    "  --tokenizer PATH        llama2.c tokenizer .bin or tokenizer.json (needed for llama2.c checkpoints)\n"
-    "  --prompt, -p TEXT       prompt text (UTF-8)\n"
+    "  --tokenizer PATH        llama2.c tokenizer .bin, SentencePiece .model or tokenizer.json (needed for\n"
+    "                          llama2.c checkpoints; its vocabulary must be the model's)\n"
+    "  --prompt, -p TEXT       prompt text (UTF-8); - reads it from stdin\n"
+    "  --file, -f PATH         prompt text from a file\n"
     "  --prompt-ids IDS        prompt as token ids, separated by commas or spaces (no BOS added)\n"
     "  --no-special            special-token text in the prompt is plain text\n"
     "  --chat                  render the prompt as one user turn through the chat template, ending with\n"
     "                          the assistant header (BOS only where the template writes it)\n"
     "  --system TEXT           with --chat: a system turn before the user turn\n"
     "  --chat-template FILE    with --chat: a Jinja template file instead of the model's\n"
-    "  --max-tokens N          tokens to generate at most (default 256)\n"
-    "  --temperature T         0 = greedy (default: the model's generation_config, else 0.8)\n"
+    "  --max-tokens, -n N      tokens to generate at most (default 256); a full context also ends generation\n"
+    "                          (finish \"length\", exit 0, a note on stderr)\n"
+    "  --temperature, --temp T 0 = greedy (default: the model's generation_config, else 0.8)\n"
     "  --top-k K               keep the K most likely tokens (0 = off)\n"
     "  --top-p P               nucleus sampling threshold (1 = off)\n"
     "  --min-p P               drop tokens below P x the top probability (0 = off)\n"
     "  --repeat-penalty R      penalize the last 64 tokens (1 = off)\n"
     "  --presence-penalty X    --frequency-penalty X\n"
-    "  --seed S                sampling seed; the same seed gives the same tokens\n"
-    "  --threads N             worker threads (default: all cores)\n"
-    "  --ctx N                 context size in tokens (default: the model's, at most 4096)\n"
+    "  --seed, -s S            sampling seed; the same seed gives the same tokens\n"
+    "  --logit-bias ID=BIAS    add BIAS to token ID's logit (-inf: never); repeatable\n"
+    "  --stop S                end generation where the text contains S (S itself not printed); repeatable\n"
+    "  --threads, -t N         worker threads (default: all cores)\n"
+    "  --ctx, -c N             context size in tokens (default: the model's, at most 4096)\n"
+    "  --prompt-cache FILE     save the prompt's state (K/V) in FILE; a later run whose prompt starts the same\n"
+    "                          loads it and skips that part of the prefill (a file of another model is ignored)\n"
     "  --cache-type f16|f32    KV cache precision (default f16, as llama.cpp; f32 keeps keys and values exact)\n"
     "  --no-bos                do not add BOS to the prompt\n"
     "  --ignore-eos            keep generating past end-of-sequence tokens\n"
@@ -230,24 +324,60 @@ static const char RUN_USAGE[] =
     "  --json-object           constrain the output to a JSON object\n"
     "                          (with a constraint, generation ends where the grammar allows nothing more)\n"
     "  --no-forced-drafts      with --draft and a constraint: do not draft the text the grammar forces\n"
-    "  --json                  print one JSON object (prompt_ids, ids, text, stats) instead of the text\n"
+    "  --json                  print one JSON object (prompt_ids, ids, text, stats, stopped: stop, length or\n"
+    "                          interrupted) instead of the text; printed after Ctrl-C too (exit 130)\n"
+    "  --logprobs N            with --json: each token's log-probability and its N most likely alternatives\n"
     "  --quiet, -q             no statistics and no progress bar on stderr\n";
 
 typedef struct run_output {
     bool json;
     json_t *ids;       /* generated ids (--json) */
+    json_t *logprobs;  /* per generated token (--json --logprobs N), or NULL */
+    const kite_session *session;
     char *text;        /* generated bytes (--json) */
     size_t text_len, text_cap;
+    bool write_failed; /* stdout refused bytes (a full disk, a closed pipe): generation stops */
+    int write_errno;
 } run_output;
+
+/* The session kite run is generating with, for the SIGINT handler (kite_cancel is safe from it). */
+static kite_session *volatile g_run_session;
+static volatile sig_atomic_t g_interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_interrupted = 1;
+    if (g_run_session) kite_cancel(g_run_session);
+}
+
+/* SIGINT cancels the generation (what was generated is still printed); a second one kills as usual. */
+static void catch_sigint(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
 
 static bool on_token(int32_t id, const char *text, size_t len, void *user) {
     run_output *o = user;
     if (!o->json) {
-        fwrite(text, 1, len, stdout);
-        fflush(stdout);
+        if ((len && fwrite(text, 1, len, stdout) != len) || fflush(stdout)) {
+            o->write_failed = true;
+            o->write_errno = errno;
+            return false;
+        }
         return true;
     }
     json_array_append_new(o->ids, json_integer(id));
+    kite_logprobs lp;
+    if (o->logprobs && !kite_session_token_logprobs(o->session, &lp)) {
+        json_t *top = json_array();
+        for (int32_t k = 0; k < lp.n_top; k++)
+            json_array_append_new(top, json_pack("{s:i,s:f}", "id", (int)lp.top[k].id, "logprob", (double)lp.top[k].logprob));
+        json_array_append_new(o->logprobs, json_pack("{s:i,s:f,s:o}", "id", (int)lp.id, "logprob", (double)lp.logprob, "top", top));
+    }
     if (o->text_len + len + 1 > o->text_cap) {
         size_t cap = (o->text_cap + len + 1) * 2;
         char *nt = realloc(o->text, cap);
@@ -268,12 +398,15 @@ static int parse_id_list(const char *s, int32_t **ids, size_t *n) {
     if (!*ids) return fail(1, "%s", "out of memory");
     const char *p = s;
     while (*p) {
-        while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n') p++;
+        while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
         if (!*p) break;
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX) return fail(2, "--prompt-ids: '%s' is not a list of token ids", s);
+        if (end == p || errno || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "%s: error: token ids: '%.20s' at byte %zu is not a token id\n", g_prog, p, (size_t)(p - s));
+            return 2;
+        }
         if (*n == cap) {
             cap *= 2;
             int32_t *ni = realloc(*ids, cap * sizeof **ids);
@@ -354,10 +487,13 @@ static int cmd_run(int argc, char **argv) {
     if ((rc = kite_cli_model_or_default(&a.model, "kite run", a.quiet))) return rc;
     if (a.cache_type && strcmp(a.cache_type, "f16") && strcmp(a.cache_type, "f32"))
         return fail(2, "--cache-type expects f16 or f32, got '%s'", a.cache_type);
-    if (!a.prompt && !a.prompt_ids) return fail(2, "%s", "kite run needs --prompt TEXT or --prompt-ids IDS (see kite run --help)");
-    if (a.prompt && a.prompt_ids) return fail(2, "%s", "give either --prompt or --prompt-ids, not both");
+    if (!a.prompt && !a.prompt_ids && !a.file)
+        return fail(2, "%s", "kite run needs --prompt TEXT, --file PATH or --prompt-ids IDS (see kite run --help)");
+    if ((a.prompt != NULL) + (a.prompt_ids != NULL) + (a.file != NULL) > 1)
+        return fail(2, "%s", "give one of --prompt, --file and --prompt-ids");
+    if (a.have_logprobs && !a.json) return fail(2, "%s", "--logprobs N goes with --json (the log-probabilities are printed in it)");
     if (a.positional) return fail(2, "unexpected argument '%s'", a.positional);
-    if (a.chat && !a.prompt) return fail(2, "%s", "--chat renders --prompt TEXT as a user turn; it does not take --prompt-ids");
+    if (a.chat && a.prompt_ids) return fail(2, "%s", "--chat renders --prompt TEXT as a user turn; it does not take --prompt-ids");
     if (!a.chat && (a.system || a.chat_template))
         return fail(2, "%s", "--system and --chat-template go with --chat (see kite run --help)");
     if (a.chat && a.no_special)
@@ -367,11 +503,28 @@ static int cmd_run(int argc, char **argv) {
         return fail(2, "%s", "give one of --grammar, --json-schema, --regex and --json-object");
     if (a.no_forced_drafts && !a.draft) return fail(2, "%s", "--no-forced-drafts goes with --draft");
 
+    /* --file PATH and -p - (stdin): the prompt text, read before the model loads. */
+    char *prompt_text = NULL;
+    if (a.file || (a.prompt && !strcmp(a.prompt, "-"))) {
+        size_t len = 0;
+        char err[512];
+        if (!(prompt_text = a.file ? kite_cli_read_file(a.file, &len, err, sizeof err) : read_all(stdin, &len)))
+            return a.file ? fail(1, "%s", err) : fail(1, "%s", "cannot read the prompt from stdin");
+        if (strlen(prompt_text) != len) {
+            free(prompt_text);
+            return fail(2, "the prompt from %s holds a NUL byte", a.file ? a.file : "stdin");
+        }
+        a.prompt = prompt_text;
+    }
     kite_model *model = NULL;
-    if ((rc = open_model(&a, false, &model))) return rc;
+    if ((rc = open_model(&a, false, &model))) {
+        free(prompt_text);
+        return rc;
+    }
     kite_model_info info;
     kite_model_get_info(model, &info);
     kite_grammar *grammar = NULL;
+    warn_limits(&a, &info);
 
     char err[1024];
     int32_t *prompt = NULL;
@@ -403,6 +556,15 @@ static int cmd_run(int argc, char **argv) {
     if (a.have_frequency) gp.frequency_penalty = a.frequency_penalty;
     if (a.have_seed) gp.seed = a.seed;
     gp.ignore_eos = a.ignore_eos;
+    gp.skip_special = true; /* text for people: no control-token text, a spelled-out end marker ends it */
+    gp.stop = a.stop;
+    gp.n_stop = a.n_stop;
+    gp.logit_bias = a.bias;
+    gp.n_logit_bias = a.n_bias;
+    if (a.have_logprobs) {
+        gp.logprobs = true;
+        gp.top_logprobs = a.logprobs;
+    }
 
     if ((rc = open_grammar(&a, model, &grammar))) goto done;
     gp.grammar = grammar;
@@ -458,16 +620,64 @@ static int cmd_run(int argc, char **argv) {
         }
     }
 
-    run_output out = {.json = a.json};
+    run_output out = {.json = a.json, .session = session};
     if (a.json) out.ids = json_array();
-    int st = kite_prompt(session, prompt, n_prompt, err, sizeof err);
+    if (a.json && a.have_logprobs) out.logprobs = json_array();
+    g_run_session = session;
+    catch_sigint();
+    /* --prompt-cache: the longest prefix the file shares with this prompt is not processed again (the last
+     * prompt token always is: the file holds no logits); the prompt's state is saved for the next run. */
+    size_t cached = 0;
+    bool save_cache = a.prompt_cache != NULL;
+    if (a.prompt_cache && access(a.prompt_cache, F_OK) == 0) {
+        if (kite_session_load(session, a.prompt_cache, err, sizeof err)) {
+            fprintf(stderr, "%s: warning: --prompt-cache: %s; processing the whole prompt\n", g_prog, err);
+        } else {
+            int32_t n_cached = 0;
+            const int32_t *have = kite_session_tokens(session, &n_cached);
+            while (cached < (size_t)n_cached && cached < n_prompt && have[cached] == prompt[cached]) cached++;
+            if (cached == n_prompt) cached--;
+            save_cache = cached + 1 < n_prompt || (size_t)n_cached != n_prompt;
+            kite_session_truncate(session, (int32_t)cached, err, sizeof err);
+        }
+    }
+    int st = kite_prompt(session, prompt + cached, n_prompt - cached, err, sizeof err);
+    if (!st && save_cache && !g_interrupted && kite_session_save(session, a.prompt_cache, err, sizeof err)) {
+        fprintf(stderr, "%s: warning: --prompt-cache: %s\n", g_prog, err);
+        err[0] = 0;
+    }
+    bool generated = !st;
     if (!st) st = kite_generate(session, &gp, on_token, &out, err, sizeof err);
-    if (!a.json && !st) fputc('\n', stdout);
+    g_run_session = NULL;
+    signal(SIGINT, SIG_DFL);
+    /* How it ended: a full context is a normal stop (finish "length"), as max_tokens is; SIGINT prints what
+     * was generated and says so. */
+    bool context_full = generated && st == KITE_ERR_CONTEXT_FULL;
+    bool interrupted = st == KITE_ERR_CANCELLED || (g_interrupted && st == KITE_OK);
+    const char *stopped = "error";
+    if (out.write_failed) stopped = "error";
+    else if (interrupted) stopped = "interrupted";
+    else if (context_full) stopped = "length";
+    else if (!st) {
+        kite_finish_reason fr = kite_session_finish_reason(session);
+        stopped = fr == KITE_FINISH_STOP ? "stop" : fr == KITE_FINISH_LENGTH ? "length" : "stop";
+    }
+    bool ok = !out.write_failed && (!st || context_full || interrupted);
+    if (!a.json && ok && (fputc('\n', stdout) == EOF || fflush(stdout))) out.write_failed = true, out.write_errno = errno;
     kite_stats stats;
     kite_session_stats(session, &stats);
-    if (st) {
+    if (out.write_failed) {
+        rc = fail(1, "writing the output: %s", strerror(out.write_errno ? out.write_errno : EIO));
+    } else if (interrupted) {
+        fprintf(stderr, "%s: interrupted after %lld generated tokens\n", g_prog, (long long)stats.generated_tokens);
+        rc = 130; /* 128 + SIGINT, as shells report it */
+    } else if (context_full) {
+        fprintf(stderr, "%s: note: the context of %d tokens is full: generation stopped after %lld tokens (a larger --ctx "
+                        "gives room for more)\n", g_prog, kite_session_n_ctx(session), (long long)stats.generated_tokens);
+    } else if (st) {
         rc = fail(1, "%s", err);
-    } else if (a.json) {
+    }
+    if (a.json && !out.write_failed) {
         json_t *pids = json_array();
         for (size_t i = 0; i < n_prompt; i++) json_array_append_new(pids, json_integer(prompt[i]));
         json_t *js = json_pack("{s:I,s:I,s:f,s:f,s:f,s:f,s:f}", "prompt_tokens", (json_int_t)stats.prompt_tokens,
@@ -510,13 +720,20 @@ static int cmd_run(int argc, char **argv) {
             json_object_set_new(js, "grammar_mask_ms", json_real(stats.grammar_mask_ms));
             json_object_set_new(js, "grammar_mask_hits", json_integer(stats.grammar_mask_hits));
         }
+        if (a.prompt_cache) json_object_set_new(js, "prompt_cached", json_integer((json_int_t)cached));
         json_object_set_new(root, "stats", js);
+        json_object_set_new(root, "stopped", json_string(stopped));
+        if (context_full) json_object_set_new(root, "context_full", json_true());
+        if (rc == 1) json_object_set_new(root, "error", json_string(err));
+        if (out.logprobs) json_object_set_new(root, "logprobs", out.logprobs);
+        out.logprobs = NULL;
         char *dump = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
-        if (dump) puts(dump);
+        if (dump && (puts(dump) == EOF || fflush(stdout))) rc = fail(1, "writing the output: %s", strerror(errno ? errno : EIO));
         free(dump);
         json_decref(root);
     }
-    if (!a.quiet && !st) {
+    if (!a.quiet && ok && a.prompt_cache) fprintf(stderr, "prompt cache: %zu of %zu prompt tokens reused\n", cached, n_prompt);
+    if (!a.quiet && ok) {
         fprintf(stderr, "prompt tokens: %lld, prefill: %.1f tok/s, time to first token: %.1f ms, generated: %lld, decode: %.1f tok/s\n",
                 (long long)stats.prompt_tokens, stats.prefill_tok_s, stats.ttft_ms, (long long)stats.generated_tokens,
                 stats.decode_tok_s);
@@ -530,11 +747,13 @@ static int cmd_run(int argc, char **argv) {
         }
     }
     json_decref(out.ids);
+    json_decref(out.logprobs);
     free(out.text);
     kite_session_free(session);
     kite_model_free(draft_model);
 done:
     free(prompt);
+    free(prompt_text);
     kite_grammar_free(grammar);
     kite_model_free(model);
     return rc;
@@ -542,9 +761,10 @@ done:
 
 /* ---- tokenize --------------------------------------------------------------------------------- */
 static const char TOKENIZE_USAGE[] =
-    "usage: kite tokenize (--model PATH | --tokenizer PATH) [--no-bos] [--no-special] < text\n"
+    "usage: kite tokenize (--model PATH | --tokenizer PATH) [--no-bos] [--no-special] [--keep-newline] < text\n"
     "\n"
-    "Reads UTF-8 text on stdin and prints its token ids on stdout, space-separated.\n"
+    "Reads UTF-8 text on stdin and prints its token ids on stdout, space-separated. One newline ending the\n"
+    "text (the one echo adds) is not tokenized unless --keep-newline.\n"
     "BOS is added where the model adds one, unless --no-bos. Special-token text (\"<|im_start|>\") becomes\n"
     "its special token, as Hugging Face and llama.cpp tokenize it, unless --no-special (plain text).\n";
 
@@ -555,19 +775,10 @@ static int cmd_tokenize(int argc, char **argv) {
     if (a.help) { fputs(TOKENIZE_USAGE, stdout); return 0; }
     if (!a.model && !a.tokenizer) return fail(2, "%s", "kite tokenize needs --model PATH or --tokenizer PATH");
     if (a.positional) return fail(2, "unexpected argument '%s'", a.positional);
-    size_t cap = 1 << 16, len = 0;
-    char *text = malloc(cap);
-    if (!text) return fail(1, "%s", "out of memory");
-    for (;;) {
-        if (len == cap) {
-            char *nt = realloc(text, cap *= 2);
-            if (!nt) { free(text); return fail(1, "%s", "out of memory"); }
-            text = nt;
-        }
-        size_t got = fread(text + len, 1, cap - len, stdin);
-        if (got == 0) break;
-        len += got;
-    }
+    size_t len = 0;
+    char *text = read_all(stdin, &len);
+    if (!text) return fail(1, "%s", "cannot read the text from stdin");
+    if (!a.keep_newline && len > 0 && text[len - 1] == '\n') len -= len > 1 && text[len - 2] == '\r' ? 2 : 1;
     kite_model *model = NULL;
     if ((rc = open_model(&a, true, &model))) { free(text); return rc; }
     kite_model_info info;
@@ -588,6 +799,52 @@ static int cmd_tokenize(int argc, char **argv) {
     }
     free(ids);
     free(text);
+    kite_model_free(model);
+    return rc;
+}
+
+/* ---- detokenize ------------------------------------------------------------------------------- */
+static const char DETOKENIZE_USAGE[] =
+    "usage: kite detokenize (--model PATH | --tokenizer PATH) [--ids IDS | < ids]\n"
+    "\n"
+    "Prints the text of token ids (separated by commas, spaces or newlines; from --ids or stdin), the inverse of\n"
+    "kite tokenize: special tokens give their text, BOS and EOS none.\n";
+
+static int cmd_detokenize(int argc, char **argv) {
+    cli_args a = {0};
+    int rc = parse_args(argc, argv, 2, &a, "kite detokenize --help");
+    if (rc) return rc;
+    if (a.help) { fputs(DETOKENIZE_USAGE, stdout); return 0; }
+    if (!a.model && !a.tokenizer) return fail(2, "%s", "kite detokenize needs --model PATH or --tokenizer PATH");
+    if (a.positional) return fail(2, "unexpected argument '%s'", a.positional);
+    size_t len = 0;
+    char *input = a.ids ? NULL : read_all(stdin, &len);
+    if (!a.ids && !input) return fail(1, "%s", "cannot read the ids from stdin");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    rc = parse_id_list(a.ids ? a.ids : input, &ids, &n);
+    free(input);
+    kite_model *model = NULL;
+    if (!rc) rc = open_model(&a, true, &model);
+    kite_model_info info;
+    if (!rc) kite_model_get_info(model, &info);
+    for (size_t i = 0; !rc && i < n; i++)
+        if (ids[i] >= info.n_vocab) {
+            fprintf(stderr, "%s: error: token id %d (number %zu) is outside the vocabulary of %d\n", g_prog, ids[i], i + 1, info.n_vocab);
+            rc = 2;
+        }
+    char err[512];
+    size_t n_bytes = 0;
+    char *text = NULL;
+    if (!rc && kite_detokenize(model, ids, n, NULL, 0, &n_bytes, err, sizeof err)) rc = fail(1, "%s", err);
+    if (!rc && !(text = malloc(n_bytes + 1))) rc = fail(1, "%s", "out of memory");
+    if (!rc && kite_detokenize(model, ids, n, text, n_bytes + 1, &n_bytes, err, sizeof err)) rc = fail(1, "%s", err);
+    if (!rc) {
+        fwrite(text, 1, n_bytes, stdout);
+        putchar('\n');
+    }
+    free(text);
+    free(ids);
     kite_model_free(model);
     return rc;
 }
@@ -648,6 +905,7 @@ static const char MAIN_USAGE[] =
     "  chat       talk with a model in its own chat template (interactive, multi-turn)\n"
     "  template   print a conversation rendered through a chat template\n"
     "  tokenize   print the token ids of text read on stdin\n"
+    "  detokenize print the text of token ids\n"
     "  inspect    describe a model file\n"
     "  bench      measure prefill, decode and batch speed against the machine's limits\n"
     "  gen-model  write a random-weight model of a real shape (for benchmarks)\n"
@@ -655,7 +913,7 @@ static const char MAIN_USAGE[] =
     "  grammar    print the GBNF grammar a JSON schema or a regular expression compiles to\n"
     "  route      the hybrid router's tools: explain a request's routing, calibrate a confidence rule\n"
     "\n"
-    "kite <command> --help describes each command.\n";
+    "kite <command> --help (or kite help <command>) describes each command.\n";
 
 int kite_cmd_bench(int argc, char **argv);     /* bench.c */
 int kite_cmd_gen_model(int argc, char **argv); /* bench.c */
@@ -690,13 +948,42 @@ static void setup_logging(void) {
     kite_set_log_callback(log_to_stderr, &g_log_threshold);
 }
 
+static int dispatch(int argc, char **argv);
+
 int main(int argc, char **argv) {
     setup_logging();
+    /* A closed pipe is a write error to report (exit 1), not a silent death by SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
+    int rc = dispatch(argc, argv);
+    /* Output still buffered, or refused earlier (a full disk, a closed pipe), fails the command. */
+    errno = 0;
+    if ((fflush(stdout) || ferror(stdout) || fclose(stdout)) && rc == 0) { /* a failed command has said why */
+        int code = errno;
+        fprintf(stderr, "%s: error: writing the output: %s\n", g_prog, strerror(code ? code : EIO));
+        rc = 1;
+    }
+    return rc;
+}
+
+static int dispatch(int argc, char **argv) {
     if (argc < 2) {
         fputs(MAIN_USAGE, stderr);
         return 2;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") && argc == 3) {
+        /* kite help VERB = kite VERB --help */
+        char *help_argv[] = {argv[0], argv[2], "--help", NULL};
+        if (!strcmp(argv[2], "help")) {
+            fputs(MAIN_USAGE, stdout);
+            return 0;
+        }
+        return dispatch(3, help_argv);
+    }
+    if (!strcmp(cmd, "help") && argc > 3) {
+        fprintf(stderr, "%s: error: kite help takes one command name\n", g_prog);
+        return 2;
+    }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         fputs(MAIN_USAGE, stdout);
         return 0;
@@ -709,6 +996,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--router")) return kite_cmd_routed(argc, argv, !strcmp(cmd, "chat"));
     if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
+    if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc, argv);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
     if (!strcmp(cmd, "bench")) return kite_cmd_bench(argc, argv);
     if (!strcmp(cmd, "gen-model")) return kite_cmd_gen_model(argc, argv);

@@ -1,0 +1,225 @@
+/* Session files: a session's context (its tokens and their K/V rows) saved to disk and loaded into a
+ * session of the same model, so a prompt processed once is not processed again (kite run --prompt-cache).
+ *
+ * Layout (little-endian; KITE_SESSION_HEADER_BYTES of header, then the payload, then a checksum):
+ *   0  "KITESESS"                      8 bytes
+ *   8  u32 version (1)
+ *  12  u32 kv type (kite_kv_type)
+ *  16  u64 model fingerprint           (kite_model_fingerprint)
+ *  24  i32 n_layers, n_kv_heads, head_dim, n_vocab
+ *  40  i32 n_tokens
+ *  44  u32 reserved (0)
+ *  48  i32 tokens[n_tokens]
+ *      K rows, then V rows: for each layer, for each KV head, n_tokens rows of head_dim elements (f16 or f32)
+ *      u64 FNV-1a 64 of every byte before it
+ * A load checks every field against the session and the file's size against the fields before reading. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "io/mmap.h"
+
+static const char SESSION_MAGIC[8] = {'K', 'I', 'T', 'E', 'S', 'E', 'S', 'S'};
+enum { SESSION_VERSION = 1 };
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+static const uint64_t FNV_OFFSET = 0xcbf29ce484222325ULL;
+
+uint64_t kite_model_fingerprint(const kite_model *m) {
+    uint64_t h = FNV_OFFSET;
+    h = fnv1a(h, &m->n_vocab, sizeof m->n_vocab);
+    for (int32_t i = 0; i < m->src.n_tensors; i++) {
+        const kite_tensor *t = &m->src.tensors[i];
+        h = fnv1a(h, t->name, strlen(t->name));
+        h = fnv1a(h, &t->type, sizeof t->type);
+        h = fnv1a(h, t->ne, sizeof t->ne);
+        h = fnv1a(h, &t->n_bytes, sizeof t->n_bytes);
+        /* The first and last bytes of each tensor tell a fine-tune or a requantization apart, without
+         * reading gigabytes at every save and load. */
+        if (t->data) {
+            size_t n = t->n_bytes < 256 ? (size_t)t->n_bytes : 256;
+            h = fnv1a(h, t->data, n);
+            h = fnv1a(h, (const char *)t->data + t->n_bytes - n, n);
+        }
+    }
+    return h;
+}
+
+static void put_u32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint32_t get_u32(const unsigned char *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t get_u64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* Bytes of a file of n_tokens for shape x, or 0 when that would overflow. */
+static uint64_t file_bytes(const kite_session_file_shape *x, int64_t n_tokens) {
+    uint64_t elem = x->kv_type == KITE_KV_F32 ? 4 : 2;
+    uint64_t rows = (uint64_t)x->n_layers * (uint64_t)x->n_kv_heads * (uint64_t)n_tokens; /* each bounded by 2^31 */
+    if (x->head_dim <= 0 || rows > (UINT64_MAX / 4) / ((uint64_t)x->head_dim * elem)) return 0;
+    return KITE_SESSION_HEADER_BYTES + 4 * (uint64_t)n_tokens + 2 * rows * (uint64_t)x->head_dim * elem + 8;
+}
+
+int kite_session_file_parse(const void *data, size_t size, const kite_session_file_shape *x, int32_t max_tokens,
+                            kite_session_file_view *out, kite_error *e) {
+    const unsigned char *p = data;
+    if (size < KITE_SESSION_HEADER_BYTES + 8)
+        return kite_fail(e, KITE_ERR_FORMAT, "session file: %zu bytes is too short for a header of %d", size, KITE_SESSION_HEADER_BYTES);
+    if (memcmp(p, SESSION_MAGIC, 8)) return kite_fail(e, KITE_ERR_FORMAT, "session file: bad magic at byte 0 (not a kite session file)");
+    uint32_t version = get_u32(p + 8);
+    if (version != SESSION_VERSION)
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "session file: version %u at byte 8 (this kite reads version %d)", version, SESSION_VERSION);
+    uint32_t kv_type = get_u32(p + 12);
+    if (kv_type != (uint32_t)x->kv_type)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "session file: its KV cache is %s (byte 12), the session's is %s",
+                         kv_type == KITE_KV_F32 ? "f32" : kv_type == KITE_KV_F16 ? "f16" : "of an unknown type",
+                         x->kv_type == KITE_KV_F32 ? "f32" : "f16");
+    if (get_u64(p + 16) != x->fingerprint)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "session file: made with another model (fingerprint at byte 16 differs)");
+    int32_t dims[4];
+    memcpy(dims, p + 24, sizeof dims);
+    const int32_t want[4] = {x->n_layers, x->n_kv_heads, x->head_dim, x->n_vocab};
+    static const char *const names[4] = {"layers", "KV heads", "head dim", "vocabulary"};
+    for (int i = 0; i < 4; i++)
+        if (dims[i] != want[i])
+            return kite_fail(e, KITE_ERR_INVALID_ARG, "session file: %s %d at byte %d, the model has %d", names[i], dims[i], 24 + 4 * i, want[i]);
+    int32_t n_tokens;
+    memcpy(&n_tokens, p + 40, 4);
+    if (n_tokens < 0 || n_tokens > max_tokens)
+        return kite_fail(e, KITE_ERR_CONTEXT_FULL, "session file: %d tokens (byte 40) do not fit a context of %d", n_tokens, max_tokens);
+    if (get_u32(p + 44) != 0) return kite_fail(e, KITE_ERR_FORMAT, "session file: reserved field at byte 44 is not 0");
+    uint64_t need = file_bytes(x, n_tokens);
+    if (need == 0 || need != (uint64_t)size)
+        return kite_fail(e, KITE_ERR_FORMAT, "session file: %zu bytes, but %d tokens of this model take %llu (truncated or padded)", size,
+                         n_tokens, (unsigned long long)need);
+    if (fnv1a(FNV_OFFSET, p, size - 8) != get_u64(p + size - 8))
+        return kite_fail(e, KITE_ERR_FORMAT, "session file: checksum at byte %zu does not match (the file is damaged)", size - 8);
+    const unsigned char *tokens = p + KITE_SESSION_HEADER_BYTES;
+    for (int32_t i = 0; i < n_tokens; i++) {
+        int32_t id;
+        memcpy(&id, tokens + 4 * (size_t)i, 4);
+        if (id < 0 || id >= x->n_vocab)
+            return kite_fail(e, KITE_ERR_FORMAT, "session file: token %d at byte %zu is %d, outside the vocabulary of %d", i,
+                             KITE_SESSION_HEADER_BYTES + 4 * (size_t)i, id, x->n_vocab);
+    }
+    out->n_tokens = n_tokens;
+    out->tokens = tokens;
+    out->kv = tokens + 4 * (size_t)n_tokens;
+    return KITE_OK;
+}
+
+static kite_session_file_shape session_shape(const kite_session *s) {
+    const kite_hparams *hp = &s->model->weights.hp;
+    return (kite_session_file_shape){
+        .fingerprint = kite_model_fingerprint(s->model),
+        .kv_type = s->kv.f32 ? KITE_KV_F32 : KITE_KV_F16,
+        .n_layers = hp->n_layers,
+        .n_kv_heads = hp->n_kv_heads,
+        .head_dim = s->kv.head_dim,
+        .n_vocab = s->model->n_vocab,
+    };
+}
+
+int kite_session_save(const kite_session *s, const char *path, char *err, size_t err_size) {
+    kite_error e = {0};
+    if (!s || !path) return kite_fail(&e, KITE_ERR_INVALID_ARG, "session and path must not be NULL"), kite_error_export(&e, err, err_size);
+    if (s->gen.busy)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_save: the session is busy"), kite_error_export(&e, err, err_size);
+    kite_session_file_shape x = session_shape(s);
+    int32_t n = s->n_past; /* rows with K/V (an unfed generated token has none) */
+    size_t row_bytes = s->kv.elem_bytes * (size_t)s->kv.head_dim;
+    unsigned char header[KITE_SESSION_HEADER_BYTES] = {0};
+    memcpy(header, SESSION_MAGIC, 8);
+    put_u32(header + 8, SESSION_VERSION);
+    put_u32(header + 12, (uint32_t)x.kv_type);
+    put_u64(header + 16, x.fingerprint);
+    const int32_t dims[5] = {x.n_layers, x.n_kv_heads, x.head_dim, x.n_vocab, n};
+    memcpy(header + 24, dims, sizeof dims);
+    /* Written beside the target and renamed into place: a reader never sees half a file. */
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 32);
+    if (!tmp) return kite_fail(&e, KITE_ERR_NOMEM, "out of memory"), kite_error_export(&e, err, err_size);
+    snprintf(tmp, plen + 32, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        kite_fail(&e, KITE_ERR_IO, "cannot write %s", tmp);
+        free(tmp);
+        return kite_error_export(&e, err, err_size);
+    }
+    uint64_t h = fnv1a(FNV_OFFSET, header, sizeof header);
+    bool ok = fwrite(header, 1, sizeof header, f) == sizeof header;
+    h = fnv1a(h, s->history, sizeof(int32_t) * (size_t)n);
+    ok = ok && fwrite(s->history, sizeof(int32_t), (size_t)n, f) == (size_t)n;
+    for (int pass = 0; pass < 2 && ok; pass++) {
+        const char *base = pass == 0 ? s->kv.k : s->kv.v;
+        for (int32_t l = 0; l < x.n_layers && ok; l++)
+            for (int32_t hd = 0; hd < x.n_kv_heads && ok; hd++) {
+                const char *rows = base + kite_kv_offset(&s->kv, l, hd, 0);
+                h = fnv1a(h, rows, row_bytes * (size_t)n);
+                ok = fwrite(rows, row_bytes, (size_t)n, f) == (size_t)n;
+            }
+    }
+    unsigned char sum[8];
+    put_u64(sum, h);
+    ok = ok && fwrite(sum, 1, 8, f) == 8;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        kite_fail(&e, KITE_ERR_IO, ok ? "cannot rename %s into place" : "cannot write %s (disk full?)", ok ? tmp : path);
+    }
+    free(tmp);
+    return kite_error_export(&e, err, err_size);
+}
+
+int kite_session_load(kite_session *s, const char *path, char *err, size_t err_size) {
+    kite_error e = {0};
+    if (!s || !path) return kite_fail(&e, KITE_ERR_INVALID_ARG, "session and path must not be NULL"), kite_error_export(&e, err, err_size);
+    if (s->gen.busy)
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_load: the session is busy"), kite_error_export(&e, err, err_size);
+    char *data = NULL;
+    size_t size = 0;
+    int st = kite_read_file(path, &data, &size, (size_t)1 << 40, &e);
+    if (st) return kite_error_export(&e, err, err_size);
+    kite_session_file_shape x = session_shape(s);
+    kite_session_file_view view;
+    st = kite_session_file_parse(data, size, &x, s->n_ctx, &view, &e);
+    if (st) {
+        char inner[sizeof e.msg];
+        snprintf(inner, sizeof inner, "%s", e.msg);
+        kite_fail(&e, st, "%s: %s", path, inner);
+        free(data);
+        return kite_error_export(&e, err, err_size);
+    }
+    int32_t n = view.n_tokens;
+    size_t row_bytes = s->kv.elem_bytes * (size_t)s->kv.head_dim, block = row_bytes * (size_t)n;
+    const unsigned char *src = view.kv;
+    for (int pass = 0; pass < 2; pass++) {
+        char *base = pass == 0 ? s->kv.k : s->kv.v;
+        for (int32_t l = 0; l < x.n_layers; l++)
+            for (int32_t hd = 0; hd < x.n_kv_heads; hd++) {
+                memcpy(base + kite_kv_offset(&s->kv, l, hd, 0), src, block);
+                src += block;
+            }
+    }
+    memcpy(s->history, view.tokens, sizeof(int32_t) * (size_t)n);
+    s->n_past = n;
+    s->unfed_token = -1;
+    s->have_logits = false; /* the next kite_prompt computes them (give it at least one token) */
+    free(data);
+    return KITE_OK;
+}
