@@ -93,7 +93,11 @@ with tempfile.TemporaryDirectory() as tmp:
     check("bench --hw", h.get("n_threads") == 1 and h.get("read_gbs_1t", 0) > 0 and h.get("f32_gflops", 0) > 0, r.stderr)
 
     # bad arguments: one line each, exit 2 for usage and 1 for failures
-    one_line_error("bench no model", kite("bench"), 2)
+    # without --model: the bundled default model (512 tokens of context), its lengths shrunk to fit
+    r = kite("bench", "--gen-tokens", "4", "--reps", "1", "--no-hw", "--json")
+    fitted = [p["prompt_tokens"] for p in json.loads(r.stdout)["prompts"]] if r.returncode == 0 else []
+    check("bench without --model uses the default model", r.returncode == 0 and "default model" in r.stderr
+          and fitted and max(fitted) < 512, r.stderr)
     one_line_error("bench unknown option", kite("bench", "--model", models["q8_0"], "--frobnicate"), 2)
     one_line_error("bench bad threads", kite("bench", "--model", models["q8_0"], "--threads", "0"), 2)
     one_line_error("bench bad prompt list", kite("bench", "--model", models["q8_0"], "--prompt-tokens", "16,x"), 2)

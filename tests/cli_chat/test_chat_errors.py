@@ -25,7 +25,13 @@ def one_line_error(label, args, status, needle, stdin=b""):
     t.check(label, ok, f"rc={rc} (want {status}) stderr={err!r}")
 
 
-one_line_error("no --model", ["chat"], 2, "--model")
+# without --model the bundled default model is used (a note says so): it has no chat template, which is
+# then the one error
+rc, out, err = kite(["chat"], input=b"", timeout=120)
+lines = [l for l in err.splitlines() if l.strip()]
+t.check("no --model: the default model, which has no template",
+        rc == 1 and len(lines) == 2 and "default model" in lines[0] and lines[1].startswith("kite: error: ")
+        and "--chat-template" in lines[1] and lines[1].count("--chat-template") == 1, f"rc={rc} stderr={err!r}")
 one_line_error("unknown option", CHAT + ["--frobnicate"], 2, "--frobnicate")
 one_line_error("bad number", CHAT + ["--temperature", "warm"], 2, "--temperature")
 one_line_error("bad --cache-type", CHAT + ["--cache-type", "q4"], 2, "--cache-type")
