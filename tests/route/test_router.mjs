@@ -195,6 +195,24 @@ test('rules: prompt length, segment (header and user), latency budget, the defau
   assert.equal(byModel.backend, 'cloud');
 });
 
+test('latency budget: the remote\'s prediction follows its observed latency (a slowed remote)', async () => {
+  const predicted = async () => {
+    const r = await post(R, '/v1/completions', completion(SHORT, { max_latency_ms: 250, max_tokens: 16 }));
+    assert.equal(r.status, 200, r.text);
+    const m = /cloud (\d+) ms/.exec(r.reason);
+    assert.ok(m, `the reason gives the remote's prediction: ${r.reason}`);
+    assert.equal(r.backend, 'local', 'the local side meets the budget');
+    return Number(m[1]);
+  };
+  await resetProxy(proxy);
+  for (let i = 0; i < 3; i++) await post(R, '/v1/completions', completion(SHORT, { route: 'remote', max_tokens: 16 }));
+  const fast = await predicted();
+  await setFault(proxy, 'slow=60', 6); // 60 ms before each event: the remote's time per token grows
+  for (let i = 0; i < 6; i++) await post(R, '/v1/completions', completion(SHORT, { route: 'remote', max_tokens: 16 }));
+  const slow = await predicted();
+  assert.ok(slow > fast + 200, `the slowed remote is predicted slower: ${fast} ms -> ${slow} ms`);
+});
+
 test('stream: the headers and the last chunk name the backend', async () => {
   const s = await stream(R, '/v1/chat/completions', chat(SHORT), { 'x-kite-segment': 'pro' });
   assert.equal(s.backend, 'cloud');
