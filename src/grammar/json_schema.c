@@ -176,6 +176,10 @@ static int fail(compiler *c, int status, const char *ptr, const char *fmt, ...) 
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     c->status = kite_fail(c->e, status, "json schema: %s: %s", *ptr ? ptr : "(root)", msg);
+    /* one line: a quoted key or value may hold control characters (a "type" of "string\nnumber") */
+    if (c->e)
+        for (char *q = c->e->msg; *q; q++)
+            if ((unsigned char)*q < 0x20) *q = '?';
     return c->status;
 }
 
