@@ -43,19 +43,8 @@ void serve_metrics_ttft(serve_metrics *m, double seconds) {
     pthread_mutex_unlock(&m->mu);
 }
 
-static bool put(serve_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool put(serve_buf *b, const char *fmt, ...) {
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n < 0) return false;
-    return serve_buf_append(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-}
-
 static void family(serve_buf *b, const char *name, const char *type, const char *help) {
-    put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    serve_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 char *serve_metrics_text(serve_metrics *m, int32_t queue_depth, int32_t busy_slots, int32_t n_slots) {
@@ -64,50 +53,50 @@ char *serve_metrics_text(serve_metrics *m, int32_t queue_depth, int32_t busy_slo
     family(&b, "kite_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
     for (int e = 0; e < SERVE_N_ENDPOINTS; e++)
         for (int i = 0; i < SERVE_N_STATUS && m->status_codes[e][i]; i++)
-            put(&b, "kite_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", ENDPOINT_NAMES[e],
+            serve_buf_printf(&b, "kite_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", ENDPOINT_NAMES[e],
                 m->status_codes[e][i], (unsigned long long)m->status_counts[e][i]);
     family(&b, "kite_prompt_tokens_total", "counter", "Prompt tokens of admitted requests (prefix-cache hits included).");
-    put(&b, "kite_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
+    serve_buf_printf(&b, "kite_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
     family(&b, "kite_prefilled_tokens_total", "counter", "Prompt tokens the model ran (prefix-cache hits excluded).");
-    put(&b, "kite_prefilled_tokens_total %llu\n", (unsigned long long)m->prefilled_tokens);
+    serve_buf_printf(&b, "kite_prefilled_tokens_total %llu\n", (unsigned long long)m->prefilled_tokens);
     family(&b, "kite_generated_tokens_total", "counter", "Tokens generated.");
-    put(&b, "kite_generated_tokens_total %llu\n", (unsigned long long)m->generated_tokens);
+    serve_buf_printf(&b, "kite_generated_tokens_total %llu\n", (unsigned long long)m->generated_tokens);
     family(&b, "kite_queue_depth", "gauge", "Requests waiting for a slot.");
-    put(&b, "kite_queue_depth %d\n", queue_depth);
+    serve_buf_printf(&b, "kite_queue_depth %d\n", queue_depth);
     family(&b, "kite_slots_busy", "gauge", "Slots (sessions) serving a request.");
-    put(&b, "kite_slots_busy %d\n", busy_slots);
+    serve_buf_printf(&b, "kite_slots_busy %d\n", busy_slots);
     family(&b, "kite_slots_total", "gauge", "Slots (sessions): requests decoded together.");
-    put(&b, "kite_slots_total %d\n", n_slots);
+    serve_buf_printf(&b, "kite_slots_total %d\n", n_slots);
     family(&b, "kite_prefill_tokens_per_second", "gauge",
            "Prompt tokens run per second of the batch steps that prefilled (since start).");
-    put(&b, "kite_prefill_tokens_per_second %.3f\n",
+    serve_buf_printf(&b, "kite_prefill_tokens_per_second %.3f\n",
         m->prefill_seconds > 0 ? (double)m->prefilled_tokens / m->prefill_seconds : 0.0);
     family(&b, "kite_decode_tokens_per_second", "gauge",
            "Tokens generated per second of the batch steps that only decoded, all slots together (since start).");
-    put(&b, "kite_decode_tokens_per_second %.3f\n",
+    serve_buf_printf(&b, "kite_decode_tokens_per_second %.3f\n",
         m->decode_seconds > 0 ? (double)m->decode_only_tokens / m->decode_seconds : 0.0);
     family(&b, "kite_time_to_first_token_seconds", "histogram",
            "From a request's arrival (body received) to its first generated token.");
     for (int i = 0; i < SERVE_N_TTFT_BUCKETS; i++) {
         if (i < SERVE_N_TTFT_BUCKETS - 1)
-            put(&b, "kite_time_to_first_token_seconds_bucket{le=\"%g\"} %llu\n", TTFT_BOUNDS[i],
+            serve_buf_printf(&b, "kite_time_to_first_token_seconds_bucket{le=\"%g\"} %llu\n", TTFT_BOUNDS[i],
                 (unsigned long long)m->ttft_buckets[i]);
         else
-            put(&b, "kite_time_to_first_token_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)m->ttft_buckets[i]);
+            serve_buf_printf(&b, "kite_time_to_first_token_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)m->ttft_buckets[i]);
     }
-    put(&b, "kite_time_to_first_token_seconds_sum %.6f\n", m->ttft_sum);
-    put(&b, "kite_time_to_first_token_seconds_count %llu\n", (unsigned long long)m->ttft_count);
+    serve_buf_printf(&b, "kite_time_to_first_token_seconds_sum %.6f\n", m->ttft_sum);
+    serve_buf_printf(&b, "kite_time_to_first_token_seconds_count %llu\n", (unsigned long long)m->ttft_count);
     family(&b, "kite_prefix_cache_hits_total", "counter", "Requests that started from cached K/V of a shared prompt prefix.");
-    put(&b, "kite_prefix_cache_hits_total %llu\n", (unsigned long long)m->prefix_hits);
+    serve_buf_printf(&b, "kite_prefix_cache_hits_total %llu\n", (unsigned long long)m->prefix_hits);
     family(&b, "kite_prefix_cache_reused_tokens_total", "counter", "Prompt tokens taken from cached K/V instead of prefilled.");
-    put(&b, "kite_prefix_cache_reused_tokens_total %llu\n", (unsigned long long)m->prefix_reused_tokens);
+    serve_buf_printf(&b, "kite_prefix_cache_reused_tokens_total %llu\n", (unsigned long long)m->prefix_reused_tokens);
     family(&b, "kite_prefix_cache_copies_total", "counter", "Prefix-cache hits whose K/V was copied from another slot.");
-    put(&b, "kite_prefix_cache_copies_total %llu\n", (unsigned long long)m->prefix_copies);
+    serve_buf_printf(&b, "kite_prefix_cache_copies_total %llu\n", (unsigned long long)m->prefix_copies);
     family(&b, "kite_batch_steps_total", "counter", "Forward passes (kite_batch_step) run.");
-    put(&b, "kite_batch_steps_total %llu\n", (unsigned long long)m->batch_steps);
+    serve_buf_printf(&b, "kite_batch_steps_total %llu\n", (unsigned long long)m->batch_steps);
     family(&b, "kite_batch_slot_steps_total", "counter",
            "Busy slots summed over the passes: divided by kite_batch_steps_total, the requests each pass served.");
-    put(&b, "kite_batch_slot_steps_total %llu\n", (unsigned long long)m->batch_slot_steps);
+    serve_buf_printf(&b, "kite_batch_slot_steps_total %llu\n", (unsigned long long)m->batch_slot_steps);
     pthread_mutex_unlock(&m->mu);
     if (!b.data) serve_buf_append(&b, "", 0);
     return b.data;

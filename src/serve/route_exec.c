@@ -632,57 +632,47 @@ int serve_route_start(serve_request *r) {
 }
 
 /* ---- /metrics ----------------------------------------------------------------------------------- */
-static void line(serve_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void line(serve_buf *b, const char *fmt, ...) {
-    char text[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    if (n > 0) serve_buf_append(b, text, (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
-}
-
 char *serve_route_metrics_text(struct kite_server *s) {
     kite_router *router = s->router;
     const route_config *cfg = &router->cfg;
     serve_buf b = {0};
     pthread_mutex_lock(&router->mu);
-    line(&b, "# HELP kite_route_decisions_total Routing decisions by the rule that made them (rule=\"none\": explicit or no rule).\n");
-    line(&b, "# TYPE kite_route_decisions_total counter\n");
+    serve_buf_printf(&b, "# HELP kite_route_decisions_total Routing decisions by the rule that made them (rule=\"none\": explicit or no rule).\n");
+    serve_buf_printf(&b, "# TYPE kite_route_decisions_total counter\n");
     for (int32_t i = 0; i < cfg->n_rules; i++)
-        line(&b, "kite_route_decisions_total{rule=\"%d\"} %llu\n", cfg->rules[i].config_index,
+        serve_buf_printf(&b, "kite_route_decisions_total{rule=\"%d\"} %llu\n", cfg->rules[i].config_index,
              (unsigned long long)router->decisions_by_rule[cfg->rules[i].config_index < ROUTE_MAX_RULES ? cfg->rules[i].config_index : ROUTE_MAX_RULES]);
-    line(&b, "kite_route_decisions_total{rule=\"none\"} %llu\n", (unsigned long long)router->decisions_by_rule[ROUTE_MAX_RULES]);
-    line(&b, "# HELP kite_route_answered_total Requests answered, by the backend that finished them.\n");
-    line(&b, "# TYPE kite_route_answered_total counter\n");
+    serve_buf_printf(&b, "kite_route_decisions_total{rule=\"none\"} %llu\n", (unsigned long long)router->decisions_by_rule[ROUTE_MAX_RULES]);
+    serve_buf_printf(&b, "# HELP kite_route_answered_total Requests answered, by the backend that finished them.\n");
+    serve_buf_printf(&b, "# TYPE kite_route_answered_total counter\n");
     for (int32_t i = 0; i < cfg->n_backends; i++)
-        line(&b, "kite_route_answered_total{backend=\"%s\"} %llu\n", cfg->backends[i].name,
+        serve_buf_printf(&b, "kite_route_answered_total{backend=\"%s\"} %llu\n", cfg->backends[i].name,
              (unsigned long long)router->answered_by_backend[i]);
-    line(&b, "# HELP kite_route_fallbacks_total Failed tries that moved a request on, by the backend that failed.\n");
-    line(&b, "# TYPE kite_route_fallbacks_total counter\n");
+    serve_buf_printf(&b, "# HELP kite_route_fallbacks_total Failed tries that moved a request on, by the backend that failed.\n");
+    serve_buf_printf(&b, "# TYPE kite_route_fallbacks_total counter\n");
     for (int32_t i = 0; i < cfg->n_backends; i++)
-        line(&b, "kite_route_fallbacks_total{backend=\"%s\"} %llu\n", cfg->backends[i].name,
+        serve_buf_printf(&b, "kite_route_fallbacks_total{backend=\"%s\"} %llu\n", cfg->backends[i].name,
              (unsigned long long)router->fallbacks_from_backend[i]);
-    line(&b, "# TYPE kite_route_confidence_escalations_total counter\nkite_route_confidence_escalations_total %llu\n",
+    serve_buf_printf(&b, "# TYPE kite_route_confidence_escalations_total counter\nkite_route_confidence_escalations_total %llu\n",
          (unsigned long long)router->confidence_escalations);
-    line(&b, "# TYPE kite_route_overflows_total counter\nkite_route_overflows_total %llu\n", (unsigned long long)router->overflows);
-    line(&b, "# TYPE kite_route_continuations_total counter\nkite_route_continuations_total %llu\n",
+    serve_buf_printf(&b, "# TYPE kite_route_overflows_total counter\nkite_route_overflows_total %llu\n", (unsigned long long)router->overflows);
+    serve_buf_printf(&b, "# TYPE kite_route_continuations_total counter\nkite_route_continuations_total %llu\n",
          (unsigned long long)router->midstream_continuations);
     pthread_mutex_unlock(&router->mu);
-    line(&b, "# HELP kite_route_upstream_faults_total Upstream failures by backend and kind.\n");
-    line(&b, "# TYPE kite_route_upstream_faults_total counter\n");
+    serve_buf_printf(&b, "# HELP kite_route_upstream_faults_total Upstream failures by backend and kind.\n");
+    serve_buf_printf(&b, "# TYPE kite_route_upstream_faults_total counter\n");
     for (int32_t i = 0; i < cfg->n_backends; i++) {
         if (!router->upstreams[i]) continue;
         route_upstream_counters c;
         route_upstream_get_counters(router->upstreams[i], &c);
         for (int f = ROUTE_FAULT_CONNECT; f <= ROUTE_FAULT_CANCELLED; f++)
-            line(&b, "kite_route_upstream_faults_total{backend=\"%s\",fault=\"%s\"} %llu\n", cfg->backends[i].name,
+            serve_buf_printf(&b, "kite_route_upstream_faults_total{backend=\"%s\",fault=\"%s\"} %llu\n", cfg->backends[i].name,
                  route_fault_name((route_fault)f), (unsigned long long)c.faults[f]);
-        line(&b, "kite_route_upstream_requests_total{backend=\"%s\"} %llu\n", cfg->backends[i].name, (unsigned long long)c.requests);
-        line(&b, "kite_route_upstream_retries_total{backend=\"%s\"} %llu\n", cfg->backends[i].name, (unsigned long long)c.retries);
-        line(&b, "kite_route_upstream_cooldowns_total{backend=\"%s\"} %llu\n", cfg->backends[i].name, (unsigned long long)c.cooldowns);
-        line(&b, "kite_route_upstream_probes_total{backend=\"%s\"} %llu\n", cfg->backends[i].name, (unsigned long long)c.probes);
-        line(&b, "kite_route_backend_up{backend=\"%s\"} %d\n", cfg->backends[i].name, c.in_cooldown ? 0 : 1);
+        serve_buf_printf(&b, "kite_route_upstream_requests_total{backend=\"%s\"} %llu\n", cfg->backends[i].name, (unsigned long long)c.requests);
+        serve_buf_printf(&b, "kite_route_upstream_retries_total{backend=\"%s\"} %llu\n", cfg->backends[i].name, (unsigned long long)c.retries);
+        serve_buf_printf(&b, "kite_route_upstream_cooldowns_total{backend=\"%s\"} %llu\n", cfg->backends[i].name, (unsigned long long)c.cooldowns);
+        serve_buf_printf(&b, "kite_route_upstream_probes_total{backend=\"%s\"} %llu\n", cfg->backends[i].name, (unsigned long long)c.probes);
+        serve_buf_printf(&b, "kite_route_backend_up{backend=\"%s\"} %d\n", cfg->backends[i].name, c.in_cooldown ? 0 : 1);
     }
     serve_buf_append(&b, "", 1);
     return b.data;

@@ -29,6 +29,8 @@ typedef struct serve_buf {
 } serve_buf;
 
 bool serve_buf_append(serve_buf *b, const char *bytes, size_t n);
+/* Appends printf-style text of any length; false when out of memory or on a bad format. */
+bool serve_buf_printf(serve_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void serve_buf_free(serve_buf *b);
 /* A JSON string of bytes that may hold invalid UTF-8: each invalid byte becomes U+FFFD. NULL only when
  * out of memory. */

@@ -1,4 +1,6 @@
 /* Byte buffers, UTF-8 repair for JSON strings, SSE framing, the clock. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,6 +22,24 @@ bool serve_buf_append(serve_buf *b, const char *bytes, size_t n) {
     b->len += n;
     b->data[b->len] = 0;
     return true;
+}
+
+bool serve_buf_printf(serve_buf *b, const char *fmt, ...) {
+    char small[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) return false;
+    if ((size_t)n < sizeof small) return serve_buf_append(b, small, (size_t)n);
+    char *big = malloc((size_t)n + 1);
+    if (!big) return false;
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    bool ok = serve_buf_append(b, big, (size_t)n);
+    free(big);
+    return ok;
 }
 
 void serve_buf_free(serve_buf *b) {

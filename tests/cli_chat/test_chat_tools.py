@@ -68,6 +68,8 @@ def run_chat(template, extra, lines, save=True):
         os.unlink(saved)
     script = "\n".join(lines + (["/stats", f"/save {saved}", ""] if save else [""])).encode()
     rc, out, err = kite(CHAT + ["--chat-template", template] + extra, input=script, timeout=120)
+    # The random model says it was trained with 512 tokens; the tool prompts need more, and kite says so.
+    err = "".join(l for l in err.splitlines(True) if "warning: --ctx 2048 is more than the 512 tokens" not in l)
     messages = json.load(open(saved, encoding="utf-8"))["messages"] if os.path.exists(saved) else []
     return rc, out.decode("utf-8", errors="replace"), err, messages
 
@@ -157,7 +159,7 @@ for label, args, status, needle in [
      "no tool is named 'get_time'"),
 ]:
     rc, out, err = kite(args, input=b"")
-    lines = [l for l in err.splitlines() if l.strip()]
+    lines = [l for l in err.splitlines() if l.strip() and "warning: --ctx" not in l]
     t.check(label, rc == status and len(lines) == 1 and lines[0].startswith("kite: error: ") and needle in err, (rc, err))
 harmony = os.path.join(tmp, "harmony.jinja")
 open(harmony, "w").write("{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}"

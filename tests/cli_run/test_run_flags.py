@@ -2,7 +2,7 @@
 """kite's flags as llama.cpp users type them: -m -p -n -t -c -s --temp give the JSON of the long
 forms (kite chat takes them too); kite help VERB prints kite VERB --help; usage errors exit 2 on every
 verb (an unknown option, a missing value, a bad number) with one error line; --threads above the CPU
-count and --ctx above the trained context warn on stderr and still run; a llama2.c tokenizer .bin of
+count and --ctx above the trained context warn on stderr and still run (kite run and kite chat); a llama2.c tokenizer .bin of
 another vocabulary (Llama-2's 32000 pieces for stories260K's 512) is refused with a clear error; kite
 bench fits its default lengths into stories260K.bin's context of 512."""
 import json
@@ -59,6 +59,11 @@ t.check("--threads above the CPU count: a warning, and it runs", rc == 0 and obj
 t.check("--ctx above the trained context (512): a warning", "--ctx 1024 is more than the 512 tokens" in err, err)
 rc, obj, err = run_json(S260 + ["-p", "Once", "-n", "3", "--threads", "1", "--ctx", "512"])
 t.check("no warning within the limits", rc == 0 and "warning" not in err, err)
+rc, out, err = kite(["chat", "-m", os.path.join(MODELS, "tinystories-656k"), "--chat-template",
+                     os.path.join(os.environ["KITE_SOURCE_DIR"], "tests", "cli_chat", "tiny-chatml.jinja"),
+                     "-n", "2", "-t", str(cpus + 1), "-c", "1024", "--temp", "0"], input=b"Hello\n")
+t.check("kite chat warns the same way", rc == 0 and f"--threads {cpus + 1} is more than" in err
+        and "--ctx 1024 is more than the 512 tokens" in err, f"rc={rc} {err!r}")
 
 # ---- a mismatched llama2.c tokenizer -----------------------------------------------------------------------
 wrong = os.path.join(MODELS, "llama2-tokenizer", "tokenizer.bin")

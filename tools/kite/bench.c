@@ -29,6 +29,7 @@
 
 #include "default_model.h"
 #include "kite.h"
+#include "cli_util.h"
 
 int kite_cmd_bench(int argc, char **argv);
 int kite_cmd_gen_model(int argc, char **argv);
@@ -48,15 +49,6 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static bool parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
 }
 
 /* "128,512" -> values in [lo, hi]; at most max_n. */
@@ -228,14 +220,14 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
         if (!strcmp(opt, "--model") || !strcmp(opt, "-m")) a->model = val;
         else if (!strcmp(opt, "--tokenizer")) a->tokenizer = val;
         else if (!strcmp(opt, "--threads")) {
-            if (!parse_long(val, 1, 1024, &v)) return bench_fail(2, "--threads expects an integer in [1, 1024], got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 1024, &v)) return bench_fail(2, "--threads expects an integer in [1, 1024], got '%s'", val);
             a->threads = (int32_t)v;
         } else if (!strcmp(opt, "--prompt-tokens")) {
             if (!parse_list(val, 1, 1 << 20, a->prompt_lens, MAX_LIST, &a->n_prompt_lens))
                 return bench_fail(2, "--prompt-tokens expects up to %d comma-separated lengths >= 1, got '%s'", MAX_LIST, val);
             a->prompt_lens_given = true;
         } else if (!strcmp(opt, "--gen-tokens")) {
-            if (!parse_long(val, 2, 1 << 20, &v)) return bench_fail(2, "--gen-tokens expects an integer >= 2, got '%s'", val);
+            if (!kite_cli_parse_long(val, 2, 1 << 20, &v)) return bench_fail(2, "--gen-tokens expects an integer >= 2, got '%s'", val);
             a->gen_tokens = (int32_t)v;
             a->gen_tokens_given = true;
         } else if (!strcmp(opt, "--batch-sizes")) {
@@ -243,14 +235,14 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
                 return bench_fail(2, "--batch-sizes expects up to %d comma-separated sizes in [1, 4096], got '%s'", MAX_LIST, val);
             a->batch_curve = true;
         } else if (!strcmp(opt, "--batch-depth")) {
-            if (!parse_long(val, 1, 1 << 20, &v)) return bench_fail(2, "--batch-depth expects an integer >= 1, got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 1 << 20, &v)) return bench_fail(2, "--batch-depth expects an integer >= 1, got '%s'", val);
             a->batch_depth = (int32_t)v;
             a->batch_depth_given = true;
         } else if (!strcmp(opt, "--batch-passes")) {
-            if (!parse_long(val, 1, 1000, &v)) return bench_fail(2, "--batch-passes expects an integer in [1, 1000], got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 1000, &v)) return bench_fail(2, "--batch-passes expects an integer in [1, 1000], got '%s'", val);
             a->batch_passes = (int32_t)v;
         } else if (!strcmp(opt, "--reps")) {
-            if (!parse_long(val, 1, 1000, &v)) return bench_fail(2, "--reps expects an integer in [1, 1000], got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 1000, &v)) return bench_fail(2, "--reps expects an integer in [1, 1000], got '%s'", val);
             a->reps = (int32_t)v;
         } else if (!strcmp(opt, "--hw-seconds")) {
             char *end;

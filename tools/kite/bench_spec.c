@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kite.h"
+#include "cli_util.h"
 
 int kite_bench_spec(int argc, char **argv);
 
@@ -82,24 +83,6 @@ typedef struct spec_args {
     bool json, quiet, help;
 } spec_args;
 
-static bool parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_double(const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) return false;
-    *out = v;
-    return true;
-}
-
 static int parse_spec_args(int argc, char **argv, spec_args *a) {
     a->tree = 1, a->prompts = 8, a->gen_tokens = 64, a->seed = 1, a->reps = 1;
     a->temps[0] = 0.0f, a->temps[1] = 1.0f, a->n_temps = 2;
@@ -122,33 +105,33 @@ static int parse_spec_args(int argc, char **argv, spec_args *a) {
         else if (!strcmp(opt, "--plot")) a->plot = val;
         else if (!strcmp(opt, "--sets")) a->sets = val;
         else if (!strcmp(opt, "--oracle-acceptance")) {
-            if (!parse_double(val, 0.0, 1.0, &d)) return spec_fail(2, "--oracle-acceptance expects a number in [0, 1], got '%s'", val);
+            if (!kite_cli_parse_double(val, 0.0, 1.0, &d)) return spec_fail(2, "--oracle-acceptance expects a number in [0, 1], got '%s'", val);
             a->oracle = true, a->oracle_acceptance = d;
         } else if (!strcmp(opt, "--spec-budget")) {
             if (!strcmp(val, "auto")) a->budget = 0;
-            else if (parse_long(val, 1, KITE_MAX_DRAFT, &v)) a->budget = (int32_t)v;
+            else if (kite_cli_parse_long(val, 1, KITE_MAX_DRAFT, &v)) a->budget = (int32_t)v;
             else return spec_fail(2, "--spec-budget expects auto or an integer in [1, %d], got '%s'", KITE_MAX_DRAFT, val);
         } else if (!strcmp(opt, "--spec-tree")) {
-            if (!parse_long(val, 1, 8, &v)) return spec_fail(2, "--spec-tree expects an integer in [1, 8], got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 8, &v)) return spec_fail(2, "--spec-tree expects an integer in [1, 8], got '%s'", val);
             a->tree = (int32_t)v;
         } else if (!strcmp(opt, "--spec-verify")) {
             if (!strcmp(val, "gumbel")) a->verify = KITE_VERIFY_GUMBEL;
             else if (!strcmp(val, "rejection")) a->verify = KITE_VERIFY_REJECTION;
             else return spec_fail(2, "--spec-verify expects gumbel or rejection, got '%s'", val);
         } else if (!strcmp(opt, "--spec-prompts")) {
-            if (!parse_long(val, 1, 10000, &v)) return spec_fail(2, "--spec-prompts expects an integer in [1, 10000], got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 10000, &v)) return spec_fail(2, "--spec-prompts expects an integer in [1, 10000], got '%s'", val);
             a->prompts = (int32_t)v;
         } else if (!strcmp(opt, "--gen-tokens")) {
-            if (!parse_long(val, 2, 1 << 20, &v)) return spec_fail(2, "--gen-tokens expects an integer >= 2, got '%s'", val);
+            if (!kite_cli_parse_long(val, 2, 1 << 20, &v)) return spec_fail(2, "--gen-tokens expects an integer >= 2, got '%s'", val);
             a->gen_tokens = (int32_t)v;
         } else if (!strcmp(opt, "--reps")) {
-            if (!parse_long(val, 1, 100, &v)) return spec_fail(2, "--reps expects an integer in [1, 100], got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 100, &v)) return spec_fail(2, "--reps expects an integer in [1, 100], got '%s'", val);
             a->reps = (int32_t)v;
         } else if (!strcmp(opt, "--threads")) {
-            if (!parse_long(val, 1, 1024, &v)) return spec_fail(2, "--threads expects an integer in [1, 1024], got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 1024, &v)) return spec_fail(2, "--threads expects an integer in [1, 1024], got '%s'", val);
             a->threads = (int32_t)v;
         } else if (!strcmp(opt, "--ctx")) {
-            if (!parse_long(val, 16, 1 << 22, &v)) return spec_fail(2, "--ctx expects an integer in [16, %d], got '%s'", 1 << 22, val);
+            if (!kite_cli_parse_long(val, 16, 1 << 22, &v)) return spec_fail(2, "--ctx expects an integer in [16, %d], got '%s'", 1 << 22, val);
             a->ctx = (int32_t)v;
         } else if (!strcmp(opt, "--seed")) {
             char *end;

@@ -20,6 +20,9 @@
 #include "chat_common.h"
 #include "default_model.h"
 #include "kite.h"
+#include "cli_util.h"
+
+#define usage_error(...) kite_cli_usage_error("kite", "kite chat --help", __VA_ARGS__)
 
 static const char CHAT_USAGE[] =
     "usage: kite chat --model PATH [options]\n"
@@ -83,22 +86,6 @@ typedef struct chat_options {
     bool have_temperature, have_top_p, have_min_p, have_repeat_penalty, have_top_k, have_seed;
 } chat_options;
 
-static int usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "kite: error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see kite chat --help)\n");
-    return 2;
-}
-
-static bool parse_i32(const char *s, long long lo, long long hi, int32_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = (int32_t)v;
-    return true;
-}
-
 static bool parse_f32(const char *s, float *out) {
     char *end;
     errno = 0;
@@ -146,10 +133,10 @@ static int parse_options(int argc, char **argv, chat_options *o) {
             continue;
         }
         bool ok = true;
-        if (!strcmp(opt, "--max-tokens")) ok = parse_i32(val, 1, INT32_MAX, &o->max_tokens);
-        else if (!strcmp(opt, "--ctx")) ok = parse_i32(val, 1, 1 << 22, &o->ctx);
-        else if (!strcmp(opt, "--threads")) ok = parse_i32(val, 1, 1024, &o->threads);
-        else if (!strcmp(opt, "--top-k")) ok = (o->have_top_k = parse_i32(val, 0, INT32_MAX, &o->top_k));
+        if (!strcmp(opt, "--max-tokens")) ok = kite_cli_parse_i32(val, 1, INT32_MAX, &o->max_tokens);
+        else if (!strcmp(opt, "--ctx")) ok = kite_cli_parse_i32(val, 1, 1 << 22, &o->ctx);
+        else if (!strcmp(opt, "--threads")) ok = kite_cli_parse_i32(val, 1, 1024, &o->threads);
+        else if (!strcmp(opt, "--top-k")) ok = (o->have_top_k = kite_cli_parse_i32(val, 0, INT32_MAX, &o->top_k));
         else if (!strcmp(opt, "--temperature")) ok = (o->have_temperature = parse_f32(val, &o->temperature));
         else if (!strcmp(opt, "--top-p")) ok = (o->have_top_p = parse_f32(val, &o->top_p));
         else if (!strcmp(opt, "--min-p")) ok = (o->have_min_p = parse_f32(val, &o->min_p));
@@ -967,6 +954,7 @@ static int open_chat(chat *c, const chat_options *o) {
     }
     kite_model_info info;
     kite_model_get_info(c->model, &info);
+    kite_cli_warn_limits("kite", o->threads, o->ctx, info.n_ctx_train);
     c->n_vocab = info.n_vocab;
     c->token_kind = calloc((size_t)(info.n_vocab > 0 ? info.n_vocab : 1), 1);
     if (!c->token_kind) {

@@ -11,6 +11,7 @@
 #include "chat_common.h"
 #include "default_model.h"
 #include "kite.h"
+#include "cli_util.h"
 
 static const char *g_prog = "kite";
 
@@ -65,24 +66,6 @@ typedef struct cli_args {
     const char *prompt_cache; /* --prompt-cache FILE: the prompt's K/V saved and reused */
 } cli_args;
 
-static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_float(const char *s, float *out) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end) return false;
-    *out = v;
-    return true;
-}
-
 /* Parses argv[first..argc). Returns 0, or 2 after printing a usage error. */
 static int parse_args(int argc, char **argv, int first, cli_args *a, const char *usage_hint) {
     for (int i = first; i < argc; i++) {
@@ -130,7 +113,7 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         float fv;
 #define INT_OPT(name, field, lo, hi, flag)                                                              \
         if (!strcmp(opt, name)) {                                                                       \
-            if (!parse_int(val, lo, hi, &iv)) {                                                         \
+            if (!kite_cli_parse_ll(val, lo, hi, &iv)) {                                                         \
                 fprintf(stderr, "%s: error: %s expects an integer in [%lld, %lld], got '%s'\n", g_prog,   \
                         name, (long long)(lo), (long long)(hi), val);                                   \
                 return 2;                                                                               \
@@ -141,7 +124,7 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         }
 #define FLOAT_OPT(name, field, flag)                                                                    \
         if (!strcmp(opt, name)) {                                                                       \
-            if (!parse_float(val, &fv)) {                                                               \
+            if (!kite_cli_parse_float(val, &fv)) {                                                               \
                 fprintf(stderr, "%s: error: %s expects a number, got '%s'\n", g_prog, name, val);          \
                 return 2;                                                                               \
             }                                                                                           \
@@ -178,7 +161,7 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
             float bias;
             const char *b = *end == '=' ? end + 1 : end;
             if (end == val || errno || id < 0 || id > INT32_MAX || (*end != '=' && *end != '+' && *end != '-') ||
-                !parse_float(b, &bias))
+                !kite_cli_parse_float(b, &bias))
                 return fail(2, "--logit-bias expects ID=BIAS (a token id and a number, e.g. 13=-inf or 42=2.5), got '%s'", val);
             if (a->n_bias == sizeof a->bias / sizeof *a->bias) return fail(2, "at most 256 --logit-bias entries, got another: '%s'", val);
             a->bias[a->n_bias++] = (kite_logit_bias){(int32_t)id, bias};
@@ -236,17 +219,6 @@ static char *read_all(FILE *f, size_t *len) {
     }
     free(buf);
     return NULL;
-}
-
-/* Settings that work but are likely mistakes: more threads than CPUs, more context than the model was trained for. */
-static void warn_limits(const cli_args *a, const kite_model_info *info) {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (a->threads > 0 && cpus > 0 && a->threads > cpus)
-        fprintf(stderr, "%s: warning: --threads %d is more than the %ld CPUs online: the extra threads only wait for a core\n",
-                g_prog, a->threads, cpus);
-    if (a->ctx > 0 && info->n_ctx_train > 0 && a->ctx > info->n_ctx_train)
-        fprintf(stderr, "%s: warning: --ctx %d is more than the %d tokens the model was trained with: text past them is "
-                        "likely to degrade\n", g_prog, a->ctx, info->n_ctx_train);
 }
 
 /* ---- progress bar ----------------------------------------------------------------------------- */
@@ -524,7 +496,7 @@ static int cmd_run(int argc, char **argv) {
     kite_model_info info;
     kite_model_get_info(model, &info);
     kite_grammar *grammar = NULL;
-    warn_limits(&a, &info);
+    kite_cli_warn_limits(g_prog, a.threads, a.ctx, info.n_ctx_train);
 
     char err[1024];
     int32_t *prompt = NULL;

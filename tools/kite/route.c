@@ -10,6 +10,9 @@
 
 #include "chat_common.h"
 #include "kite.h"
+#include "cli_util.h"
+
+#define usage_error(...) kite_cli_usage_error("kite", "kite route --help", __VA_ARGS__)
 
 static const char ROUTE_USAGE[] =
     "usage: kite route explain CONFIG --request FILE.json [--segment TAG] [--threads N] [--no-measure]\n"
@@ -38,31 +41,6 @@ static const char ROUTE_USAGE[] =
     "  --threads N          threads for the local model\n";
 
 enum { MAX_FRACTIONS = 16 };
-
-static int usage_error(const char *msg, const char *arg) {
-    fprintf(stderr, "kite: error: ");
-    fprintf(stderr, msg, arg);
-    fprintf(stderr, " (see kite route --help)\n");
-    return 2;
-}
-
-static bool parse_double(const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
 
 /* stdin or a file, NUL-terminated. */
 static char *read_input(const char *path, size_t *len, char *err, size_t err_size) {
@@ -329,16 +307,16 @@ int kite_cmd_route(int argc, char **argv) {
         else if (!strcmp(opt, "--segment")) segment = val;
         else if (!strcmp(opt, "--prompts")) prompts = val;
         else if (!strcmp(opt, "--limit")) {
-            if (!parse_long(val, 1, 1L << 30, &limit)) return usage_error("--limit expects a positive integer, got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 1L << 30, &limit)) return usage_error("--limit expects a positive integer, got '%s'", val);
         } else if (!strcmp(opt, "--first-tokens")) {
-            if (!parse_long(val, 1, 256, &first_tokens)) return usage_error("--first-tokens expects an integer in [1, 256], got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 256, &first_tokens)) return usage_error("--first-tokens expects an integer in [1, 256], got '%s'", val);
         } else if (!strcmp(opt, "--threads")) {
-            if (!parse_long(val, 1, 1024, &threads)) return usage_error("--threads expects an integer in [1, 1024], got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 1024, &threads)) return usage_error("--threads expects an integer in [1, 1024], got '%s'", val);
         } else if (!strcmp(opt, "--quantile")) {
-            if (!parse_double(val, 0, 1, &quantile)) return usage_error("--quantile expects a number in [0, 1], got '%s'", val);
+            if (!kite_cli_parse_double(val, 0, 1, &quantile)) return usage_error("--quantile expects a number in [0, 1], got '%s'", val);
         } else if (!strcmp(opt, "--remote-fraction")) {
             if (n_fractions == MAX_FRACTIONS) return usage_error("at most 16 --remote-fraction values%s", "");
-            if (!parse_double(val, 0, 1, &fractions[n_fractions++]))
+            if (!kite_cli_parse_double(val, 0, 1, &fractions[n_fractions++]))
                 return usage_error("--remote-fraction expects a number in [0, 1], got '%s'", val);
         } else {
             return usage_error("unknown option %s", opt);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,19 @@
 
 #include "chat_common.h"
 #include "kite.h"
+#include "cli_util.h"
+
+static int usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *verb, const char *fmt, ...) {
+    char prefix[64], help[96];
+    snprintf(prefix, sizeof prefix, "kite %s", verb);
+    snprintf(help, sizeof help, "kite %s --router x --help", verb);
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = kite_cli_usage_verror(prefix, help, fmt, ap);
+    va_end(ap);
+    return rc;
+}
 
 int kite_cmd_routed(int argc, char **argv, bool chat_verb);
 
@@ -44,22 +58,6 @@ static void log_to_stderr(kite_log_level level, const char *message, void *user_
     if (level < KITE_LOG_WARN && !g_verbose) return;
     static const char *const names[] = {"debug", "info", "warning", "error"};
     fprintf(stderr, "kite: %s: %s\n", names[level <= KITE_LOG_ERROR ? level : KITE_LOG_ERROR], message);
-}
-
-static int usage_error(const char *verb, const char *fmt, const char *arg) {
-    fprintf(stderr, "kite %s: error: ", verb);
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see kite %s --router x --help)\n", verb);
-    return 2;
-}
-
-static bool parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
 }
 
 static bool print_text(const char *text, size_t len, void *user_data) {
@@ -116,13 +114,13 @@ int kite_cmd_routed(int argc, char **argv, bool chat_verb) {
         else if (!strcmp(opt, "--user")) user = val;
         else if (!strcmp(opt, "--chat-template")) template_path = val;
         else if (!strcmp(opt, "--max-tokens") || !strcmp(opt, "-n")) {
-            if (!parse_long(val, 1, 1 << 24, &max_tokens)) return usage_error(verb, "--max-tokens expects a count >= 1, got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 1 << 24, &max_tokens)) return usage_error(verb, "--max-tokens expects a count >= 1, got '%s'", val);
         } else if (!strcmp(opt, "--seed") || !strcmp(opt, "-s")) {
-            if (!parse_long(val, 0, 0x7fffffffL, &seed)) return usage_error(verb, "--seed expects 0..2^31-1, got '%s'", val);
+            if (!kite_cli_parse_long(val, 0, 0x7fffffffL, &seed)) return usage_error(verb, "--seed expects 0..2^31-1, got '%s'", val);
         } else if (!strcmp(opt, "--threads") || !strcmp(opt, "-t")) {
-            if (!parse_long(val, 1, 1024, &threads)) return usage_error(verb, "--threads expects 1..1024, got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 1024, &threads)) return usage_error(verb, "--threads expects 1..1024, got '%s'", val);
         } else if (!strcmp(opt, "--max-latency-ms")) {
-            if (!parse_long(val, 1, 1L << 30, &max_latency)) return usage_error(verb, "--max-latency-ms expects milliseconds, got '%s'", val);
+            if (!kite_cli_parse_long(val, 1, 1L << 30, &max_latency)) return usage_error(verb, "--max-latency-ms expects milliseconds, got '%s'", val);
         } else if (!strcmp(opt, "--temperature") || !strcmp(opt, "--temp")) {
             char *end;
             temperature = strtod(val, &end);

@@ -8,6 +8,9 @@
 #include "chat_common.h"
 #include "default_model.h"
 #include "kite.h"
+#include "cli_util.h"
+
+#define usage_error(...) kite_cli_usage_error("kite serve", "kite serve --help", __VA_ARGS__)
 
 int kite_cmd_serve(int argc, char **argv);
 
@@ -27,9 +30,9 @@ static const char SERVE_USAGE[] =
     "  --host ADDR             address to bind (default 127.0.0.1; 0.0.0.0 exposes the server to the network)\n"
     "  --port N                port (default 8080; 0 lets the system choose one, printed at start)\n"
     "  --api-key KEY           require 'Authorization: Bearer KEY' (all endpoints but /health)\n"
-    "  --parallel N            requests decoded together (sessions; default 4)\n"
-    "  --ctx N                 context of each request in tokens (default: the model's, at most 4096)\n"
-    "  --threads N             worker threads (default: all cores)\n"
+    "  -np, --parallel N       requests decoded together (sessions; default 4)\n"
+    "  -c, --ctx N             context of each request in tokens (default: the model's, at most 4096)\n"
+    "  -t, --threads N         worker threads (default: all cores)\n"
     "  --cache-type f16|f32    KV cache precision (default f16)\n"
     "  --draft PATH|ngram      speculative decoding for every request (a draft model sharing the\n"
     "                          vocabulary, or n-gram matches); the output is unchanged\n"
@@ -66,22 +69,6 @@ static void log_to_stderr(kite_log_level level, const char *message, void *user_
     fprintf(stderr, "kite serve: %s: %s\n", names[level <= KITE_LOG_ERROR ? level : KITE_LOG_ERROR], message);
 }
 
-static int usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "kite serve: error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see kite serve --help)\n");
-    return 2;
-}
-
-static bool parse_int(const char *s, long lo, long hi, int32_t *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = (int32_t)v;
-    return true;
-}
-
 /* The file's name without its folder and extension: the default model id. */
 static void default_model_name(const char *path, char *out, size_t size) {
     size_t len = strlen(path);
@@ -108,6 +95,10 @@ int kite_cmd_serve(int argc, char **argv) {
             fputs(SERVE_USAGE, stdout);
             return 0;
         }
+        /* llama-server's short flags, where they clash with nothing of kite's. */
+        static const char *const short_flags[][2] = {{"-t", "--threads"}, {"-c", "--ctx"}, {"-np", "--parallel"}};
+        for (size_t k = 0; k < sizeof short_flags / sizeof *short_flags; k++)
+            if (!strcmp(opt, short_flags[k][0])) opt = short_flags[k][1];
         if (!strcmp(opt, "--verbose") || !strcmp(opt, "-v")) {
             g_verbose = true;
             continue;
@@ -125,19 +116,19 @@ int kite_cmd_serve(int argc, char **argv) {
         else if (!strcmp(opt, "--model-name")) sp.model_name = val;
         else if (!strcmp(opt, "--cache-type")) cache_type = val;
         else if (!strcmp(opt, "--port")) {
-            if (!parse_int(val, 0, 65535, &port)) return usage_error("--port expects 0..65535, got '%s'", val);
+            if (!kite_cli_parse_i32(val, 0, 65535, &port)) return usage_error("--port expects 0..65535, got '%s'", val);
         } else if (!strcmp(opt, "--parallel")) {
-            if (!parse_int(val, 1, 256, &sp.n_parallel)) return usage_error("--parallel expects 1..256, got '%s'", val);
+            if (!kite_cli_parse_i32(val, 1, 256, &sp.n_parallel)) return usage_error("--parallel expects 1..256, got '%s'", val);
         } else if (!strcmp(opt, "--ctx")) {
-            if (!parse_int(val, 2, 1 << 22, &sp.n_ctx)) return usage_error("--ctx expects a number of tokens >= 2, got '%s'", val);
+            if (!kite_cli_parse_i32(val, 2, 1 << 22, &sp.n_ctx)) return usage_error("--ctx expects a number of tokens >= 2, got '%s'", val);
         } else if (!strcmp(opt, "--threads")) {
-            if (!parse_int(val, 1, 1024, &threads)) return usage_error("--threads expects 1..1024, got '%s'", val);
+            if (!kite_cli_parse_i32(val, 1, 1024, &threads)) return usage_error("--threads expects 1..1024, got '%s'", val);
         } else if (!strcmp(opt, "--spec-budget")) {
-            if (!parse_int(val, 1, KITE_MAX_DRAFT, &spec_budget)) return usage_error("--spec-budget expects 1..32, got '%s'", val);
+            if (!kite_cli_parse_i32(val, 1, KITE_MAX_DRAFT, &spec_budget)) return usage_error("--spec-budget expects 1..32, got '%s'", val);
         } else if (!strcmp(opt, "--queue")) {
-            if (!parse_int(val, 1, 1 << 20, &sp.queue_size)) return usage_error("--queue expects a count >= 1, got '%s'", val);
+            if (!kite_cli_parse_i32(val, 1, 1 << 20, &sp.queue_size)) return usage_error("--queue expects a count >= 1, got '%s'", val);
         } else if (!strcmp(opt, "--timeout-ms")) {
-            if (!parse_int(val, 1, INT32_MAX, &sp.timeout_ms)) return usage_error("--timeout-ms expects milliseconds >= 1, got '%s'", val);
+            if (!kite_cli_parse_i32(val, 1, INT32_MAX, &sp.timeout_ms)) return usage_error("--timeout-ms expects milliseconds >= 1, got '%s'", val);
         } else {
             return usage_error("unknown option %s", opt);
         }
@@ -192,6 +183,9 @@ int kite_cmd_serve(int argc, char **argv) {
         free(template_text);
         return 1;
     }
+    kite_model_info info;
+    kite_model_get_info(model, &info);
+    kite_cli_warn_limits("kite serve", threads, sp.n_ctx, info.n_ctx_train);
     kite_spec_params spec = kite_spec_default_params();
     if (draft || spec_budget) {
         if (!draft || !strcmp(draft, "ngram")) {

@@ -8,6 +8,9 @@
 
 #include "chat_common.h"
 #include "kite.h"
+#include "cli_util.h"
+
+#define usage_error(...) kite_cli_usage_error("kite", "kite template --help", __VA_ARGS__)
 
 static const char TEMPLATE_USAGE[] =
     "usage: kite template (--model PATH | --chat-template FILE) --messages FILE.json [options]\n"
@@ -27,13 +30,6 @@ static const char TEMPLATE_USAGE[] =
     "  --tools FILE.json       tool definitions (a JSON array); overrides the messages file's \"tools\"\n"
     "  --no-generation-prompt  do not end with the header of an assistant turn\n"
     "  --kwargs JSON           extra template variables, e.g. '{\"enable_thinking\": false}'\n";
-
-static int usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "kite: error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see kite template --help)\n");
-    return 2;
-}
 
 static int error_line(const char *message) {
     fprintf(stderr, "kite: error: %s\n", message);
