@@ -4,6 +4,10 @@ import json
 import os
 import subprocess
 import tempfile
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tally import Tally  # noqa: E402,F401  (re-exported: the tests import it from here)
 
 DATA = os.environ.get("KITE_TEST_DATA", "../shared")
 SRC = os.environ["KITE_SOURCE_DIR"]
@@ -74,22 +78,3 @@ def common_prefix(a, b):
     while n < len(a) and n < len(b) and a[n] == b[n]:
         n += 1
     return n
-
-
-class Tally:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, name, ok, detail=""):
-        if ok:
-            self.passed += 1
-            print(f"ok   {name}")
-        else:
-            self.failed += 1
-            print(f"FAIL {name}: {detail}")
-        return ok
-
-    def finish(self):
-        print(f"{self.passed} passed, {self.failed} failed")
-        raise SystemExit(1 if self.failed or not self.passed else 0)

@@ -2,6 +2,10 @@
 import json
 import os
 import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tally import Tally  # noqa: E402,F401  (re-exported: the tests import it from here)
 
 DATA = os.environ.get("KITE_TEST_DATA", "../shared")
 KITE = os.environ["KITE_BIN"]
@@ -27,22 +31,3 @@ def run_json(args, input=None, timeout=60):
     except ValueError:
         obj = None
     return rc, obj, err
-
-
-class Tally:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, name, ok, detail=""):
-        if ok:
-            self.passed += 1
-            print(f"ok   {name}")
-        else:
-            self.failed += 1
-            print(f"FAIL {name}: {detail}")
-        return ok
-
-    def finish(self):
-        print(f"{self.passed} passed, {self.failed} failed")
-        raise SystemExit(1 if self.failed or not self.passed else 0)

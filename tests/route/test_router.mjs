@@ -12,15 +12,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import net from 'node:net';
 
-const SRC = process.env.KITE_SOURCE_DIR;
-const BIN = process.env.KITE_BIN;
-const DATA = process.env.KITE_TEST_DATA;
-for (const [name, value] of Object.entries({ KITE_SOURCE_DIR: SRC, KITE_BIN: BIN, KITE_TEST_DATA: DATA }))
-  if (!value) throw new Error(`${name} is not set (ctest sets it)`);
-const { default: OpenAI } = await import(path.join(SRC, 'tests/oracle/node_modules/openai/index.mjs'));
-
-const MODEL = path.join(DATA, 'models/tinystories-656k/tinystories-656k-q8_0.gguf');
-const TEMPLATE = path.join(SRC, 'tests/serve/chatml.jinja');
+import { SRC, BIN, MODEL, TEMPLATE } from '../test_env.mjs';
 const CLOUD_KEY = 'sk-cloud-secret-4242424242';
 const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'kite-router-'));
 const children = [];

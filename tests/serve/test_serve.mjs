@@ -6,18 +6,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFile } from 'node:child_process';
-import path from 'node:path';
 import fs from 'node:fs';
 
-const SRC = process.env.KITE_SOURCE_DIR;
-const BIN = process.env.KITE_BIN;
-const DATA = process.env.KITE_TEST_DATA;
-for (const [name, value] of Object.entries({ KITE_SOURCE_DIR: SRC, KITE_BIN: BIN, KITE_TEST_DATA: DATA }))
-  if (!value) throw new Error(`${name} is not set (ctest sets it)`);
-const { default: OpenAI } = await import(path.join(SRC, 'tests/oracle/node_modules/openai/index.mjs'));
-
-const MODEL = path.join(DATA, 'models/tinystories-656k/tinystories-656k-q8_0.gguf');
-const TEMPLATE = path.join(SRC, 'tests/serve/chatml.jinja');
+import { BIN, OpenAI, MODEL, TEMPLATE } from '../test_env.mjs';
 const NAME = 'tiny';
 const KEY = 'sk-kite-test-0123456789';
 const STORY = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park.';
