@@ -2,8 +2,9 @@
  *
  * Predicted wall time of a request with P prompt tokens and C completion tokens, in milliseconds:
  *   local:                      1000 * (fixed_s + P * prefill_s_per_token + C * decode_s_per_token)
- *                               (speeds measured at open by route_measure_local; an unmeasured model, all
- *                               zero, predicts 0 ms: the router measures by default)
+ *                               (speeds measured at open by route_measure_local, then averaged with what
+ *                               local answers took (route_latency_observe_local); an unmeasured model,
+ *                               all zero, predicts 0 ms: the router measures by default)
  *   remote, observed:           1000 * (ewma_ttft_s + C * ewma_s_per_token)
  *   remote, nothing observed:   timeout.first_token_ms + C * 50 ms, a pessimistic guess, so that an
  *                               endpoint the router has not yet seen answer never looks faster than a
@@ -41,6 +42,13 @@ void route_latency_observe(route_latency *l, double ttft_s, double s_per_token) 
     if (ok_ttft) ewma(&l->ewma_ttft_s, ttft_s, first);
     if (ok_tok) ewma(&l->ewma_s_per_token, s_per_token, first || l->ewma_s_per_token == 0);
     l->n_observed++;
+}
+
+void route_latency_observe_local(route_latency *l, int32_t prefilled_tokens, double ttft_s, double s_per_token) {
+    /* The prefill share of the wait: what is left after the fixed overhead, per computed prompt token. */
+    if (prefilled_tokens > 0 && isfinite(ttft_s) && ttft_s >= 0)
+        ewma(&l->prefill_s_per_token, fmax(0.0, ttft_s - l->fixed_s) / prefilled_tokens, l->prefill_s_per_token == 0);
+    if (isfinite(s_per_token) && s_per_token > 0) ewma(&l->decode_s_per_token, s_per_token, l->decode_s_per_token == 0);
 }
 
 /* Prefills ids[0..n) from an empty context and returns its time (kite's own statistics), in ms. */

@@ -131,7 +131,8 @@ int32_t route_json_depth(const char *text, size_t len, int32_t limit);
 
 /* ---- latency.c -------------------------------------------------------------------------------- */
 typedef struct route_latency {
-    /* local: measured once at open (kite_session on the model), in seconds */
+    /* local: measured at open (kite_session on the model), then refined by the answers the server gives
+       (route_latency_observe_local), in seconds */
     double prefill_s_per_token;
     double decode_s_per_token;
     double fixed_s;                 /* per-request overhead */
@@ -146,6 +147,12 @@ typedef struct route_latency {
 double route_latency_predict_ms(const route_latency *l, const route_backend *b, int32_t prompt_tokens,
                                 int32_t completion_tokens);
 void route_latency_observe(route_latency *l, double ttft_s, double s_per_token);
+/* A local answer as the client saw it: prefilled_tokens prompt tokens computed (not taken from the
+ * prefix cache), the first token ttft_s after the request reached the scheduler, then s_per_token per
+ * further token. The per-token averages move by the same EWMA as a remote's (fixed_s stays as measured),
+ * so under load (queueing, batching with other requests) local predictions grow as the wait does.
+ * Samples that are negative, not finite or measure nothing leave their average alone. */
+void route_latency_observe_local(route_latency *l, int32_t prefilled_tokens, double ttft_s, double s_per_token);
 /* Measures a local model's speeds with n_threads (0 = the model's setting): a 1-token and a 32-token
  * prefill (a two-point fit gives fixed_s and prefill_s_per_token) and 8 greedy decode tokens, after one
  * warm-up pass. Sets n_observed to 1. Takes a few forward passes (milliseconds for small models). */
@@ -302,7 +309,7 @@ struct kite_router {
     int32_t local_backend;                           /* index, or -1 */
     kite_model *local_model;                         /* owned */
     route_upstream *upstreams[ROUTE_MAX_BACKENDS];   /* remote backends' clients, NULL for the local one */
-    route_latency local_latency;                     /* measured at open, refined by the server's requests */
+    route_latency local_latency;                     /* measured at open, refined by the server's answers (under mu) */
     bool local_capable;                              /* the device can run the local model well: it fits in the
                                                         memory free at open, and its measured decode speed reaches
                                                         min_decode_tok_s */

@@ -419,6 +419,18 @@ static int continue_from_ids(serve_request *r, kite_openai_error *e) {
     return 0;
 }
 
+/* What a local answer took, for the latency policy's next predictions. */
+static void observe_local_answer(serve_request *r, double t_enqueued) {
+    double t_done = serve_now();
+    int32_t prefilled = (int32_t)r->n_prompt - r->n_reused;
+    double ttft_s = r->t_first_token - t_enqueued;
+    double s_per_token = r->completion_tokens > 1 ? (t_done - r->t_first_token) / (r->completion_tokens - 1) : -1;
+    kite_router *router = r->server->router;
+    pthread_mutex_lock(&router->mu);
+    route_latency_observe_local(&router->local_latency, prefilled, ttft_s, s_per_token);
+    pthread_mutex_unlock(&router->mu);
+}
+
 /* The local model: the scheduler answers (or, the gate failing, lets go unseen). continuation: the
  * remote's text already sent. */
 static run_outcome run_local(serve_request *r, int32_t backend, bool continuation, kite_openai_error *last_error) {
@@ -449,6 +461,8 @@ static run_outcome run_local(serve_request *r, int32_t backend, bool continuatio
     r->next = NULL;
     rt->backend = backend;
     note_attempt(r, backend, "ok", NULL);
+    r->t_first_token = 0;
+    double t_enqueued = serve_now();
     rc = serve_enqueue(s, r);
     if (rc == 429) {
         count(r, &s->router->overflows);
@@ -478,6 +492,7 @@ static run_outcome run_local(serve_request *r, int32_t backend, bool continuatio
         return RUN_NEXT;
     }
     if (r->error_status) set_last_outcome(r, "error", r->error.message);
+    else if (!continuation && r->t_first_token > 0) observe_local_answer(r, t_enqueued);
     return RUN_DONE;
 }
 

@@ -217,7 +217,10 @@ static bool on_token(int32_t id, const char *text, size_t text_len, void *user_d
     struct kite_server *s = r->server;
     if (atomic_load(&r->cancelled)) return false;
     s->step_generated++;
-    if (r->n_callbacks++ == 0) serve_metrics_ttft(&s->metrics, serve_now() - r->t_received);
+    if (r->n_callbacks++ == 0) {
+        r->t_first_token = serve_now();
+        serve_metrics_ttft(&s->metrics, r->t_first_token - r->t_received);
+    }
     if (r->route && !serve_route_on_token(r)) return false;
     if (r->oa.return_token_ids) {
         if (r->n_out_ids == r->cap_out_ids) {

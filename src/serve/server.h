@@ -145,6 +145,7 @@ struct serve_request {
     char id[48];                     /* chatcmpl-... / cmpl-... */
     int64_t created;                 /* Unix seconds */
     double t_received;               /* serve_now() when the body was in */
+    double t_first_token;            /* serve_now() at the first generated token (0 = none yet) */
     double deadline;                 /* serve_now() past which it is cancelled (timeout) */
     int client_fd;                   /* the connection's socket, watched for a client that leaves */
     struct serve_request *next;      /* the server's queue */

@@ -330,6 +330,24 @@ static void test_latency(void **state) {
     assert_true(fabs(r.ewma_ttft_s - 0.5) < 1e-12 && fabs(r.ewma_s_per_token - 0.024) < 1e-12);
     /* observed: 1000 * (0.5 + 50 * 0.024) = 500 + 1200 */
     assert_true(fabs(route_latency_predict_ms(&r, &remote, 100, 50) - 1700.0) < 1e-9);
+
+    /* A local answer refines the measured speeds: 100 prompt tokens computed, first token after 0.31 s,
+     * 0.03 s per further token. Prefill sample (0.31 - 0.01) / 100 = 0.003: 0.002 + 0.2 * 0.001 = 0.0022;
+     * decode 0.02 + 0.2 * 0.01 = 0.022; fixed_s stays. */
+    route_latency_observe_local(&l, 100, 0.31, 0.03);
+    assert_true(fabs(l.prefill_s_per_token - 0.0022) < 1e-12 && fabs(l.decode_s_per_token - 0.022) < 1e-12);
+    assert_true(l.fixed_s == 0.01);
+    /* 1000 * (0.01 + 100 * 0.0022 + 50 * 0.022) = 10 + 220 + 1100 */
+    assert_true(fabs(route_latency_predict_ms(&l, &local, 100, 50) - 1330.0) < 1e-9);
+    /* Everything from the prefix cache, a one-token answer, garbage: nothing moves. */
+    route_latency before = l;
+    route_latency_observe_local(&l, 0, 0.5, -1);
+    route_latency_observe_local(&l, 10, NAN, INFINITY);
+    route_latency_observe_local(&l, 10, -1, 0);
+    assert_memory_equal(&l, &before, sizeof l);
+    /* A wait shorter than the fixed overhead counts as no prefill time, not a negative one. */
+    route_latency_observe_local(&l, 10, 0.001, -1);
+    assert_true(fabs(l.prefill_s_per_token - 0.8 * 0.0022) < 1e-12);
 }
 
 static void test_quantile(void **state) {
