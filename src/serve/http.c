@@ -267,6 +267,8 @@ static void build_gen_params(kite_server *s, serve_request *r) {
     g.logit_bias = oa->logit_bias;
     g.n_logit_bias = oa->n_logit_bias;
     g.ignore_eos = oa->ignore_eos;
+    /* Text for people, as vLLM and llama-server give it, except where a reply parser needs the markup. */
+    g.skip_special = oa->skip_special_tokens && !r->replies && !r->parse_reply;
     g.stop = (const char *const *)oa->stop;
     g.n_stop = oa->n_stop;
     g.logprobs = oa->logprobs;

@@ -529,6 +529,7 @@ static int parse_fields(kite_openai_endpoint endpoint, json_t *root, const kite_
     if ((rc = parse_stop(root, limits, req, error))) return rc;
     if ((rc = parse_logit_bias(root, limits, req, error))) return rc;
     if ((rc = get_bool(root, "ignore_eos", &req->ignore_eos, error))) return rc;
+    if ((rc = get_bool(root, "skip_special_tokens", &req->skip_special_tokens, error))) return rc;
     if ((rc = get_bool(root, "return_token_ids", &req->return_token_ids, error))) return rc;
     if ((rc = get_bool(root, "stream", &req->stream, error))) return rc;
     json_t *options = field(root, "stream_options");
@@ -578,6 +579,7 @@ int kite_openai_parse_request(kite_openai_endpoint endpoint, const char *body, s
     memset(req, 0, sizeof *req);
     req->endpoint = endpoint;
     req->parse_special = true;
+    req->skip_special_tokens = true;
     req->max_tokens = -1;
     req->top_k = -1;
     req->temperature = req->top_p = req->min_p = NAN;

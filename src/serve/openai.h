@@ -76,6 +76,9 @@ typedef struct kite_openai_request {
     kite_logit_bias *logit_bias;/* token ids >= 0 (the server checks them against the vocabulary), bias in [-100, 100] */
     size_t n_logit_bias;
     bool ignore_eos;            /* "ignore_eos" (an extension, as llama.cpp's): keep generating past end tokens */
+    bool skip_special_tokens;   /* "skip_special_tokens" (vLLM's, default true): control tokens give no text and an
+                                   end marker spelled in plain pieces ends the answer (kite_gen_params.skip_special),
+                                   unless a reply parser (tools, <think>) reads the markup itself */
     bool return_token_ids;      /* "return_token_ids" (an extension, as vLLM's): the answer carries the prompt's
                                    ids ("prompt_token_ids") and each choice the ids of its text ("token_ids") */
     /* output */

@@ -145,6 +145,23 @@ test('completions: special-token text is one special token by default, plain tex
   assert.equal(ids, 4);
 });
 
+test('completions: the end marker the model spells in plain pieces ends the text, unless skip_special_tokens is false', async () => {
+  // TinyStories-656K writes "<|end_story|>" in plain pieces after its story (tests/cli_run/test_run_stops.py
+  // shows it against a reference decode); vLLM's skip_special_tokens (default true) hides it.
+  const req = { model: NAME, prompt: 'Once upon a time', max_tokens: 300, temperature: 0 };
+  const raw = await main.client.completions.create({ ...req, skip_special_tokens: false });
+  const marker = raw.choices[0].text.indexOf('<|end_story|>');
+  assert.ok(marker > 0, `the raw text holds the marker: ${JSON.stringify(raw.choices[0].text.slice(-60))}`);
+  const clean = await main.client.completions.create(req);
+  assert.equal(clean.choices[0].text, raw.choices[0].text.slice(0, marker));
+  assert.equal(clean.choices[0].finish_reason, 'stop');
+  const { events } = await sse(main.base, '/v1/completions', req);
+  assert.equal(events.map((e) => e.choices[0].text).join(''), clean.choices[0].text);
+  const bad = await fetch(`${main.base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ ...req, skip_special_tokens: 'yes' }) });
+  assert.equal(bad.status, 400);
+});
+
 test('chat logprobs: top_logprobs listed best first, the greedy token is the top one', async () => {
   const a = await main.client.chat.completions.create(chatReq('A dog and a ball.', {
     max_tokens: 20, temperature: 0, logprobs: true, top_logprobs: 3 }));
@@ -184,17 +201,18 @@ test('completions logprobs: tokens, token_logprobs, top_logprobs, text_offset', 
 });
 
 test('stop strings end the answer before them, across token boundaries, stream and not', async () => {
-  const base = await main.client.completions.create({ model: NAME, prompt: STORY, max_tokens: 60, temperature: 0 });
+  // the story goes on after ' One day,' (STORY alone is a finished story: the model ends it at once)
+  const base = await main.client.completions.create({ model: NAME, prompt: STORY + ' One day,', max_tokens: 60, temperature: 0 });
   const text = base.choices[0].text;
   // a stop string that starts in the middle of a word some way into the text
   const at = Math.floor(text.length / 2);
   const stop = text.slice(at, at + 5);
   const cut = text.indexOf(stop);
   assert.ok(cut > 0 && stop.length === 5);
-  const a = await main.client.completions.create({ model: NAME, prompt: STORY, max_tokens: 60, temperature: 0, stop: ['zzzz', stop] });
+  const a = await main.client.completions.create({ model: NAME, prompt: STORY + ' One day,', max_tokens: 60, temperature: 0, stop: ['zzzz', stop] });
   assert.equal(a.choices[0].text, text.slice(0, cut));
   assert.equal(a.choices[0].finish_reason, 'stop');
-  const { events } = await sse(main.base, '/v1/completions', { model: NAME, prompt: STORY, max_tokens: 60, temperature: 0, stop });
+  const { events } = await sse(main.base, '/v1/completions', { model: NAME, prompt: STORY + ' One day,', max_tokens: 60, temperature: 0, stop });
   const streamed = events.map((e) => e.choices[0].text).join('');
   assert.equal(streamed, text.slice(0, cut));
   assert.equal(events.at(-1).choices[0].finish_reason, 'stop');
