@@ -181,11 +181,23 @@ int kite_detokenize(const kite_model *model, const int32_t *ids, size_t n_ids, c
 
 /* ---- sessions --------------------------------------------------------------------------------- */
 /* Precision of the KV cache. f16 (the default, as llama.cpp's) halves its memory and the bytes attention
- * reads; f32 keeps the projections exactly (for comparisons with float references). */
+ * reads; f32 keeps the projections exactly (for comparisons with float references); q8_0 (8.5 bits per
+ * element) and q4_0 (4.5 bits) store each head's row of K and V in GGML's Q8_0 / Q4_0 blocks of 32
+ * (an f16 scale and 32 codes, rounded by the reference quantizer), as llama.cpp's --cache-type-k/v
+ * q8_0|q4_0 do, for 1.9x / 3.6x less cache than f16. The quantized types need a head size that is a
+ * multiple of 32 (kite's cache is head-major: a block never spans two heads). A row's stored bits depend
+ * on that row alone, so speculation and batching stay exact with every type. */
 typedef enum kite_kv_type {
     KITE_KV_F16 = 0,
     KITE_KV_F32 = 1,
+    KITE_KV_Q8_0 = 2,
+    KITE_KV_Q4_0 = 3,
 } kite_kv_type;
+
+/* "f16", "f32", "q8_0", "q4_0"; NULL for another value. */
+const char *kite_kv_type_name(kite_kv_type type);
+/* The type a name spells (as kite_kv_type_name writes them); false for an unknown name. */
+bool kite_kv_type_from_name(const char *name, kite_kv_type *type);
 
 typedef struct kite_session_params {
     int32_t n_ctx;        /* tokens of context; 0 = the model's training context (capped at 4096) */

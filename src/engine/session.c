@@ -35,8 +35,8 @@ int kite_session_open(kite_session **out, kite_model *model, const kite_session_
     }
     const kite_hparams *hp = &model->weights.hp;
     int32_t n_ctx = params->n_ctx > 0 ? params->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if (params->kv_type != KITE_KV_F16 && params->kv_type != KITE_KV_F32) {
-        kite_fail(&e, KITE_ERR_INVALID_ARG, "KV cache type %d is not KITE_KV_F16 or KITE_KV_F32", (int)params->kv_type);
+    if (!kite_kv_type_name(params->kv_type)) {
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "KV cache type %d is not one of KITE_KV_F16, F32, Q8_0, Q4_0", (int)params->kv_type);
         return kite_error_export(&e, err, err_size);
     }
     if (params->n_ctx < 0 || n_ctx > (1 << 22)) {
@@ -56,7 +56,7 @@ int kite_session_open(kite_session **out, kite_model *model, const kite_session_
     s->model = model;
     s->n_ctx = n_ctx;
     s->unfed_token = -1;
-    int st = kite_kv_cache_init(&s->kv, hp, n_ctx, params->kv_type == KITE_KV_F32, &e);
+    int st = kite_kv_cache_init(&s->kv, hp, n_ctx, params->kv_type, &e);
     if (!st) st = kite_forward_scratch_init(&s->scratch, hp, KITE_PREFILL_CHUNK, n_threads, n_ctx, &e);
     if (!st) {
         s->pool = kite_pool_new(n_threads);
@@ -690,6 +690,26 @@ const int32_t *kite_session_tokens(const kite_session *s, int32_t *n) {
     return s->history;
 }
 
+const char *kite_kv_type_name(kite_kv_type type) {
+    switch (type) {
+    case KITE_KV_F16: return "f16";
+    case KITE_KV_F32: return "f32";
+    case KITE_KV_Q8_0: return "q8_0";
+    case KITE_KV_Q4_0: return "q4_0";
+    }
+    return NULL;
+}
+
+bool kite_kv_type_from_name(const char *name, kite_kv_type *type) {
+    static const kite_kv_type all[] = {KITE_KV_F16, KITE_KV_F32, KITE_KV_Q8_0, KITE_KV_Q4_0};
+    for (size_t i = 0; name && i < sizeof all / sizeof *all; i++)
+        if (!strcmp(name, kite_kv_type_name(all[i]))) {
+            *type = all[i];
+            return true;
+        }
+    return false;
+}
+
 int kite_session_copy_prefix(kite_session *dst, const kite_session *src, int32_t n_tokens, char *err, size_t err_size) {
     kite_error e = {0};
     if (!dst || !src) return kite_fail(&e, KITE_ERR_INVALID_ARG, "sessions must not be NULL"), kite_error_export(&e, err, err_size);
@@ -697,7 +717,7 @@ int kite_session_copy_prefix(kite_session *dst, const kite_session *src, int32_t
     if (dst->model != src->model)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_copy_prefix: the sessions belong to different models"),
                kite_error_export(&e, err, err_size);
-    if (dst->kv.f32 != src->kv.f32)
+    if (dst->kv.type != src->kv.type)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_copy_prefix: the sessions' KV caches differ in type"),
                kite_error_export(&e, err, err_size);
     /* A busy source is fine between batch steps: its committed rows do not move until its next pass. */
@@ -712,7 +732,7 @@ int kite_session_copy_prefix(kite_session *dst, const kite_session *src, int32_t
     /* Rows the source has run; its unfed token (if within the prefix) stays unfed in dst too. */
     int32_t rows = n_tokens < src->n_past ? n_tokens : src->n_past;
     const kite_hparams *hp = &src->model->weights.hp;
-    size_t row_bytes = src->kv.elem_bytes * (size_t)src->kv.head_dim;
+    size_t row_bytes = src->kv.row_bytes;
     for (int32_t l = 0; l < hp->n_layers; l++)
         for (int32_t h = 0; h < hp->n_kv_heads; h++) {
             memcpy((char *)dst->kv.k + kite_kv_offset(&dst->kv, l, h, 0), (const char *)src->kv.k + kite_kv_offset(&src->kv, l, h, 0),

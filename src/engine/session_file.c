@@ -69,10 +69,10 @@ static uint64_t get_u64(const unsigned char *p) {
 
 /* Bytes of a file of n_tokens for shape x, or 0 when that would overflow. */
 static uint64_t file_bytes(const kite_session_file_shape *x, int64_t n_tokens) {
-    uint64_t elem = x->kv_type == KITE_KV_F32 ? 4 : 2;
+    uint64_t row_bytes = kite_kv_row_bytes(x->kv_type, x->head_dim);
     uint64_t rows = (uint64_t)x->n_layers * (uint64_t)x->n_kv_heads * (uint64_t)n_tokens; /* each bounded by 2^31 */
-    if (x->head_dim <= 0 || rows > (UINT64_MAX / 4) / ((uint64_t)x->head_dim * elem)) return 0;
-    return KITE_SESSION_HEADER_BYTES + 4 * (uint64_t)n_tokens + 2 * rows * (uint64_t)x->head_dim * elem + 8;
+    if (row_bytes == 0 || rows > (UINT64_MAX / 4) / row_bytes) return 0;
+    return KITE_SESSION_HEADER_BYTES + 4 * (uint64_t)n_tokens + 2 * rows * row_bytes + 8;
 }
 
 int kite_session_file_parse(const void *data, size_t size, const kite_session_file_shape *x, int32_t max_tokens,
@@ -87,8 +87,8 @@ int kite_session_file_parse(const void *data, size_t size, const kite_session_fi
     uint32_t kv_type = get_u32(p + 12);
     if (kv_type != (uint32_t)x->kv_type)
         return kite_fail(e, KITE_ERR_INVALID_ARG, "session file: its KV cache is %s (byte 12), the session's is %s",
-                         kv_type == KITE_KV_F32 ? "f32" : kv_type == KITE_KV_F16 ? "f16" : "of an unknown type",
-                         x->kv_type == KITE_KV_F32 ? "f32" : "f16");
+                         kv_type <= KITE_KV_Q4_0 ? kite_kv_type_name((kite_kv_type)kv_type) : "of an unknown type",
+                         kite_kv_type_name(x->kv_type) ? kite_kv_type_name(x->kv_type) : "of an unknown type");
     if (get_u64(p + 16) != x->fingerprint)
         return kite_fail(e, KITE_ERR_INVALID_ARG, "session file: made with another model (fingerprint at byte 16 differs)");
     int32_t dims[4];
@@ -127,7 +127,7 @@ static kite_session_file_shape session_shape(const kite_session *s) {
     const kite_hparams *hp = &s->model->weights.hp;
     return (kite_session_file_shape){
         .fingerprint = kite_model_fingerprint(s->model),
-        .kv_type = s->kv.f32 ? KITE_KV_F32 : KITE_KV_F16,
+        .kv_type = s->kv.kv_type,
         .n_layers = hp->n_layers,
         .n_kv_heads = hp->n_kv_heads,
         .head_dim = s->kv.head_dim,
@@ -142,7 +142,7 @@ int kite_session_save(const kite_session *s, const char *path, char *err, size_t
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_save: the session is busy"), kite_error_export(&e, err, err_size);
     kite_session_file_shape x = session_shape(s);
     int32_t n = s->n_past; /* rows with K/V (an unfed generated token has none) */
-    size_t row_bytes = s->kv.elem_bytes * (size_t)s->kv.head_dim;
+    size_t row_bytes = s->kv.row_bytes;
     unsigned char header[KITE_SESSION_HEADER_BYTES] = {0};
     memcpy(header, SESSION_MAGIC, 8);
     put_u32(header + 8, SESSION_VERSION);
@@ -206,7 +206,7 @@ int kite_session_load(kite_session *s, const char *path, char *err, size_t err_s
         return kite_error_export(&e, err, err_size);
     }
     int32_t n = view.n_tokens;
-    size_t row_bytes = s->kv.elem_bytes * (size_t)s->kv.head_dim, block = row_bytes * (size_t)n;
+    size_t row_bytes = s->kv.row_bytes, block = row_bytes * (size_t)n;
     const unsigned char *src = view.kv;
     for (int pass = 0; pass < 2; pass++) {
         char *base = pass == 0 ? s->kv.k : s->kv.v;

@@ -1,5 +1,5 @@
 /* The attention driver every SIMD kernel set shares (kite_attn_query; the reference's math in
- * ref/ref.c, vectorized): av_attend(a, F32). Included once by each set's file, which first defines its
+ * ref/ref.c, vectorized): av_attend(a). Included once by each set's file, which first defines its
  * vector type and operations:
  *
  *   AV_LANES               floats per vector (16, 8, 4); head_dim must be a multiple of it
@@ -12,8 +12,9 @@
  *                          lanes, added in the same tree for every j (so a score's bits never depend on
  *                          which lane its key row falls in)
  *   av_exp(v)              kite_attn_exp per lane (0 for lanes below -87, -inf included)
- *   av_kv(row, d, F32)     AV_LANES cache elements of row from element d, as floats (F32: f32 cache,
- *                          else f16)
+ *   av_f16(p)              AV_LANES IEEE halves at p, as floats
+ *   av_i8(p)               AV_LANES signed bytes at p, as floats
+ *   av_u4(p, HI)           AV_LANES bytes at p, their low (HI false) or high nibbles minus 8, as floats
  *   AV_VCHUNK              value vectors per head kept in registers across a tile (AV_VCHUNK x 4 heads
  *                          accumulators)
  *
@@ -26,7 +27,32 @@
  * operations never depend on the other heads in its call or on where its rows sit in the cache
  * (tests/kernels checks both bit for bit). */
 
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "base/fp16.h"
+
 #define AV_INLINE static inline __attribute__((always_inline))
+
+/* The cache's element types, as constants each driver below is specialised on. */
+enum { AV_KV_F16 = 0, AV_KV_F32 = 1, AV_KV_Q8_0 = 2, AV_KV_Q4_0 = 3 };
+
+/* AV_LANES cache elements of row from element d, as floats. A quantized block is an f16 scale then 32
+ * codes (Q8_0: bytes; Q4_0: element j < 16 in the low nibble of byte j, j >= 16 in the high nibble of
+ * byte j - 16); AV_LANES divides 32, so the lanes never straddle two blocks. The product code * scale
+ * is the reference dequantizer's, so the floats are the same bits. */
+AV_INLINE av_t av_kv(const void *row, int32_t d, const int KVT) {
+    if (KVT == AV_KV_F32) return av_load((const float *)row + d);
+    if (KVT == AV_KV_F16) return av_f16((const uint16_t *)row + d);
+    const uint8_t *block = (const uint8_t *)row + (size_t)(d / 32) * (KVT == AV_KV_Q8_0 ? 34 : 18);
+    uint16_t scale_bits;
+    memcpy(&scale_bits, block, sizeof scale_bits);
+    const av_t scale = av_set1(kite_fp16_to_f32(scale_bits));
+    const int32_t o = d % 32;
+    if (KVT == AV_KV_Q8_0) return av_mul(av_i8((const int8_t *)block + 2 + o), scale);
+    return o < 16 ? av_mul(av_u4(block + 2 + o, false), scale) : av_mul(av_u4(block + 2 + (o - 16), true), scale);
+}
 
 /* Scores of one query head against AV_LANES key rows converted to floats, row j at k + j * AV_KSTRIDE
  * (a constant stride, so one pointer addresses them all), one per lane. */
@@ -45,7 +71,7 @@ AV_INLINE av_t av_scores_rows(const float *q, int32_t hd, const float *k) {
 
 /* out[i][d0 .. d0 + NC * AV_LANES) += sum_t p[i][t] v_t for NQ heads over one tile. */
 AV_INLINE void av_values(const void *const *vrows, int32_t nt, const float *p, int32_t p_stride, float *out, int32_t hd,
-                         int32_t d0, const int NQ, const int NC, const bool F32) {
+                         int32_t d0, const int NQ, const int NC, const int KVT) {
     av_t acc[4][AV_VCHUNK];
 #pragma GCC unroll 4
     for (int i = 0; i < NQ; i++)
@@ -54,7 +80,7 @@ AV_INLINE void av_values(const void *const *vrows, int32_t nt, const float *p, i
     for (int32_t t = 0; t < nt; t++) {
         av_t vv[AV_VCHUNK];
 #pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) vv[c] = av_kv(vrows[t], d0 + c * AV_LANES, F32);
+        for (int c = 0; c < NC; c++) vv[c] = av_kv(vrows[t], d0 + c * AV_LANES, KVT);
 #pragma GCC unroll 4
         for (int i = 0; i < NQ; i++) {
             const av_t pv = av_set1(p[(int64_t)i * p_stride + t]);
@@ -82,9 +108,10 @@ AV_INLINE void av_values(const void *const *vrows, int32_t nt, const float *p, i
     } while (0)
 
 /* Cache row of visible position t (through the row list for tree nodes). */
-AV_INLINE const void *av_row(const kite_attn_query *a, const void *base, int32_t t, const bool F32) {
+AV_INLINE const void *av_row(const kite_attn_query *a, const void *base, int32_t t, const int KVT) {
     const int64_t r = a->rows ? a->rows[t] : t;
-    return (const char *)base + (size_t)(r * a->row_stride) * (F32 ? sizeof(float) : sizeof(uint16_t));
+    (void)KVT;
+    return (const char *)base + (size_t)r * a->row_bytes;
 }
 
 /* Every line of a row. One KV head's rows are contiguous (kite_kv_cache is head-major) but the
@@ -96,9 +123,11 @@ AV_INLINE void av_prefetch_row(const void *p, size_t bytes) {
 }
 
 /* HD: the head size as a constant (64, 128: every loop over it unrolls), or 0 to read it from a. */
-AV_INLINE void av_attend_hd(const kite_attn_query *a, const bool F32, const int32_t HD) {
+AV_INLINE void av_attend_hd(const kite_attn_query *a, const int KVT, const int32_t HD) {
     const int32_t hd = HD ? HD : a->head_dim, nq = a->n_q;
-    const size_t row_bytes = (size_t)hd * (F32 ? sizeof(float) : sizeof(uint16_t));
+    const size_t row_bytes = KVT == AV_KV_F32 ? (size_t)hd * sizeof(float)
+                             : KVT == AV_KV_F16 ? (size_t)hd * sizeof(uint16_t)
+                             : (size_t)(hd / 32) * (KVT == AV_KV_Q8_0 ? 34 : 18); /* what a row's elements take */
     float m[KITE_ATTN_MAX_Q], l[KITE_ATTN_MAX_Q];
     _Alignas(64) float s[KITE_ATTN_MAX_Q][KITE_ATTN_TILE];
     _Alignas(64) float kconv[AV_LANES * AV_KSTRIDE]; /* AV_LANES key rows as floats */
@@ -112,8 +141,8 @@ AV_INLINE void av_attend_hd(const kite_attn_query *a, const bool F32, const int3
         const int32_t nt = a->n_visible - t0 < KITE_ATTN_TILE ? a->n_visible - t0 : KITE_ATTN_TILE;
         const int32_t nt_padded = (nt + AV_LANES - 1) / AV_LANES * AV_LANES; /* KITE_ATTN_TILE is a multiple */
         for (int32_t t = 0; t < nt; t++) {
-            krows[t] = av_row(a, a->k, t0 + t, F32);
-            vrows[t] = av_row(a, a->v, t0 + t, F32);
+            krows[t] = av_row(a, a->k, t0 + t, KVT);
+            vrows[t] = av_row(a, a->v, t0 + t, KVT);
         }
         for (int32_t t = nt; t < nt_padded; t++) krows[t] = krows[nt - 1]; /* padding lanes: scored, then dropped */
         const av_t scale = av_set1(a->scale);
@@ -122,13 +151,13 @@ AV_INLINE void av_attend_hd(const kite_attn_query *a, const bool F32, const int3
              * now: see av_prefetch_row. */
             for (int32_t j = 0; j < AV_LANES; j++) {
                 const int32_t ahead = t0 + t + AV_LANES + j;
-                if (ahead < a->n_visible) av_prefetch_row(av_row(a, a->k, ahead, F32), row_bytes);
+                if (ahead < a->n_visible) av_prefetch_row(av_row(a, a->k, ahead, KVT), row_bytes);
                 if (t + j < nt) av_prefetch_row(vrows[t + j], row_bytes);
             }
             /* The key rows, converted once for all the query heads. */
 #pragma GCC unroll 16
             for (int j = 0; j < AV_LANES; j++)
-                for (int32_t d = 0; d < hd; d += AV_LANES) av_store(kconv + j * AV_KSTRIDE + d, av_kv(krows[t + j], d, F32));
+                for (int32_t d = 0; d < hd; d += AV_LANES) av_store(kconv + j * AV_KSTRIDE + d, av_kv(krows[t + j], d, KVT));
             for (int32_t i = 0; i < nq; i++) av_store(&s[i][t], av_mul(av_scores_rows(a->q + (int64_t)i * hd, hd, kconv), scale));
         }
         for (int32_t i = 0; i < nq; i++) {
@@ -152,12 +181,12 @@ AV_INLINE void av_attend_hd(const kite_attn_query *a, const bool F32, const int3
         }
         int32_t d0 = 0;
         for (; d0 + AV_VCHUNK * AV_LANES <= hd; d0 += AV_VCHUNK * AV_LANES) {
-#define AV_VALUES(NQ) av_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, d0, NQ, AV_VCHUNK, F32)
+#define AV_VALUES(NQ) av_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, d0, NQ, AV_VCHUNK, KVT)
             AV_BY_FOURS(AV_VALUES);
 #undef AV_VALUES
         }
         for (; d0 < hd; d0 += AV_LANES) {
-#define AV_VALUES(NQ) av_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, d0, NQ, 1, F32)
+#define AV_VALUES(NQ) av_values(vrows, nt, s[i], KITE_ATTN_TILE, a->out + (int64_t)i * hd, hd, d0, NQ, 1, KVT)
             AV_BY_FOURS(AV_VALUES);
 #undef AV_VALUES
         }
@@ -169,10 +198,27 @@ AV_INLINE void av_attend_hd(const kite_attn_query *a, const bool F32, const int3
     }
 }
 
-AV_INLINE void av_attend(const kite_attn_query *a, const bool F32) {
-    if (a->head_dim == 64) av_attend_hd(a, F32, 64);
-    else if (a->head_dim == 128) av_attend_hd(a, F32, 128);
-    else av_attend_hd(a, F32, 0);
+AV_INLINE void av_attend_type(const kite_attn_query *a, const int KVT) {
+    if (a->head_dim == 64) av_attend_hd(a, KVT, 64);
+    else if (a->head_dim == 128) av_attend_hd(a, KVT, 128);
+    else av_attend_hd(a, KVT, 0);
+}
+
+/* Whether av_attend takes this query: a head size of whole vectors (whole blocks for a quantized cache). */
+AV_INLINE bool av_attend_fits(const kite_attn_query *a) {
+    if (a->head_dim % AV_LANES != 0 || a->head_dim > KITE_ATTN_MAX_HEAD_DIM) return false;
+    if (a->kv_type == KITE_TYPE_F32 || a->kv_type == KITE_TYPE_F16) return true;
+    return (a->kv_type == KITE_TYPE_Q8_0 || a->kv_type == KITE_TYPE_Q4_0) && a->head_dim % 32 == 0;
+}
+
+/* One query (av_attend_fits true), on the driver specialised for its cache type. */
+AV_INLINE void av_attend(const kite_attn_query *a) {
+    switch (a->kv_type) {
+    case KITE_TYPE_F32: av_attend_type(a, AV_KV_F32); break;
+    case KITE_TYPE_Q8_0: av_attend_type(a, AV_KV_Q8_0); break;
+    case KITE_TYPE_Q4_0: av_attend_type(a, AV_KV_Q4_0); break;
+    default: av_attend_type(a, AV_KV_F16); break;
+    }
 }
 
 #undef AV_BY_FOURS

@@ -62,7 +62,8 @@ int kite_weight_arena_init(kite_weight_arena *a, size_t capacity, kite_error *e)
 void *kite_weight_arena_take(kite_weight_arena *a, size_t bytes);
 void kite_weight_arena_free(kite_weight_arena *a);
 
-/* Attention of the query heads that share one KV head, for one query row, over the KV cache (f16 or f32).
+/* Attention of the query heads that share one KV head, for one query row, over the KV cache (f16, f32,
+ * or Q8_0 / Q4_0 blocks of 32: the values attended to are the blocks' dequantized elements exactly).
  * Keys are taken in tiles of KITE_ATTN_TILE visible rows with an online softmax (running max and sum,
  * rescaled per tile), so scratch stays O(tile) at any context length and each K/V row, read once per
  * tile, serves all n_q query heads of the group.
@@ -75,9 +76,9 @@ typedef struct kite_attn_query {
     const float *q;          /* [n_q][head_dim] query heads, rotated and contiguous */
     int32_t n_q;             /* query heads sharing this KV head (1..KITE_ATTN_MAX_Q) */
     int32_t head_dim;        /* elements per head */
-    const void *k, *v;       /* cache rows of this KV head: row t starts at element t * row_stride */
-    bool kv_f32;             /* the cache holds f32 elements (else IEEE f16) */
-    int64_t row_stride;      /* elements between consecutive cache rows */
+    const void *k, *v;       /* cache rows of this KV head: row t starts at byte t * row_bytes */
+    uint32_t kv_type;        /* KITE_TYPE_F16, F32, Q8_0 or Q4_0 (the last two: head_dim a multiple of 32) */
+    size_t row_bytes;        /* bytes between consecutive cache rows (at least a row of head_dim elements) */
     const int32_t *rows;     /* visible cache rows in position order, or NULL for rows 0..n_visible-1 */
     int32_t n_visible;       /* >= 1 */
     float scale;             /* applied to q.k (1/sqrt(head_dim)) */

@@ -261,7 +261,7 @@ static void attention_task(void *ctx, int64_t task, int thread) {
     const size_t head_base = kite_kv_offset(q->kv, job->layer, kvh, 0);
     kite_attn_query a = {
         .head_dim = hd, .k = (const char *)q->kv->k + head_base, .v = (const char *)q->kv->v + head_base,
-        .kv_f32 = q->kv->f32, .row_stride = hd, .scale = 1.0f / sqrtf((float)hd),
+        .kv_type = q->kv->type, .row_bytes = q->kv->row_bytes, .scale = 1.0f / sqrtf((float)hd),
     };
     if (q->parent) {
         int32_t *slots = job->slots + (int64_t)thread * job->n_ctx;
@@ -320,12 +320,17 @@ static void qkv_row_task(void *ctx, int64_t b, int thread) {
     const int32_t cache_row = sq->pos0 + sq->first + ((int32_t)b - j->row0[si]);
     for (int32_t h = 0; h < hp->n_kv_heads; h++) {
         size_t at = kite_kv_offset(kv, j->layer, h, cache_row);
-        if (kv->f32) {
+        if (kv->type == KITE_TYPE_F32) {
             memcpy((char *)kv->k + at, k + h * hd, sizeof(float) * (size_t)hd);
             memcpy((char *)kv->v + at, v + h * hd, sizeof(float) * (size_t)hd);
-        } else {
+        } else if (kv->type == KITE_TYPE_F16) {
             j->ks->f32_to_f16(k + h * hd, (uint16_t *)((char *)kv->k + at), hd);
             j->ks->f32_to_f16(v + h * hd, (uint16_t *)((char *)kv->v + at), hd);
+        } else {
+            /* Q8_0 / Q4_0: the reference rounding, a row at a time (its blocks depend on the row alone) */
+            const kite_type_traits *t = kite_type_get(kv->type);
+            t->from_float(k + h * hd, (char *)kv->k + at, hd);
+            t->from_float(v + h * hd, (char *)kv->v + at, hd);
         }
     }
 }
@@ -458,26 +463,42 @@ void kite_forward_scratch_free(kite_forward_scratch *s) {
     memset(s, 0, sizeof *s);
 }
 
-int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx, bool f32, kite_error *e) {
+static const uint32_t kv_element_type[] = {[KITE_KV_F16] = KITE_TYPE_F16, [KITE_KV_F32] = KITE_TYPE_F32,
+                                           [KITE_KV_Q8_0] = KITE_TYPE_Q8_0, [KITE_KV_Q4_0] = KITE_TYPE_Q4_0};
+
+size_t kite_kv_row_bytes(kite_kv_type type, int32_t head_dim) {
+    if ((unsigned)type >= sizeof kv_element_type / sizeof *kv_element_type || head_dim <= 0) return 0;
+    return kite_type_row_bytes(kv_element_type[type], head_dim);
+}
+
+int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx, kite_kv_type type, kite_error *e) {
     memset(kv, 0, sizeof *kv);
+    if ((unsigned)type >= sizeof kv_element_type / sizeof *kv_element_type)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "KV cache type %d is not one of f16, f32, q8_0, q4_0", (int)type);
+    size_t row_bytes = kite_kv_row_bytes(type, hp->head_dim);
+    if (row_bytes == 0)
+        return kite_fail(e, KITE_ERR_INVALID_ARG,
+                         "KV cache type %s needs a head size that is a multiple of 32; this model's heads have %d elements "
+                         "(use f16 or f32)", kite_kv_type_name(type), hp->head_dim);
     kv->n_ctx = n_ctx;
     kv->n_kv_heads = hp->n_kv_heads;
     kv->head_dim = hp->head_dim;
-    kv->f32 = f32;
-    kv->elem_bytes = f32 ? sizeof(float) : sizeof(uint16_t);
-    size_t count = (size_t)hp->n_layers * (size_t)hp->n_kv_heads * (size_t)n_ctx * (size_t)hp->head_dim;
-    kv->k = calloc(count, kv->elem_bytes);
-    kv->v = calloc(count, kv->elem_bytes);
+    kv->type = kv_element_type[type];
+    kv->kv_type = type;
+    kv->row_bytes = row_bytes;
+    size_t rows = (size_t)hp->n_layers * (size_t)hp->n_kv_heads * (size_t)n_ctx;
+    kv->k = calloc(rows, row_bytes);
+    kv->v = calloc(rows, row_bytes);
     if (!kv->k || !kv->v) {
         kite_kv_cache_free(kv);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for a KV cache of %d tokens (%.1f MiB)", n_ctx,
-                         2.0 * (double)count * (double)kv->elem_bytes / 1048576.0);
+                         2.0 * (double)rows * (double)row_bytes / 1048576.0);
     }
     return KITE_OK;
 }
 
 void kite_kv_commit(kite_kv_cache *kv, int32_t n_layers, int32_t pos0, const int32_t *nodes, int32_t n_nodes) {
-    size_t head_bytes = kv->elem_bytes * (size_t)kv->head_dim;
+    size_t head_bytes = kv->row_bytes;
     char *k = kv->k, *v = kv->v;
     for (int32_t i = 0; i < n_nodes; i++) {
         int32_t from = pos0 + nodes[i], to = pos0 + i;

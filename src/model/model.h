@@ -45,8 +45,9 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
                       kite_error *e);
 void kite_weights_free(kite_weights *w);
 
-/* Key/value cache of one session, [n_layers][n_kv_heads][n_ctx][head_dim] elements: IEEE f16 (as
- * llama.cpp keeps it by default; rounded to nearest even from the f32 projections) or f32. Head-major,
+/* Key/value cache of one session, [n_layers][n_kv_heads][n_ctx] rows of head_dim elements: IEEE f16 (as
+ * llama.cpp keeps it by default; rounded to nearest even from the f32 projections), f32, or Q8_0 / Q4_0
+ * blocks of 32 (quantized by the reference quantizers of quant/types.c, row by row). Head-major,
  * so that one attention task (a KV head) streams its rows contiguously: with all heads of a position
  * side by side, a head's 128-byte slices sat 1 KiB apart and attention after 1000 positions ran at a
  * third of its in-cache speed. */
@@ -54,19 +55,24 @@ typedef struct kite_kv_cache {
     int32_t n_ctx;
     int32_t n_kv_heads;
     int32_t head_dim;
-    bool f32;            /* elements are float (else uint16_t f16) */
-    size_t elem_bytes;   /* 4 or 2 */
+    uint32_t type;       /* element type: KITE_TYPE_F16, F32, Q8_0 or Q4_0 (quant/types.h) */
+    kite_kv_type kv_type;/* the same as the public enum */
+    size_t row_bytes;    /* bytes of one head's row of head_dim elements */
     void *k;
     void *v;
 } kite_kv_cache;
 
 /* Byte offset of (layer, KV head, cache row) in k or v. */
 static inline size_t kite_kv_offset(const kite_kv_cache *kv, int32_t layer, int32_t head, int32_t row) {
-    return ((((size_t)layer * (size_t)kv->n_kv_heads + (size_t)head) * (size_t)kv->n_ctx + (size_t)row) * (size_t)kv->head_dim) *
-           kv->elem_bytes;
+    return (((size_t)layer * (size_t)kv->n_kv_heads + (size_t)head) * (size_t)kv->n_ctx + (size_t)row) * kv->row_bytes;
 }
 
-int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx, bool f32, kite_error *e);
+/* Bytes of one head's row of head_dim elements in a cache of the type; 0 for an unknown type or a
+ * quantized one and a head size that is not a multiple of 32. */
+size_t kite_kv_row_bytes(kite_kv_type type, int32_t head_dim);
+
+/* Fails with KITE_ERR_INVALID_ARG for a quantized type and a head size that is not a multiple of 32. */
+int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx, kite_kv_type type, kite_error *e);
 void kite_kv_cache_free(kite_kv_cache *kv);
 
 /* Scratch activations for batches of up to max_batch tokens. */

@@ -95,7 +95,8 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
         kite_session_params sp = kite_session_default_params();
         sp.n_ctx = s->n_ctx;
         sp.n_threads = 1; /* a pool of one; it borrows the target's pool below */
-        sp.kv_type = s->kv.f32 ? KITE_KV_F32 : KITE_KV_F16;
+        /* The target's type where the draft's heads take it (the drafter's cache never changes the output) */
+        sp.kv_type = kite_kv_row_bytes(s->kv.kv_type, p->draft_model->weights.hp.head_dim) ? s->kv.kv_type : KITE_KV_F16;
         char err[512];
         if (kite_session_open(&st->draft, p->draft_model, &sp, err, sizeof err)) {
             kite_spec_free(st);

@@ -8,9 +8,10 @@ bench fits its default lengths into stories260K.bin's context of 512."""
 import json
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_run_util import MODELS, S260, TOK512, Tally, kite, run_json  # noqa: E402
+from cli_run_util import MODELS, S260, TINY, TOK512, Tally, kite, run_json  # noqa: E402
 
 t = Tally()
 
@@ -93,4 +94,27 @@ except ValueError:
 t.check("kite bench fits its default lengths into a context of 512", rc == 0 and bench is not None and "511" in err, f"rc={rc} {err!r}")
 rc, out, err = kite(["bench"] + S260 + ["--no-hw", "--reps", "1", "--prompt-tokens", "600"], timeout=120)
 t.check("lengths given on the command line that do not fit are refused", rc == 1 and "512" in err, err)
+
+# ---- quantized KV caches -----------------------------------------------------------------------------------
+rc, out, err = kite(["run"] + TINY + ["-p", "Once", "-n", "3", "--cache-type", "q8_0"])
+t.check("--cache-type q8_0 on heads of 16 elements: exit 1, the reason and the way out", rc == 1 and "multiple of 32" in err
+        and "16" in err and "f16" in err, err)
+rc, out, err = kite(["run"] + TINY + ["-p", "Once", "-n", "3", "--cache-type", "q5_1"])
+t.check("an unknown --cache-type is a usage error", rc == 2 and "q8_0" in err, err)
+tmp = tempfile.mkdtemp(prefix="kite-kvq-")
+tiny64 = os.path.join(tmp, "tiny.gguf")  # heads of 64
+rc, _, err = kite(["gen-model", "--shape", "tiny", "--type", "q8_0", "--tokenizer", S260[3], "--out", tiny64], timeout=120)
+assert rc == 0, err
+for cache_type in ("q8_0", "q4_0"):
+    base = ["-m", tiny64, "-p", "Once upon a time", "-n", "16", "--temperature", "0", "--cache-type", cache_type]
+    rc, plain, err = run_json(base)
+    cache = os.path.join(tmp, f"{cache_type}.kvc")
+    rc1, first, _ = run_json(base + ["--prompt-cache", cache])
+    rc2, second, err2 = run_json(base + ["--prompt-cache", cache])
+    t.check(f"--cache-type {cache_type} runs, and its session file gives the same tokens", plain is not None and len(plain["ids"]) == 16
+            and first is not None and second is not None and plain["ids"] == first["ids"] == second["ids"]
+            and second["stats"]["prompt_cached"] > 0, err + err2)
+    rc, other, err = run_json(["-m", tiny64, "-p", "Once upon a time", "-n", "16", "--temperature", "0", "--prompt-cache", cache])
+    t.check(f"a {cache_type} session file is not loaded into an f16 session (a warning naming both)",
+            other is not None and f"KV cache is {cache_type}" in err and "f16" in err, err)
 t.finish()

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "kite.h"
@@ -63,7 +64,7 @@ static kite_model *open_model(const char *rel) {
     kite_model_params mp = kite_model_default_params();
     mp.n_threads = 2;
     if (strstr(rel, ".bin")) mp.tokenizer_path = kite_test_data("models/tinystories-tok512/tok512.bin");
-    if (kite_model_open(&m, kite_test_data(rel), &mp, err, sizeof err)) fail_msg("cannot open %s: %s", rel, err);
+    if (kite_model_open(&m, rel[0] == '/' ? rel : kite_test_data(rel), &mp, err, sizeof err)) fail_msg("cannot open %s: %s", rel, err);
     return m;
 }
 
@@ -105,11 +106,15 @@ static void make_requests(kite_model *m, request *req) {
         if (req[i].gp.n_stop) req[i].gp.stop = req[i].stop;
 }
 
+static kite_kv_type g_kv_type = KITE_KV_F16; /* every session's cache, alone and batched */
+static int32_t g_n_ctx = 256;                  /* ... and its context */
+
 static kite_session *open_session(kite_model *m, const request *rq) {
     char err[256];
     kite_session *s;
     kite_session_params sp = kite_session_default_params();
-    sp.n_ctx = 256;
+    sp.n_ctx = g_n_ctx;
+    sp.kv_type = g_kv_type;
     assert_int_equal(kite_session_open(&s, m, &sp, err, sizeof err), KITE_OK);
     kite_spec_params spec = kite_spec_default_params();
     spec.drafter = rq->drafter;
@@ -170,7 +175,7 @@ static void batched_equals_alone(const char *model_rel, int32_t batch_rows, cons
     char err[256];
     kite_batch_params bp = kite_batch_default_params();
     bp.max_tokens = batch_rows;
-    bp.n_ctx = 256;
+    bp.n_ctx = g_n_ctx;
     kite_batch *batch;
     assert_int_equal(kite_batch_open(&batch, m, &bp, err, sizeof err), KITE_OK);
     kite_session *sessions[N_REQ];
@@ -212,6 +217,28 @@ static void batched_equals_alone(const char *model_rel, int32_t batch_rows, cons
     kite_model_free(m);
     kite_model_free(g_draft);
     g_draft = NULL;
+}
+
+/* Quantized caches (heads of 32k elements: a random-weight "tiny" model, heads of 64). */
+static void test_batched_equals_alone_quantized_cache(void **state) {
+    (void)state;
+    char path[] = "/tmp/kite-batch-kvq-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    kite_random_model_params rp = {.shape = "tiny", .type = "q8_0", .seed = 5,
+                                  .tokenizer_path = kite_test_data("models/tinystories-tok512/tok512.bin")};
+    char err[512];
+    if (kite_write_random_model(path, &rp, err, sizeof err)) fail_msg("random model: %s", err);
+    static const kite_kv_type types[] = {KITE_KV_Q8_0, KITE_KV_Q4_0};
+    g_n_ctx = 512; /* random weights never end a story: room for every request's whole length */
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        g_kv_type = types[t];
+        batched_equals_alone(path, 0, NULL, false);
+    }
+    g_n_ctx = 256;
+    g_kv_type = KITE_KV_F16;
+    unlink(path);
 }
 
 static void test_batched_equals_alone_656k(void **state) {
@@ -454,6 +481,7 @@ int main(void) {
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_copy_prefix),
         cmocka_unit_test(test_cancel_one),
+        cmocka_unit_test(test_batched_equals_alone_quantized_cache), /* last: it sets the cache type */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -440,7 +440,8 @@ static int child_level(const char *value, char *name, size_t name_size) {
 }
 
 /* ---- attention ----------------------------------------------------------------------------------------------
- * Against an exact softmax attention in double over the same cache values (f16-rounded or f32):
+ * Against an exact softmax attention in double over the same cache values (f16-rounded, f32, or the
+ * dequantized elements of Q8_0 / Q4_0 rows, which the kernels must read exactly):
  *   |out - exact| <= ATTN_BOUND * max_t |v_t|   per element,
  * ATTN_BOUND = 2e-5: scores carry about head_dim * 2^-24 * |q||k| of rounding (q, k in (-3, 3) here,
  * scaled by 1/sqrt(head_dim): under 1e-5 absolute), which moves the weights by as much relative; exp
@@ -453,41 +454,41 @@ static int child_level(const char *value, char *name, size_t name_size) {
 
 static float attn_value(void) { return rng_uniform() * 3.0f; }
 
-static void attention_case(const kite_kernel_set *ks, int32_t hd, int32_t nq, int32_t n_visible, bool f32, double *worst) {
+static void attention_case(const kite_kernel_set *ks, int32_t hd, int32_t nq, int32_t n_visible, uint32_t kv_type,
+                           double *worst) {
     const int32_t n_rows = n_visible * 2 + 3; /* the cache holds more rows than are visible */
+    const kite_type_traits *tt = kite_type_get(kv_type);
+    const char *type_name = tt->name;
+    const size_t rb = kite_type_row_bytes(kv_type, hd);
+    assert_true(rb > 0);
     float *q = malloc(sizeof(float) * (size_t)(nq * hd)), *kf = malloc(sizeof(float) * (size_t)(n_rows * hd));
     float *vf = malloc(sizeof(float) * (size_t)(n_rows * hd));
     for (int32_t i = 0; i < nq * hd; i++) q[i] = attn_value();
     for (int32_t i = 0; i < n_rows * hd; i++) {
         kf[i] = attn_value();
         vf[i] = attn_value();
-        if (!f32) { /* the values an f16 cache holds */
-            kf[i] = kite_fp16_to_f32(kite_f32_to_fp16(kf[i]));
-            vf[i] = kite_fp16_to_f32(kite_f32_to_fp16(vf[i]));
-        }
     }
     /* Two physical caches: A holds the visible rows contiguously at 0..n_visible-1; B holds the same rows
-     * scattered (row t of the sequence at rows[t]), with other rows around them. */
+     * scattered (row t of the sequence at rows[t]), with other rows around them. Each row is stored in the
+     * cache's type, and kf/vf become the values that row holds (its type's round trip). */
     int32_t *rows = malloc(sizeof(int32_t) * (size_t)n_visible);
     for (int32_t t = 0; t < n_visible; t++) rows[t] = 2 * t + (int32_t)(rng_u32() % 2) + 1;
-    size_t eb = f32 ? sizeof(float) : sizeof(uint16_t);
-    char *ka = calloc((size_t)(n_rows * hd), eb), *va = calloc((size_t)(n_rows * hd), eb);
-    char *kb = calloc((size_t)(n_rows * hd), eb), *vb = calloc((size_t)(n_rows * hd), eb);
-    for (int32_t r = 0; r < n_rows; r++)
-        for (int32_t d = 0; d < hd; d++) {
-            float kx = kf[r * hd + d], vx = vf[r * hd + d];
-            size_t at = (size_t)(r * hd + d);
-            if (f32) { ((float *)kb)[at] = kx; ((float *)vb)[at] = vx; }
-            else { ((uint16_t *)kb)[at] = kite_f32_to_fp16(kx); ((uint16_t *)vb)[at] = kite_f32_to_fp16(vx); }
-        }
+    char *ka = calloc((size_t)n_rows, rb), *va = calloc((size_t)n_rows, rb);
+    char *kb = calloc((size_t)n_rows, rb), *vb = calloc((size_t)n_rows, rb);
+    for (int32_t r = 0; r < n_rows; r++) {
+        tt->from_float(kf + r * hd, kb + (size_t)r * rb, hd);
+        tt->from_float(vf + r * hd, vb + (size_t)r * rb, hd);
+        tt->to_float(kb + (size_t)r * rb, kf + r * hd, hd);
+        tt->to_float(vb + (size_t)r * rb, vf + r * hd, hd);
+    }
     for (int32_t t = 0; t < n_visible; t++) {
-        memcpy(ka + (size_t)(t * hd) * eb, kb + (size_t)(rows[t] * hd) * eb, (size_t)hd * eb);
-        memcpy(va + (size_t)(t * hd) * eb, vb + (size_t)(rows[t] * hd) * eb, (size_t)hd * eb);
+        memcpy(ka + (size_t)t * rb, kb + (size_t)rows[t] * rb, rb);
+        memcpy(va + (size_t)t * rb, vb + (size_t)rows[t] * rb, rb);
     }
     float *out_a = malloc(sizeof(float) * (size_t)(nq * hd)), *out_b = malloc(sizeof(float) * (size_t)(nq * hd));
     float *out_1 = malloc(sizeof(float) * (size_t)hd);
     const float scale = 1.0f / sqrtf((float)hd);
-    kite_attn_query a = {.q = q, .n_q = nq, .head_dim = hd, .k = ka, .v = va, .kv_f32 = f32, .row_stride = hd,
+    kite_attn_query a = {.q = q, .n_q = nq, .head_dim = hd, .k = ka, .v = va, .kv_type = kv_type, .row_bytes = rb,
                          .rows = NULL, .n_visible = n_visible, .scale = scale, .out = out_a};
     ks->attend(&a);
     kite_attn_query b = a;
@@ -498,7 +499,7 @@ static void attention_case(const kite_kernel_set *ks, int32_t hd, int32_t nq, in
     ks->attend(&b);
     if (memcmp(out_a, out_b, sizeof(float) * (size_t)(nq * hd)) != 0)
         fail_msg("%s attention (hd %d, %d heads, %d rows, %s): gathered rows give other bits than contiguous ones", ks->name,
-                 hd, nq, n_visible, f32 ? "f32" : "f16");
+                 hd, nq, n_visible, type_name);
     for (int32_t i = 0; i < nq; i++) {
         kite_attn_query one = a;
         one.q = q + (size_t)i * (size_t)hd;
@@ -534,7 +535,7 @@ static void attention_case(const kite_kernel_set *ks, int32_t hd, int32_t nq, in
             if (err > *worst) *worst = err;
             if (!(err <= ATTN_BOUND))
                 fail_msg("%s attention (hd %d, %d heads, %d rows, %s cache): head %d element %d is %.9g, exact %.9g "
-                         "(error %.3g x max|v| > %g)", ks->name, hd, nq, n_visible, f32 ? "f32" : "f16", i, d,
+                         "(error %.3g x max|v| > %g)", ks->name, hd, nq, n_visible, type_name, i, d,
                          (double)out_a[i * hd + d], exact, err, ATTN_BOUND);
         }
     }
@@ -559,8 +560,13 @@ static void test_attention(void **state) {
                 for (size_t v = 0; v < sizeof visible / sizeof visible[0]; v++) {
                     /* Keep the long cases to the common shapes, so the test stays quick under sanitizers. */
                     if (visible[v] > 130 && (head_dims[h] != 64 || group_sizes[g] > 4)) continue;
-                    for (int f32 = 0; f32 < 2; f32++, cases++)
-                        attention_case(ks, head_dims[h], group_sizes[g], visible[v], f32, &worst);
+                    static const uint32_t kv_types[] = {KITE_TYPE_F16, KITE_TYPE_F32, KITE_TYPE_Q8_0, KITE_TYPE_Q4_0};
+                    for (size_t t = 0; t < sizeof kv_types / sizeof *kv_types; t++) {
+                        /* quantized caches: whole blocks of 32 per head (the cache refuses other heads) */
+                        if (kv_types[t] != KITE_TYPE_F16 && kv_types[t] != KITE_TYPE_F32 && head_dims[h] % 32 != 0) continue;
+                        attention_case(ks, head_dims[h], group_sizes[g], visible[v], kv_types[t], &worst);
+                        cases++;
+                    }
                 }
         print_message("attention %-12s %d cases, worst error %.3g x max|v| (bound %g)\n", ks->name, cases, worst, ATTN_BOUND);
     }

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "kite.h"
@@ -113,12 +114,14 @@ static bool collect(int32_t id, const char *text, size_t len, void *user) {
 }
 
 static int32_t g_threads = 1;
+static kite_kv_type g_kv_type = KITE_KV_F16; /* the sessions' cache type */
 static kite_finish_reason g_last_finish; /* of the latest generate() */
 
 static kite_session *open_session(kite_model *m, int32_t n_ctx) {
     kite_session_params sp = kite_session_default_params();
     sp.n_ctx = n_ctx;
     sp.n_threads = g_threads;
+    sp.kv_type = g_kv_type;
     kite_session *s = NULL;
     char err[512];
     if (kite_session_open(&s, m, &sp, err, sizeof err)) fail_msg("session: %s", err);
@@ -274,6 +277,65 @@ static void exact_for_pair(pair *p) {
 }
 
 static void test_exact_tok512(void **state) { (void)state; exact_for_pair(&g_pairs[0]); }
+
+/* Quantized caches (Q8_0, Q4_0: head sizes of 32k, so random-weight "tiny" models, heads of 64): every
+ * drafter's output equals plain decoding with the same cache type, greedy and sampled. The real pairs'
+ * heads (8, 16) take only f16 and f32. Drafters: n-grams, a second seed (rarely accepted), and the
+ * target itself (accepted all along under greedy decoding: whole paths committed from the cache). */
+static void test_exact_quantized_cache(void **state) {
+    (void)state;
+    char target_path[] = "/tmp/kite-spec-kvq-XXXXXX";
+    int fd = mkstemp(target_path);
+    assert_true(fd >= 0);
+    close(fd);
+    char draft_path[sizeof target_path + 6];
+    snprintf(draft_path, sizeof draft_path, "%s.draft", target_path);
+    kite_random_model_params rp = {.shape = "tiny", .type = "q8_0", .seed = 11,
+                                  .tokenizer_path = kite_test_data("models/tinystories-tok512/tok512.bin")};
+    char err[512];
+    if (kite_write_random_model(target_path, &rp, err, sizeof err)) fail_msg("random model: %s", err);
+    rp.seed = 12;
+    if (kite_write_random_model(draft_path, &rp, err, sizeof err)) fail_msg("random model: %s", err);
+    kite_model_params mp = kite_model_default_params();
+    kite_model *target = NULL, *draft = NULL;
+    if (kite_model_open(&target, target_path, &mp, err, sizeof err) || kite_model_open(&draft, draft_path, &mp, err, sizeof err))
+        fail_msg("open: %s", err);
+    int32_t prompt[32];
+    size_t n_prompt = 0;
+    if (kite_tokenize(target, PROMPTS[0], strlen(PROMPTS[0]), true, false, prompt, 32, &n_prompt, err, sizeof err)) fail_msg("%s", err);
+    static const kite_kv_type types[] = {KITE_KV_Q8_0, KITE_KV_Q4_0};
+    static const int32_t budgets[] = {1, 5, 32};
+    int64_t drafted = 0, accepted = 0, runs = 0;
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        g_kv_type = types[t];
+        for (int cfg = 0; cfg < N_CONFIGS; cfg += 2) { /* greedy, and T 1.0 with filters */
+            kite_gen_params gp = gen_config(cfg, GEN);
+            run_result plain, got;
+            generate(target, NULL, prompt, n_prompt, &gp, 0, &plain);
+            assert_int_equal(plain.n, GEN);
+            for (size_t b = 0; b < sizeof budgets / sizeof *budgets; b++)
+                for (int32_t w = 1; w <= 4; w += 3)
+                    for (int model = 0; model < 3; model++) { /* n-grams, another seed, the target itself */
+                        kite_spec_params sp = spec_of(model ? KITE_DRAFT_MODEL : KITE_DRAFT_NGRAM, budgets[b], w);
+                        sp.draft_model = model == 1 ? draft : model == 2 ? target : NULL;
+                        generate(target, &sp, prompt, n_prompt, &gp, 0, &got);
+                        char what[160];
+                        snprintf(what, sizeof what, "%s cache, cfg %d, %s budget %d width %d", kite_kv_type_name(types[t]), cfg,
+                                 model == 0 ? "ngram" : model == 1 ? "model" : "self", budgets[b], w);
+                        assert_prefix_ids(&plain, &got, GEN, what);
+                        drafted += got.stats.drafted, accepted += got.stats.accepted, runs++;
+                    }
+        }
+    }
+    g_kv_type = KITE_KV_F16;
+    print_message("quantized caches: %lld runs identical to plain, %lld of %lld drafted tokens accepted\n", (long long)runs,
+                  (long long)accepted, (long long)drafted);
+    assert_true(accepted > 0);
+    kite_model_free(target);
+    kite_model_free(draft);
+    unlink(target_path);
+    unlink(draft_path);
+}
 static void test_exact_656k(void **state) { (void)state; exact_for_pair(&g_pairs[1]); }
 
 /* ---- under a grammar ------------------------------------------------------------------------------------- */
@@ -756,6 +818,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_tok512),
         cmocka_unit_test(test_exact_656k),
+        cmocka_unit_test(test_exact_quantized_cache),
         cmocka_unit_test(test_exact_under_grammar),
         cmocka_unit_test(test_self_draft_always_accepted),
         cmocka_unit_test(test_first_token_from_prompt),

@@ -598,7 +598,7 @@ static void test_draft_model_tree_and_cache(void **state) {
             for (int32_t l = 0; l < hp->n_layers; l++)
                 for (int32_t h = 0; h < hp->n_kv_heads; h++) {
                     size_t off_d = kite_kv_offset(&d->kv, l, h, 0), off_f = kite_kv_offset(&fresh->kv, l, h, 0);
-                    size_t bytes = d->kv.elem_bytes * (size_t)d->kv.head_dim * (size_t)d->n_past; /* a head's rows are contiguous */
+                    size_t bytes = d->kv.row_bytes * (size_t)d->n_past; /* a head's rows are contiguous */
                     assert_memory_equal((const char *)d->kv.k + off_d, (const char *)fresh->kv.k + off_f, bytes);
                     assert_memory_equal((const char *)d->kv.v + off_d, (const char *)fresh->kv.v + off_f, bytes);
                 }

@@ -164,6 +164,7 @@ static const char BENCH_USAGE[] =
     "  --batch-sizes LIST     the B values of the batch curve (default 1,2,4,8,16,32)\n"
     "  --batch-depth D        tokens in the context before each batch pass (default 64)\n"
     "  --batch-passes N       passes per batch size and rep (default 1); medians over all of them\n"
+    "  --cache-type T         KV cache precision: f16 (default), f32, q8_0, q4_0\n"
     "  --reps R               repetitions; figures are medians (default 3)\n"
     "  --hw-seconds S         time given to the machine probe (default 1.5)\n"
     "  --no-hw                skip the machine probe (no fractions)\n"
@@ -182,6 +183,7 @@ enum { MAX_LIST = 16 };
 typedef struct bench_args {
     const char *model, *tokenizer;
     int32_t threads;
+    kite_kv_type kv_type;
     int32_t prompt_lens[MAX_LIST];
     int n_prompt_lens;
     int32_t gen_tokens;
@@ -241,6 +243,9 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
         } else if (!strcmp(opt, "--batch-passes")) {
             if (!kite_cli_parse_long(val, 1, 1000, &v)) return bench_fail(2, "--batch-passes expects an integer in [1, 1000], got '%s'", val);
             a->batch_passes = (int32_t)v;
+        } else if (!strcmp(opt, "--cache-type")) {
+            if (!kite_kv_type_from_name(val, &a->kv_type))
+                return bench_fail(2, "--cache-type expects f16, f32, q8_0 or q4_0, got '%s'", val);
         } else if (!strcmp(opt, "--reps")) {
             if (!kite_cli_parse_long(val, 1, 1000, &v)) return bench_fail(2, "--reps expects an integer in [1, 1000], got '%s'", val);
             a->reps = (int32_t)v;
@@ -385,6 +390,7 @@ static int run_bench(bench_args *a) { /* a: its default lengths may shrink to fi
     kite_session_params sp = kite_session_default_params();
     sp.n_ctx = n_ctx;
     sp.n_threads = a->threads;
+    sp.kv_type = a->kv_type;
     kite_session *s = NULL;
     int32_t *tokens = NULL;
     float *logits = NULL;
@@ -486,6 +492,7 @@ static int run_bench(bench_args *a) { /* a: its default lengths may shrink to fi
     json_object_set_new(root, "decode_bytes_per_token", json_integer((json_int_t)decode_bytes));
     json_object_set_new(root, "load_ms", json_real(t_load));
     json_object_set_new(root, "threads", json_integer(threads));
+    json_object_set_new(root, "cache_type", json_string(kite_kv_type_name(a->kv_type)));
     json_object_set_new(root, "kernels", json_string(have_hw ? hw.kernels : "unknown"));
     json_object_set_new(root, "reps", json_integer(a->reps));
 
@@ -589,7 +596,8 @@ static int run_bench(bench_args *a) { /* a: its default lengths may shrink to fi
         print_json(root);
     } else {
         printf("peak RSS:            %.1f MiB\n", (double)rss / 1048576.0);
-        printf("threads:             %d, kernels %s\n", threads, have_hw ? hw.kernels : "unknown");
+        printf("threads:             %d, kernels %s, KV cache %s\n", threads, have_hw ? hw.kernels : "unknown",
+               kite_kv_type_name(a->kv_type));
         if (have_hw)
             printf("machine:             read %.1f GB/s (1 thread %.1f), int8 %.0f GOP/s, fp32 %.0f GFLOP/s\n", hw.read_gbs,
                    hw.read_gbs_1t, hw.int8_gops, hw.f32_gflops);

@@ -45,7 +45,7 @@ static const char CHAT_USAGE[] =
     "  --ignore-eos            keep generating past end-of-turn tokens (tests, benchmarks)\n"
     "  --ctx N                 context size in tokens (default: the model's, at most 4096)\n"
     "  --threads N             worker threads (default: all cores)\n"
-    "  --cache-type f16|f32    KV cache precision (default f16)\n"
+    "  --cache-type T          KV cache precision: f16 (default), f32, q8_0, q4_0\n"
     "  --draft PATH|ngram|none speculative decoding (the answers are unchanged)\n"
     "  --tools FILE.json       tool definitions (an OpenAI tools array) for the template; the model's calls are\n"
     "                          shown as [tool call] NAME(ARGUMENTS), and each call's result is the next line read\n"
@@ -156,8 +156,9 @@ static int parse_options(int argc, char **argv, chat_options *o) {
     }
     int rc = kite_cli_model_or_default(&o->model_path, "kite chat", false);
     if (rc) return rc;
-    if (o->cache_type && strcmp(o->cache_type, "f16") && strcmp(o->cache_type, "f32"))
-        return usage_error("--cache-type expects f16 or f32, got '%s'", o->cache_type);
+    kite_kv_type kv_type;
+    if (o->cache_type && !kite_kv_type_from_name(o->cache_type, &kv_type))
+        return usage_error("--cache-type expects f16, f32, q8_0 or q4_0, got '%s'", o->cache_type);
     if (o->tool_choice && !o->tools_file) return usage_error("%s", "--tool-choice needs --tools FILE.json");
     if (o->json && !o->tools_file) return usage_error("%s", "--json prints tool calls: it needs --tools FILE.json");
     if (o->template_name && o->template_file)
@@ -1014,7 +1015,7 @@ static int open_chat(chat *c, const chat_options *o) {
     kite_session_params sp = kite_session_default_params();
     sp.n_ctx = o->ctx;
     sp.n_threads = o->threads;
-    if (o->cache_type) sp.kv_type = !strcmp(o->cache_type, "f32") ? KITE_KV_F32 : KITE_KV_F16;
+    if (o->cache_type) kite_kv_type_from_name(o->cache_type, &sp.kv_type);
     if (kite_session_open(&c->session, c->model, &sp, err, sizeof err)) {
         fprintf(stderr, "kite: error: %s\n", err);
         return 1;

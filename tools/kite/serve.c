@@ -33,7 +33,7 @@ static const char SERVE_USAGE[] =
     "  -np, --parallel N       requests decoded together (sessions; default 4)\n"
     "  -c, --ctx N             context of each request in tokens (default: the model's, at most 4096)\n"
     "  -t, --threads N         worker threads (default: all cores)\n"
-    "  --cache-type f16|f32    KV cache precision (default f16)\n"
+    "  --cache-type T          KV cache precision: f16 (default), f32, q8_0, q4_0\n"
     "  --draft PATH|ngram      speculative decoding for every request (a draft model sharing the\n"
     "                          vocabulary, or n-gram matches); the output is unchanged\n"
     "  --spec-budget N         drafted tokens per verification pass, 1..32 (default: adaptive)\n"
@@ -139,9 +139,9 @@ int kite_cmd_serve(int argc, char **argv) {
         int usage_rc = kite_cli_model_or_default(&model_path, "kite serve", false);
         if (usage_rc) return usage_rc;
     }
-    if (cache_type && strcmp(cache_type, "f16") && strcmp(cache_type, "f32"))
-        return usage_error("--cache-type expects f16 or f32, got '%s'", cache_type);
-    sp.kv_type = cache_type && !strcmp(cache_type, "f32") ? KITE_KV_F32 : KITE_KV_F16;
+    sp.kv_type = KITE_KV_F16;
+    if (cache_type && !kite_kv_type_from_name(cache_type, &sp.kv_type))
+        return usage_error("--cache-type expects f16, f32, q8_0 or q4_0, got '%s'", cache_type);
     sp.n_threads = threads;
     sp.port = port == 0 ? -1 : port; /* the library's 0 means its default; --port 0 asks the system */
     kite_set_log_callback(log_to_stderr, NULL);

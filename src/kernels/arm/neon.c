@@ -315,14 +315,29 @@ typedef float32x4_t av_t;
 #define av_hsum_rows(v) hsum4_rows(v)
 #define av_hmax(v) vmaxvq_f32(v)
 #define av_exp(v) exp4(v)
-#define av_kv(row, d, F32) \
-    ((F32) ? vld1q_f32((const float *)(row) + (d)) : vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(row) + (d)))))
+#define av_f16(p) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)))
+#define av_i8(p) i8x4((const int8_t *)(p))
+#define av_u4(p, HI) u4x4(p, HI)
+/* Four bytes only: a wider load could run past the last block of the cache. */
+INLINE float32x4_t i8x4(const int8_t *p) {
+    int32_t w;
+    memcpy(&w, p, 4);
+    const int16x8_t h = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(w)));
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(h)));
+}
+INLINE float32x4_t u4x4(const uint8_t *p, bool hi) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    uint8x8_t b = vreinterpret_u8_u32(vdup_n_u32(w));
+    b = hi ? vshr_n_u8(b, 4) : vand_u8(b, vdup_n_u8(0x0F));
+    const int16x8_t h = vsubq_s16(vreinterpretq_s16_u16(vmovl_u8(b)), vdupq_n_s16(8));
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(h)));
+}
 #include "kernels/attend_simd.h"
 
 static void neon_attend(const kite_attn_query *a) {
-    if (a->head_dim % 4 != 0 || a->head_dim > KITE_ATTN_MAX_HEAD_DIM) kite_ref_attend(a);
-    else if (a->kv_f32) av_attend(a, true);
-    else av_attend(a, false);
+    if (av_attend_fits(a)) av_attend(a);
+    else kite_ref_attend(a);
 }
 
 /* kite_silu on 4 lanes; the tail on a padded copy with the same steps (see avx2_silu_mul: an element's

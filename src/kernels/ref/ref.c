@@ -244,8 +244,7 @@ static float attn_dot(const float *q, const float *k, int32_t n) {
 
 /* Cache row r of k or v as floats. */
 static void attn_row(const kite_attn_query *a, const void *base, int64_t r, float *row) {
-    const kite_type_traits *t = kite_type_get(a->kv_f32 ? KITE_TYPE_F32 : KITE_TYPE_F16);
-    t->to_float((const char *)base + (size_t)(r * a->row_stride) * t->block_bytes, row, a->head_dim);
+    kite_type_get(a->kv_type)->to_float((const char *)base + (size_t)r * a->row_bytes, row, a->head_dim);
 }
 
 void kite_ref_attend(const kite_attn_query *a) {

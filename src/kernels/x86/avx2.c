@@ -557,13 +557,20 @@ typedef __m256 av_t;
 #define av_hsum_rows(v) hsum8_rows(v)
 #define av_hmax(v) hmax8(v)
 #define av_exp(v) exp8(v)
-#define av_kv(row, d, F32) ((F32) ? _mm256_loadu_ps((const float *)(row) + (d)) : fp16x8((const uint16_t *)(row) + (d)))
+#define av_f16(p) fp16x8(p)
+#define av_i8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+#define av_u4(p, HI) u4x8(p, HI)
+INLINE __m256 u4x8(const uint8_t *p, bool hi) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    if (hi) b = _mm_srli_epi16(b, 4);
+    b = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+}
 #include "kernels/attend_simd.h"
 
 static void avx2_attend(const kite_attn_query *a) {
-    if (a->head_dim % 8 != 0 || a->head_dim > KITE_ATTN_MAX_HEAD_DIM) kite_ref_attend(a);
-    else if (a->kv_f32) av_attend(a, true);
-    else av_attend(a, false);
+    if (av_attend_fits(a)) av_attend(a);
+    else kite_ref_attend(a);
 }
 
 /* kite_silu on 8 lanes. The tail runs the same vector steps on a padded copy, so an element's result

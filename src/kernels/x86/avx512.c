@@ -580,15 +580,22 @@ typedef __m512 av_t;
 #define av_hsum_rows(v) hsum16_rows(v)
 #define av_hmax(v) _mm512_reduce_max_ps(v)
 #define av_exp(v) exp16(v)
-#define av_kv(row, d, F32) ((F32) ? _mm512_loadu_ps((const float *)(row) + (d)) : fp16x16((const uint16_t *)(row) + (d)))
+#define av_f16(p) fp16x16(p)
+#define av_i8(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#define av_u4(p, HI) u4x16(p, HI)
+INLINE __m512 u4x16(const uint8_t *p, bool hi) {
+    __m128i b = _mm_loadu_si128((const __m128i *)p);
+    if (hi) b = _mm_srli_epi16(b, 4);
+    b = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+}
 #include "kernels/attend_simd.h"
 
 static void avx512_attend(const kite_attn_query *a) {
     /* Heads of 8, 24, 40... elements take the AVX2 kernel (this CPU has AVX2), others the reference. */
-    if (a->head_dim % 16 != 0 && a->head_dim % 8 == 0 && a->head_dim <= KITE_ATTN_MAX_HEAD_DIM) kite_kernels_avx2()->attend(a);
-    else if (a->head_dim % 16 != 0 || a->head_dim > KITE_ATTN_MAX_HEAD_DIM) kite_ref_attend(a);
-    else if (a->kv_f32) av_attend(a, true);
-    else av_attend(a, false);
+    if (av_attend_fits(a)) av_attend(a);
+    else if (a->head_dim % 8 == 0 && a->head_dim <= KITE_ATTN_MAX_HEAD_DIM) kite_kernels_avx2()->attend(a);
+    else kite_ref_attend(a);
 }
 
 /* The first min(n, 16) lanes (a loop's tail under a mask). */
