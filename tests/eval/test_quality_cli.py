@@ -6,6 +6,7 @@ chunks, models with different vocabularies, an output that cannot be created, ba
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -79,6 +80,21 @@ def main():
               r.stdout + r.stderr)
         check(f"imatrix {fmt}: no temporary file left", sorted(os.listdir(tmp)) == sorted(
             f for f in os.listdir(tmp) if ".tmp." not in f))
+
+    # node-llama-cpp's GGUF reader (llama.cpp's metadata layout, independently implemented) reads it too.
+    node = shutil.which("node")
+    info = subprocess.run([node or "node", os.path.join(SRC, "tests", "oracle", "gguf_info.mjs"), os.path.join(tmp, "im.gguf")],
+                          capture_output=True, text=True, timeout=60) if node else None
+    ok = info is not None and info.returncode == 0
+    g = json.loads(info.stdout) if ok else {}
+    check("node-llama-cpp reads the imatrix GGUF",
+          ok and g["version"] == 3 and g["metadata"]["general"]["type"] == "imatrix"
+          and g["metadata"]["imatrix"]["chunk_count"] == 2 and g["metadata"]["imatrix"]["chunk_size"] == 64
+          and g["metadata"]["imatrix"]["datasets"] == [TEXT] and len(g["tensors"]) == 70
+          and all(t["type"] == 0 for t in g["tensors"])
+          and {"name": "blk.0.ffn_down.weight.in_sum2", "dims": [172, 1]}.items()
+          <= next(t for t in g["tensors"] if t["name"] == "blk.0.ffn_down.weight.in_sum2").items(),
+          "node not found" if not node else (info.stdout[:300] + info.stderr))
 
     # Bad input.
     expect_error("no --text", ["perplexity", "-m", STORIES], "needs --text", status=2)
