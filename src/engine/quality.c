@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/engine.h"
@@ -548,12 +549,11 @@ static int build_imatrix(const collector *c, const chunks *ch, const char *datas
     return KITE_OK;
 }
 
-static void imatrix_score(chunk_loop *L, const int32_t *ids, int32_t j, const float *row, const float *unused) {
-    ppl_score(L, ids, j, row, unused);
-}
-
 /* Whether the output can be created: a failure says so before the calibration run, not after it. */
 static int check_writable(const char *path, kite_error *e) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return kite_fail(e, KITE_ERR_IO, "cannot write the output '%s': it exists and is not a regular file", path);
     size_t n = strlen(path) + 40;
     char *probe = malloc(n);
     if (!probe) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
@@ -589,7 +589,7 @@ int kite_imatrix_compute(kite_model *model, const char *text, size_t len, const 
     }
     ppl_state ps = {0};
     collector col = {.process_output = params->process_output};
-    chunk_loop L = {.c = &c, .n_vocab = model->weights.hp.n_vocab, .score = imatrix_score, .state = &ps, .p = qp,
+    chunk_loop L = {.c = &c, .n_vocab = model->weights.hp.n_vocab, .score = ppl_score, .state = &ps, .p = qp,
                     .fill_progress = ppl_progress, .all_logits = true};
     st = open_session(&L.s[0], model, &c, qp, &e);
     if (!st) st = loop_alloc(&L, 1, &e);

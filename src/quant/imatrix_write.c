@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/gguf.h"
@@ -161,6 +162,10 @@ kite_status kite_imatrix_write(const kite_imatrix *m, const char *path, bool leg
     if (!m || !path || !*path) return kite_fail(e, KITE_ERR_INVALID_ARG, "imatrix: NULL matrix or empty output path");
     kite_status st = check_entries(m, e);
     if (st) return st;
+    /* The file is renamed into place: a device or a folder under that name must not be replaced. */
+    struct stat existing;
+    if (stat(path, &existing) == 0 && !S_ISREG(existing.st_mode))
+        return kite_fail(e, KITE_ERR_IO, "imatrix: cannot write '%s': it exists and is not a regular file", path);
     const kite_imatrix_entry **order = sorted_entries(m, e);
     if (!order) return e ? e->status : KITE_ERR_NOMEM;
     /* A temporary name beside the output, renamed into place once complete: an interrupted run never

@@ -109,6 +109,8 @@ def main():
     expect_error("vocabulary mismatch", ["kld", "-m", STORIES, "--reference", TS656] + common, "vocabulary")
     bad_out = os.path.join(tmp, "no-such-dir", "im.gguf")
     expect_error("unwritable output", ["imatrix", "-m", STORIES, "-o", bad_out] + common, "cannot create")
+    expect_error("output is a device", ["imatrix", "-m", STORIES, "-o", "/dev/null"] + common, "not a regular file")
+    check("/dev/null is still a device", os.path.exists("/dev/null") and not os.path.isfile("/dev/null"))
     expect_error("bad --output-format", ["imatrix", "-m", STORIES, "--output-format", "bin"] + common, "gguf or dat",
                  status=2)
     expect_error("bad --ctx", ["perplexity", "-m", STORIES, "-f", TEXT, "-c", "4"], "--ctx", status=2)

@@ -105,8 +105,7 @@ static int parse(int argc, char **argv, verb v, const char *name, ppl_args *a) {
             *str = val;
             continue;
         }
-        long long lo = num == &a->ctx ? 8 : num == &a->chunks ? 1 : 1, hi = num == &a->ctx ? 1 << 20 : 1 << 30;
-        if (num == &a->threads) hi = 1024;
+        long long lo = num == &a->ctx ? 8 : 1, hi = num == &a->ctx ? 1 << 20 : num == &a->threads ? 1024 : 1 << 30;
         if (!parse_count(val, lo, hi, num)) {
             fprintf(stderr, "kite: error: %s expects an integer in [%lld, %lld], got '%s' (see kite %s --help)\n", opt, lo, hi,
                     val, name);
