@@ -28,6 +28,7 @@
 
 #include "io/gguf.h"
 #include "kite.h"
+#include "quant/imatrix.h"
 #include "test_util.h"
 
 #define STORIES_GGUF "models/tinystories-tok512/stories260K.gguf"
@@ -610,6 +611,83 @@ static void test_imatrix_matches_reference_forward(void **state) {
     free(text);
 }
 
+/* The writer on shapes a dense model never gives: several matrices (MoE experts), a matrix with no data,
+ * an entry with none at all; and what it must refuse. Checked against the parser's reading of the
+ * format: GGUF keeps the raw sums and counts; .dat stores sum / count * ncall with ncall = ceil(max count
+ * / chunk size), 1 * ncall where a count is 0, and leaves out an entry without data. */
+static void test_imatrix_writer_shapes(void **state) {
+    (void)state;
+    float sums_a[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, counts_a[3] = {10, 0, 5};
+    float sums_b[2] = {7, 9}, counts_b[1] = {0};
+    float sums_c[3] = {0.5f, 0.25f, 4}, counts_c[1] = {4};
+    kite_imatrix_entry entries[3] = {
+        {.name = "blk.1.ffn_down_exps.weight", .n_cols = 4, .n_mat = 3, .sum_sq = sums_a, .counts = counts_a},
+        {.name = "blk.0.attn_q.weight", .n_cols = 2, .n_mat = 1, .sum_sq = sums_b, .counts = counts_b},
+        {.name = "blk.0.attn_k.weight", .n_cols = 3, .n_mat = 1, .sum_sq = sums_c, .counts = counts_c},
+    };
+    char *datasets[2] = {"first.txt", "second.txt"};
+    kite_imatrix m = {.entries = entries, .n_entries = 3, .datasets = datasets, .n_datasets = 2, .chunk_count = 3,
+                      .chunk_size = 4};
+    char path[512], dat[512];
+    snprintf(path, sizeof path, "%s/shapes.gguf", TMP);
+    snprintf(dat, sizeof dat, "%s/shapes.dat", TMP);
+    kite_error e = {0};
+    assert_int_equal(kite_imatrix_write(&m, path, false, &e), KITE_OK);
+    assert_int_equal(kite_imatrix_write(&m, dat, true, &e), KITE_OK);
+    json_t *g = parse_file(path), *d = parse_file(dat);
+    json_t *ds = json_object_get(g, "datasets");
+    assert_int_equal(json_array_size(ds), 2);
+    assert_string_equal(json_string_value(json_array_get(ds, 1)), "second.txt");
+    json_t *order = json_object_get(g, "tensor_order");
+    assert_string_equal(json_string_value(json_array_get(order, 0)), "blk.0.attn_k.weight.in_sum2");
+    assert_string_equal(json_string_value(json_array_get(order, 5)), "blk.1.ffn_down_exps.weight.counts");
+    json_t *ea = json_object_get(json_object_get(g, "entries"), "blk.1.ffn_down_exps.weight");
+    assert_int_equal(json_integer_value(json_object_get(ea, "n_cols")), 4);
+    assert_int_equal(json_integer_value(json_object_get(ea, "n_mat")), 3);
+    for (int i = 0; i < 12; i++) assert_true(json_real_value(json_array_get(json_object_get(ea, "sums"), i)) == sums_a[i]);
+    for (int i = 0; i < 3; i++) assert_true(json_real_value(json_array_get(json_object_get(ea, "counts"), i)) == counts_a[i]);
+    assert_int_equal(json_object_size(json_object_get(g, "entries")), 3);
+    /* .dat: the entry without data is left out; the last dataset is the one named. */
+    json_t *de = json_object_get(d, "entries");
+    assert_int_equal(json_object_size(de), 2);
+    assert_null(json_object_get(de, "blk.0.attn_q.weight"));
+    assert_string_equal(json_string_value(json_object_get(d, "dataset")), "second.txt");
+    assert_int_equal(json_integer_value(json_object_get(d, "chunk_count")), 3);
+    json_t *da = json_object_get(de, "blk.1.ffn_down_exps.weight");
+    assert_int_equal(json_integer_value(json_object_get(da, "ncall")), 3); /* ceil(10 / 4) */
+    json_t *values = json_object_get(da, "values");
+    assert_int_equal(json_array_size(values), 12);
+    for (int mat = 0; mat < 3; mat++)
+        for (int c = 0; c < 4; c++) {
+            double want = counts_a[mat] == 0 ? 3.0 : (double)sums_a[mat * 4 + c] / counts_a[mat] * 3.0;
+            assert_true(fabs(json_real_value(json_array_get(values, (size_t)(mat * 4 + c))) - want) < 1e-6 * want);
+        }
+    json_t *dc = json_object_get(de, "blk.0.attn_k.weight");
+    assert_int_equal(json_integer_value(json_object_get(dc, "ncall")), 1);
+    assert_true(fabs(json_real_value(json_array_get(json_object_get(dc, "values"), 2)) - 1.0) < 1e-7);
+    json_decref(g);
+    json_decref(d);
+
+    /* Refused: a NaN, a duplicate name, a name too long for GGUF, the legacy form without a chunk size. */
+    char bad_path[600];
+    snprintf(bad_path, sizeof bad_path, "%s/bad.gguf", TMP);
+    sums_c[1] = NAN;
+    assert_int_equal(kite_imatrix_write(&m, bad_path, false, &e), KITE_ERR_INVALID_ARG);
+    assert_non_null(strstr(e.msg, "blk.0.attn_k.weight"));
+    sums_c[1] = 0.25f;
+    entries[1].name = "blk.0.attn_k.weight";
+    assert_int_equal(kite_imatrix_write(&m, bad_path, false, &e), KITE_ERR_INVALID_ARG);
+    assert_non_null(strstr(e.msg, "two entries"));
+    entries[1].name = "blk.0.a_very_long_tensor_name_that_does_not_fit_gguf.weight";
+    assert_int_equal(kite_imatrix_write(&m, bad_path, false, &e), KITE_ERR_INVALID_ARG);
+    assert_non_null(strstr(e.msg, "64 bytes"));
+    entries[1].name = "blk.0.attn_q.weight";
+    m.chunk_size = 0;
+    assert_int_equal(kite_imatrix_write(&m, bad_path, true, &e), KITE_ERR_INVALID_ARG);
+    struct stat st;
+    assert_int_not_equal(stat(bad_path, &st), 0);
+}
+
 /* ---- 4. bad input ----------------------------------------------------------------------------------- */
 static void test_bad_input(void **state) {
     (void)state;
@@ -670,6 +748,7 @@ int main(void) {
         cmocka_unit_test(test_kld_self_is_zero),
         cmocka_unit_test(test_kld_q8_against_f32_matches_direct),
         cmocka_unit_test(test_imatrix_matches_reference_forward),
+        cmocka_unit_test(test_imatrix_writer_shapes),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
