@@ -525,7 +525,8 @@ static void imatrix_release(kite_imatrix *m) {
     memset(m, 0, sizeof *m);
 }
 
-static int build_imatrix(const collector *c, const chunks *ch, const char *dataset, kite_imatrix *m, kite_error *e) {
+/* dataset: the caller's slot holding the dataset's name (or NULL), borrowed by m until it is released. */
+static int build_imatrix(const collector *c, const chunks *ch, char **dataset, kite_imatrix *m, kite_error *e) {
     memset(m, 0, sizeof *m);
     m->entries = calloc((size_t)(c->n ? c->n : 1), sizeof *m->entries);
     if (!m->entries) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
@@ -541,8 +542,8 @@ static int build_imatrix(const collector *c, const chunks *ch, const char *datas
         for (int64_t j = 0; j < en->n_cols; j++) en->sum_sq[j] = (float)c->items[i].sum_sq[j];
         en->counts[0] = (float)c->items[i].rows;
     }
-    m->datasets = (char **)(dataset ? &dataset : NULL); /* borrowed for the write only */
-    m->n_datasets = dataset ? 1 : 0;
+    m->datasets = *dataset ? dataset : NULL;
+    m->n_datasets = *dataset ? 1 : 0;
     /* llama.cpp's chunk count: the rows a matrix saw over the chunk size. */
     m->chunk_count = ch->n_chunks;
     m->chunk_size = ch->n_ctx;
@@ -601,7 +602,8 @@ int kite_imatrix_compute(kite_model *model, const char *text, size_t len, const 
     }
     if (!st && col.status) st = kite_fail(&e, col.status, "imatrix: %s", col.msg);
     kite_imatrix m = {0};
-    if (!st) st = build_imatrix(&col, &c, params->dataset, &m, &e);
+    char *dataset = (char *)params->dataset; /* never written through: kite_imatrix's names are not const */
+    if (!st) st = build_imatrix(&col, &c, &dataset, &m, &e);
     if (!st) st = kite_imatrix_write(&m, params->output_path, params->legacy_format, &e);
     if (!st) {
         kite_perplexity_result pr;
