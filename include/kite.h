@@ -603,6 +603,108 @@ int kite_router_calibrate(kite_router *router, const char *const *prompts, size_
                           double quantile, double remote_fraction, double *threshold, double *scores, char *err,
                           size_t err_size);
 
+/* ---- measuring quality: perplexity, KL divergence, importance matrices ------------------------ */
+/* llama.cpp's llama-perplexity and llama-imatrix, with the same chunking and statistics. The text is
+ * tokenized as llama.cpp does (BOS when the model adds one, special-token text as plain text unless
+ * parse_special) and cut into chunks of n_ctx tokens; each chunk is evaluated from an empty context with
+ * its first token replaced by BOS (when the model adds one). Only the second half of each chunk is
+ * scored: the logits at positions n_ctx/2 .. n_ctx-2 predict the tokens after them, n_ctx - 1 - n_ctx/2
+ * tokens a chunk, so every scored token has at least n_ctx/2 tokens of context. The text must hold at
+ * least two chunks (2 * n_ctx tokens), as llama.cpp requires. */
+typedef struct kite_quality_progress {
+    int32_t chunk;          /* chunks done so far (1-based after the first) */
+    int32_t n_chunks;       /* chunks to do */
+    int64_t n_scored;       /* tokens scored so far */
+    double ms;              /* elapsed since the first chunk began */
+    double ppl;             /* running perplexity of the model (model A for kite_kld) */
+    /* kite_kld only (running values over the chunks done): */
+    double ln_ppl_ratio;    /* ln(PPL(A) / PPL(reference)) */
+    double kld;             /* mean KL divergence of A from the reference */
+    double p_diff_rms;      /* RMS of p_A(token) - p_ref(token) */
+    double same_top;        /* fraction of positions where both models' top token agree */
+} kite_quality_progress;
+
+/* Called after each chunk; return false to stop (the call then fails with KITE_ERR_CANCELLED). */
+typedef bool (*kite_quality_progress_fn)(const kite_quality_progress *progress, void *user_data);
+
+typedef struct kite_quality_params {
+    int32_t n_ctx;             /* tokens per chunk (llama.cpp's --ctx-size); 0 = 512; at least 8 */
+    int32_t n_chunks;          /* chunks to use at most; 0 = as many as the text holds */
+    int32_t n_threads;         /* 0 = the model's setting */
+    kite_kv_type kv_type;      /* KV cache precision (f16 by default, as llama.cpp) */
+    bool parse_special;        /* special-token text in the calibration text becomes special tokens */
+    kite_quality_progress_fn progress; /* optional */
+    void *progress_user_data;
+} kite_quality_params;
+
+kite_quality_params kite_quality_default_params(void);
+
+typedef struct kite_perplexity_result {
+    double ppl;              /* exp(mean negative log-likelihood) over the scored tokens */
+    double ppl_error;        /* its standard error: ppl * stddev(nll) / sqrt(n_scored - 1), as llama.cpp prints */
+    double mean_nll;         /* mean negative log-likelihood, nats */
+    int64_t n_scored;        /* tokens scored */
+    int32_t n_chunks;        /* chunks evaluated */
+    int64_t n_text_tokens;   /* tokens of the whole text (BOS included) */
+} kite_perplexity_result;
+
+/* Perplexity of model over text[0..len) (llama-perplexity's default mode). */
+int kite_perplexity(kite_model *model, const char *text, size_t len, const kite_quality_params *params,
+                    kite_perplexity_result *result, char *err, size_t err_size);
+
+/* The fractions of kite_kld_result's quantiles, highest first: kld_quantile[i] is at KITE_KLD_QUANTILES[i]
+ * (1 = the maximum, 0.5 = the median, 0 = the minimum), p_diff_quantile[i] at KITE_P_DIFF_QUANTILES[i].
+ * Between sorted values, linear interpolation at fraction * (n - 1), as llama.cpp's percentile. */
+enum { KITE_KLD_N_QUANTILES = 11, KITE_P_DIFF_N_QUANTILES = 13 };
+#define KITE_KLD_QUANTILES {1.0, 0.999, 0.99, 0.95, 0.90, 0.5, 0.10, 0.05, 0.01, 0.001, 0.0}
+#define KITE_P_DIFF_QUANTILES {1.0, 0.999, 0.99, 0.95, 0.90, 0.75, 0.5, 0.25, 0.10, 0.05, 0.01, 0.001, 0.0}
+
+typedef struct kite_kld_result {
+    int64_t n_scored;                /* tokens scored */
+    int32_t n_chunks;
+    double ppl, ppl_error;           /* model A: llama.cpp's PPL(Q) */
+    double ppl_ref, ppl_ref_error;   /* the reference: PPL(base) */
+    double ln_ppl_correlation;       /* Cor(ln PPL(A), ln PPL(ref)) of the per-token nll */
+    double ln_ppl_ratio, ln_ppl_ratio_error; /* mean ln(PPL(A)/PPL(ref)) */
+    double ppl_ratio, ppl_ratio_error;       /* PPL(A)/PPL(ref) */
+    double ppl_diff, ppl_diff_error;         /* PPL(A)-PPL(ref) */
+    double kld, kld_error;           /* mean KL(ref || A) per token, nats, over the full vocabulary in double */
+    double kld_quantile[KITE_KLD_N_QUANTILES];
+    double p_diff, p_diff_error;     /* mean of p_A(token) - p_ref(token), the probabilities of the actual next token */
+    double p_diff_quantile[KITE_P_DIFF_N_QUANTILES];
+    double p_diff_rms, p_diff_rms_error;
+    double same_top, same_top_error; /* fraction of positions whose top token (first maximum) is the same */
+} kite_kld_result;
+
+/* KL divergence of model from reference over text (llama-perplexity --kl-divergence, with the reference's
+ * logits computed side by side instead of read from a saved file). Both models must share the vocabulary
+ * (same size, every token spelling the same bytes), else KITE_ERR_INVALID_ARG naming the first token that
+ * differs. The text is tokenized by the reference. */
+int kite_kld(kite_model *model, kite_model *reference, const char *text, size_t len, const kite_quality_params *params,
+             kite_kld_result *result, char *err, size_t err_size);
+
+typedef struct kite_imatrix_params {
+    kite_quality_params quality; /* chunking; progress reports the running perplexity */
+    const char *output_path;     /* where the file goes (required); written under a temporary name, then renamed */
+    bool legacy_format;          /* llama.cpp's old .dat format instead of GGUF */
+    bool process_output;         /* also collect the output head's inputs (llama-imatrix --process-output) */
+    const char *dataset;         /* the calibration file's name, recorded in the file (NULL: none) */
+} kite_imatrix_params;
+
+kite_imatrix_params kite_imatrix_default_params(void);
+
+typedef struct kite_imatrix_result {
+    int32_t n_chunks;            /* chunks processed */
+    int32_t n_entries;           /* weight matrices in the file */
+    double ppl, ppl_error;       /* the model's perplexity over the same chunks (as llama-imatrix prints) */
+} kite_imatrix_result;
+
+/* Importance matrix of model over text (llama-imatrix): for every matrix of the blocks, the sum over
+ * the calibration tokens of each input column's squared activation, and the count of rows summed, in
+ * llama.cpp's file format. Checks that the output can be created before any work. */
+int kite_imatrix_compute(kite_model *model, const char *text, size_t len, const kite_imatrix_params *params,
+                         kite_imatrix_result *result, char *err, size_t err_size);
+
 /* ---- OpenAI-compatible server ----------------------------------------------------------------- */
 typedef struct kite_server kite_server;
 

@@ -4,6 +4,7 @@
  * order that does not depend on n or on a row's slot, so results are batch-invariant. */
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +121,15 @@ static void matmul_shared_input(kite_pool *pool, kite_forward_scratch *s, const 
         return;
     }
     for (int p = 0; p < n_parts; p++) matmul_parts(pool, s, ks, &parts[p], 1, x, n);
+}
+
+/* The activation hook, when set: a product's input rows under its weight's GGUF name (layer < 0: a
+ * weight outside the blocks). */
+static void observe(const kite_forward_scratch *s, int32_t layer, const char *role, const float *x, int32_t n, int64_t cols) {
+    char name[64];
+    if (layer >= 0) snprintf(name, sizeof name, "blk.%d.%s.weight", (int)layer, role);
+    else snprintf(name, sizeof name, "%s.weight", role);
+    s->act_hook(s->act_hook_user_data, name, -1, x, n, cols);
 }
 
 static void rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
@@ -377,6 +387,11 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
         const matmul_part qkv[3] = {{.w = &L->wq, .y = s->q, .y_stride = q_width},
                                     {.w = &L->wk, .y = s->k, .y_stride = kv_dim},
                                     {.w = &L->wv, .y = s->v, .y_stride = kv_dim}};
+        if (s->act_hook) {
+            observe(s, l, "attn_q", s->xn, n, dim);
+            observe(s, l, "attn_k", s->xn, n, dim);
+            observe(s, l, "attn_v", s->xn, n, dim);
+        }
         matmul_shared_input(pool, s, w->kernels, qkv, 3, s->xn, n);
         qkv_row_job qj = {.hp = hp, .L = L, .rope_inv_freq = w->rope_inv_freq, .pos = pos, .q = s->q, .k = s->k,
                           .v = s->v, .seqs = seqs, .row_seq = row_seq, .row0 = row0, .ks = w->kernels, .layer = l};
@@ -387,13 +402,19 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
         };
         run_sized(pool, attention_task, &aj, (int64_t)n * hp->n_kv_heads, attn_macs);
         /* Output projection into xn, then the residual add and the FFN norm. */
+        if (s->act_hook) observe(s, l, "attn_output", s->att_out, n, q_width);
         matmul(pool, s, w->kernels, &L->wo, s->att_out, s->xn, dim, n);
         residual_norm(pool, s->x, s->xn, L->ffn_norm, dim, hp->rms_eps, true, NULL, n);
         const matmul_part gate_up[2] = {{.w = &L->w_gate, .y = s->gate, .y_stride = ffn},
                                         {.w = &L->w_up, .y = s->up, .y_stride = ffn}};
+        if (s->act_hook) {
+            observe(s, l, "ffn_gate", s->xn, n, dim);
+            observe(s, l, "ffn_up", s->xn, n, dim);
+        }
         matmul_shared_input(pool, s, w->kernels, gate_up, 2, s->xn, n);
         silu_job sj = {.ks = w->kernels, .gate = s->gate, .up = s->up, .count = (int64_t)n * ffn};
         run_each(pool, silu_task, &sj, (sj.count + SILU_CHUNK - 1) / SILU_CHUNK);
+        if (s->act_hook) observe(s, l, "ffn_down", s->gate, n, ffn);
         matmul(pool, s, w->kernels, &L->w_down, s->gate, s->xn, dim, n);
     }
 
@@ -403,6 +424,7 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
     if (n_out == 0) return 0;
     bool identity = out_rows[n_out - 1] == n_out - 1; /* increasing and distinct: rows 0 .. n_out-1 */
     residual_norm(pool, s->x, s->xn, w->output_norm, dim, hp->rms_eps, hp->n_layers > 0, identity ? NULL : out_rows, n_out);
+    if (s->act_hook) observe(s, -1, hp->tied_embeddings ? "token_embd" : "output", s->xn, n_out, dim);
     matmul(pool, s, w->kernels, &w->output, s->xn, logits, hp->n_vocab, n_out);
     return n_out;
 }

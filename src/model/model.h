@@ -75,6 +75,13 @@ size_t kite_kv_row_bytes(kite_kv_type type, int32_t head_dim);
 int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx, kite_kv_type type, kite_error *e);
 void kite_kv_cache_free(kite_kv_cache *kv);
 
+/* The activation hook (kite imatrix): called before a product with its input rows, x[n_rows][n_cols]
+ * (contiguous), and its weight's GGUF name ("blk.3.ffn_down.weight"; the output head is "output.weight",
+ * or "token_embd.weight" when tied, as llama.cpp names them). expert is the MoE expert's index, or -1
+ * for a dense weight. Runs on the thread calling the forward pass, once per product. */
+typedef void (*kite_act_hook_fn)(void *user_data, const char *weight_name, int32_t expert, const float *x, int32_t n_rows,
+                                 int64_t n_cols);
+
 /* Scratch activations for batches of up to max_batch tokens. */
 typedef struct kite_forward_scratch {
     int32_t max_batch;
@@ -95,6 +102,8 @@ typedef struct kite_forward_scratch {
     int32_t *out_rows;  /* [max_batch] batch rows whose logits are computed, in order */
     void *act;      /* [act_bytes] activations quantized for the matrix kernels (one product at a time) */
     size_t act_bytes; /* enough for max_batch rows of the widest matrix input, any weight type */
+    kite_act_hook_fn act_hook; /* NULL (the default; costs one test per product) or the session's observer */
+    void *act_hook_user_data;
 } kite_forward_scratch;
 
 int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, int32_t max_batch, int32_t n_threads,

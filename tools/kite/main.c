@@ -886,6 +886,9 @@ static const char MAIN_USAGE[] =
     "  serve      an OpenAI-compatible HTTP server (chat and completions, continuous batching)\n"
     "  grammar    print the GBNF grammar a JSON schema or a regular expression compiles to\n"
     "  route      the hybrid router's tools: explain a request's routing, calibrate a confidence rule\n"
+    "  perplexity a model's perplexity over a text (llama-perplexity's chunks and statistics)\n"
+    "  kld        KL divergence, top-token agreement and perplexities of a model against a reference\n"
+    "  imatrix    an importance matrix over calibration text, in llama.cpp's imatrix file format\n"
     "\n"
     "kite <command> --help (or kite help <command>) describes each command.\n";
 
@@ -897,6 +900,9 @@ int kite_cmd_serve(int argc, char **argv);     /* serve.c */
 int kite_cmd_grammar(int argc, char **argv);   /* grammar.c */
 int kite_cmd_routed(int argc, char **argv, bool chat_verb); /* route_run.c: run/chat --router */
 int kite_cmd_route(int argc, char **argv);     /* route.c */
+int kite_cmd_perplexity(int argc, char **argv); /* perplexity.c */
+int kite_cmd_kld(int argc, char **argv);        /* perplexity.c */
+int kite_cmd_imatrix(int argc, char **argv);    /* perplexity.c */
 
 /* The library's log lines on stderr, at or above the level KITE_LOG names (debug, info, warn (the
  * default), error, off); the library itself never prints. */
@@ -979,6 +985,9 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "serve")) return kite_cmd_serve(argc, argv);
     if (!strcmp(cmd, "grammar")) return kite_cmd_grammar(argc, argv);
     if (!strcmp(cmd, "route")) return kite_cmd_route(argc, argv);
+    if (!strcmp(cmd, "perplexity")) return kite_cmd_perplexity(argc, argv);
+    if (!strcmp(cmd, "kld")) return kite_cmd_kld(argc, argv);
+    if (!strcmp(cmd, "imatrix")) return kite_cmd_imatrix(argc, argv);
     fprintf(stderr, "%s: error: unknown command '%s'\n\n%s", g_prog, cmd, MAIN_USAGE);
     return 2;
 }
