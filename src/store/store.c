@@ -184,6 +184,10 @@ static bool entry_on_disk(const kite_store *s, const kite_store_entry *en) {
     return true;
 }
 
+static int entry_order(const void *a, const void *b) {
+    return strcmp(((const kite_store_entry *)a)->name, ((const kite_store_entry *)b)->name);
+}
+
 /* Rebuilds the index from the manifests in the model folders. */
 static int rebuild(const kite_store *s, store_index *ix, kite_error *e) {
     memset(ix, 0, sizeof *ix);
@@ -213,6 +217,7 @@ static int rebuild(const kite_store *s, store_index *ix, kite_error *e) {
         ix->entries[ix->n++] = en;
     }
     closedir(d);
+    if (ix->n) qsort(ix->entries, ix->n, sizeof *ix->entries, entry_order);
     return KITE_OK;
 }
 
