@@ -2,6 +2,7 @@
  * a sha256 computed while writing, retries after a dropped connection and a stall timeout. The token
  * goes only to the endpoint's own URLs and never into a message. */
 #include <ctype.h>
+#include <stdarg.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -61,7 +62,7 @@ static struct curl_slist *setup(CURL *c, store_net *net, const char *url, char *
 
 /* A message from libcurl with the token (if it ever appeared) replaced. */
 static void scrub(const store_net *net, char *s) {
-    if (!has_token(net)) return;
+    if (!has_token(net) || strlen(net->token) < 4) return;
     size_t k = strlen(net->token);
     for (char *hit; (hit = strstr(s, net->token));) {
         memset(hit, '*', 3);
@@ -166,7 +167,8 @@ typedef struct file_sink {
     int write_errno;         /* a failed write (ENOSPC, EIO, or the test hook's) */
     uint64_t range_start;    /* from Content-Range */
     bool have_range;
-    char linked_etag[80];    /* X-Linked-Etag or ETag of the final response */
+    char linked_etag[80];    /* X-Linked-Etag, from whichever response carried it (the hub's 302 to its CDN) */
+    char etag[80];           /* ETag of the final response (a CDN's is no sha256; the hub's own may be) */
     mem_sink error_body;     /* a 4xx/5xx body (not written to the file) */
     double last_report;
     uint64_t resumed;
@@ -185,7 +187,7 @@ static size_t header_cb(char *buf, size_t size, size_t n, void *user) {
     size_t len = size * n;
     if (len >= 5 && !strncmp(buf, "HTTP/", 5)) { /* a new response (redirects): forget the last one's */
         s->have_range = false;
-        s->linked_etag[0] = 0;
+        s->etag[0] = 0;
         return len;
     }
     const char *colon = memchr(buf, ':', len);
@@ -198,10 +200,10 @@ static size_t header_cb(char *buf, size_t size, size_t n, void *user) {
         trim_value(v, vlen, val, sizeof val);
         unsigned long long a;
         if (sscanf(val, "bytes %llu-", &a) == 1) { s->range_start = a; s->have_range = true; }
-    } else if ((klen == 13 && !strncasecmp(buf, "X-Linked-Etag", 13)) || (klen == 4 && !strncasecmp(buf, "ETag", 4))) {
-        /* X-Linked-Etag (the LFS sha256, sent before the redirect) wins over a CDN's ETag */
-        if (klen == 13 || !s->linked_etag[0]) trim_value(v, vlen, s->linked_etag, sizeof s->linked_etag);
-        if (klen == 13) s->linked_etag[sizeof s->linked_etag - 1] = 0;
+    } else if (klen == 13 && !strncasecmp(buf, "X-Linked-Etag", 13)) {
+        trim_value(v, vlen, s->linked_etag, sizeof s->linked_etag);
+    } else if (klen == 4 && !strncasecmp(buf, "ETag", 4)) {
+        trim_value(v, vlen, s->etag, sizeof s->etag);
     }
     return len;
 }
@@ -249,12 +251,9 @@ static bool write_all(file_sink *s, const char *p, size_t n) {
 static size_t body_cb(char *ptr, size_t size, size_t n, void *user) {
     file_sink *s = user;
     size_t len = size * n;
-    CURL *c = NULL;
-    (void)c;
     if (!s->checked) {
         s->checked = true;
-        if (s->status >= 400) {}
-        else if (s->start > 0 && s->status == 200) {
+        if (s->status < 400 && s->start > 0 && s->status == 200) {
             /* the server ignored the range: start over */
             if (ftruncate(s->fd, 0) || lseek(s->fd, 0, SEEK_SET) < 0) { s->write_errno = errno; return 0; }
             kite_sha256_init(&s->sha);
@@ -378,7 +377,9 @@ int store_download(store_net *net, store_file_job *job, kite_error *e) {
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
         curl_easy_cleanup(c);
         curl_slist_free_all(headers);
-        if (s.linked_etag[0] && !expected_etag[0]) snprintf(expected_etag, sizeof expected_etag, "%s", s.linked_etag);
+        /* the sha256 the hub vouches for: X-Linked-Etag (LFS), else an ETag that is one */
+        if (!expected_etag[0] && (is_hex64(s.linked_etag) || is_hex64(s.etag)))
+            snprintf(expected_etag, sizeof expected_etag, "%s", is_hex64(s.linked_etag) ? s.linked_etag : s.etag);
         if (s.restarted) note(net, "%s: the server ignored the range request; fetching the whole file again", job->rel_path);
         if (s.write_errno) {
             st = kite_fail(e, KITE_ERR_IO, "writing %s: %s", part, strerror(s.write_errno));

@@ -119,7 +119,8 @@ export class FakeHub {
       const repo = this.repos.get(`${user}/${name}`);
       const f = repo?.files.get(rest.join('/'));
       if (!f) return this.json(res, 404, {error: 'no such object'});
-      return this.send(req, res, key, f.data, {ETag: `"${f.sha}"`});
+      // a CDN's ETag is an md5, not the sha256: only the hub's X-Linked-Etag vouches for the content
+      return this.send(req, res, key, f.data, {ETag: `"${crypto.createHash('md5').update(f.data).digest('hex')}"`});
     }
     if (parts[0] === 'files') {
       const data = this.plain.get(parts[1]);

@@ -196,6 +196,12 @@ try {
     const dirs = fs.readdirSync(store).filter((d) => d.startsWith('kite-test-badsum'));
     assert.equal(dirs.length, 1);
     assert.deepEqual(fs.readdirSync(path.join(store, dirs[0])).filter((f) => f.endsWith('.gguf') || f.endsWith('.part')), []);
+    // a URL of the hub's resolve endpoint: the 302's X-Linked-Etag is the sha256 checked (the CDN's ETag is none)
+    const good = await kite(['pull', `${hub.url}/kite-test/stories-gguf/resolve/main/stories260K-F32.gguf`]);
+    ok(good, 'pull a resolve URL');
+    const bad = await kite(['pull', `${hub.url}/kite-test/badsum/resolve/main/stories260K-Q8_0.gguf`]);
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /sha256 mismatch/);
   });
 
   await test('404s name the repository or the file; a stall times out', async () => {

@@ -362,8 +362,10 @@ int kite_cli_resolve_models(int *argc, char **argv) {
     if (!strcmp(verb, "pull") || !strcmp(verb, "list") || !strcmp(verb, "show") || !strcmp(verb, "rm") || !strcmp(verb, "gen-model"))
         return 0;
     kite_store *store = NULL;
-    for (int i = 2; i + 1 < n; i++) {
-        bool model = !strcmp(argv[i], "--model") || !strcmp(argv[i], "-m");
+    /* kite inspect NAME: the positional is a model too */
+    bool inspect = !strcmp(verb, "inspect") && n > 2 && argv[2][0] != '-';
+    for (int i = inspect ? 1 : 2; i + 1 < n; i++) {
+        bool model = !strcmp(argv[i], "--model") || !strcmp(argv[i], "-m") || (inspect && i == 1);
         bool draft = !strcmp(argv[i], "--draft") && strcmp(argv[i + 1], "ngram") && strcmp(argv[i + 1], "none");
         if (!model && !draft) continue;
         const char *val = argv[++i];
