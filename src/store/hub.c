@@ -61,8 +61,12 @@ int store_parse_name(const char *text, store_ref *ref, kite_error *e) {
     ref->kind = STORE_REF_HUB;
     const char *p = text;
     static const char *const prefixes[] = {"hf.co/", "huggingface.co/", "hf://"};
+    /* every prefix, repeatedly: the normal form then never starts with one, so it parses to itself */
     for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
-        if (!strncmp(p, prefixes[i], strlen(prefixes[i]))) p += strlen(prefixes[i]);
+        if (!strncmp(p, prefixes[i], strlen(prefixes[i]))) {
+            p += strlen(prefixes[i]);
+            i = (size_t)-1;
+        }
     /* user */
     const char *user = p;
     size_t user_len = strcspn(user, "/");

@@ -60,6 +60,9 @@ static void test_names(void **state) {
     assert_int_equal(store_parse_name("hf.co/u/r@main:q4_k_m", &r, &e), KITE_OK);
     assert_string_equal(r.quant, "Q4_K_M");
     assert_string_equal(r.name, "u/r:Q4_K_M");
+    /* found by fuzz_store_index: prefixes stacked, so the normal form re-parses to itself */
+    assert_int_equal(store_parse_name("hf://hf.co/u/r/x.gguf", &r, &e), KITE_OK);
+    assert_string_equal(r.name, "u/r/x.gguf");
     assert_int_equal(store_parse_name("u/r@v1.0/dir/f.gguf", &r, &e), KITE_OK);
     assert_string_equal(r.revision, "v1.0");
     assert_string_equal(r.file, "dir/f.gguf");
