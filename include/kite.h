@@ -39,6 +39,7 @@ typedef enum kite_status {
     KITE_ERR_CONTEXT_FULL = 6, /* the prompt or generation does not fit in the session's context */
     KITE_ERR_CANCELLED = 7,    /* kite_cancel was called */
     KITE_ERR_TOKENIZER = 8,    /* text could not be tokenized (e.g. invalid UTF-8), or no tokenizer */
+    KITE_ERR_NOT_FOUND = 9,    /* a model name is not in the store, or a repository or file is not on the hub */
 } kite_status;
 
 /* A short English name for a status ("ok", "format error", ...). Never NULL. */
@@ -704,6 +705,94 @@ typedef struct kite_imatrix_result {
  * llama.cpp's file format. Checks that the output can be created before any work. */
 int kite_imatrix_compute(kite_model *model, const char *text, size_t len, const kite_imatrix_params *params,
                          kite_imatrix_result *result, char *err, size_t err_size);
+/* ---- the model store and pull ------------------------------------------------------------------ */
+/* A folder of downloaded models with an index (index.json): one entry per model name, written only once
+ * every file of the model is complete and verified. Default folder: $KITE_MODELS, else
+ * ~/.cache/kite/models. Several processes may use one store at once (file locks). */
+typedef struct kite_store kite_store;
+
+/* dir NULL = the default. The folder need not exist yet (kite_pull creates it); a folder that cannot be
+ * one (a path under a regular file) fails here. */
+int kite_store_open(kite_store **out, const char *dir, char *err, size_t err_size);
+void kite_store_free(kite_store *store);
+/* The store's folder (owned by the store). */
+const char *kite_store_dir(const kite_store *store);
+
+typedef struct kite_store_file {
+    char *path;        /* relative to the model's folder */
+    uint64_t size;     /* bytes */
+    char sha256[65];   /* lower-case hex; "" when the source published none */
+} kite_store_file;
+
+typedef struct kite_store_entry {
+    char *name;          /* as pulled, normalised: "user/repo:Q4_K_M", "user/repo/file.gguf", a URL */
+    char *source;        /* where it came from: "hf:user/repo@<commit>" or the URL */
+    char *path;          /* what kite_model_open takes: the GGUF (the first of a split set) or the folder */
+    char architecture[32]; /* general.architecture or config.json's model_type; "" if unknown */
+    char quantization[32]; /* "Q4_K_M", "Q8_0", "F16", "BF16", ...; "" if unknown */
+    char date[32];       /* when pulled, ISO 8601 UTC */
+    uint64_t size;       /* bytes of all files */
+    kite_store_file *files;
+    size_t n_files;
+} kite_store_entry;
+
+/* Every complete model, sorted by name. *entries is freed with kite_store_entries_free. An index edited
+ * by hand or truncated is rebuilt from the models' own manifests (a warning through the log callback). */
+int kite_store_list(kite_store *store, kite_store_entry **entries, size_t *n, char *err, size_t err_size);
+/* One model by name (a name is normalised as kite_pull does); KITE_ERR_NOT_FOUND if absent. */
+int kite_store_show(kite_store *store, const char *name, kite_store_entry **entry, char *err, size_t err_size);
+void kite_store_entries_free(kite_store_entry *entries, size_t n);
+/* Deletes a model's files and its entry. KITE_ERR_NOT_FOUND if absent. */
+int kite_store_remove(kite_store *store, const char *name, char *err, size_t err_size);
+/* What a --model argument names: an existing file or folder wins (copied as is); else a store name (its
+ * entry's path); else KITE_ERR_NOT_FOUND with "model \"X\" is not in the store: run `kite pull X`" (or,
+ * for what cannot be a name, "no such file"). */
+int kite_store_resolve(kite_store *store, const char *name_or_path, char *path, size_t path_size, char *err,
+                       size_t err_size);
+
+typedef struct kite_pull_progress {
+    const char *file;      /* the file being fetched (relative to the model's folder) */
+    int32_t file_index;    /* 0-based, of n_files */
+    int32_t n_files;
+    uint64_t file_done;    /* bytes of this file on disk (resumed bytes included) */
+    uint64_t file_total;   /* its size; 0 when unknown */
+    uint64_t done, total;  /* the same over all files (total 0 when a size is unknown) */
+    uint64_t resumed;      /* bytes of this file that were already there and not fetched again */
+    bool finished;         /* this file is complete and verified */
+} kite_pull_progress;
+
+typedef void (*kite_pull_progress_fn)(const kite_pull_progress *progress, void *user_data);
+/* A sentence for people: which file was chosen and why, a resume, a retry. */
+typedef void (*kite_pull_note_fn)(const char *note, void *user_data);
+
+typedef struct kite_pull_params {
+    kite_pull_progress_fn progress; /* optional, called a few times a second at most */
+    kite_pull_note_fn note;         /* optional */
+    void *user_data;
+    const volatile int *cancel;     /* when it points at non-zero, the pull stops (KITE_ERR_CANCELLED) */
+    const char *hf_token;           /* NULL = $HF_TOKEN; sent as a Bearer token, never logged nor in errors */
+    const char *hf_endpoint;        /* NULL = $HF_ENDPOINT, else https://huggingface.co */
+    int32_t connect_timeout_ms;     /* 0 = 15000 */
+    int32_t stall_timeout_ms;       /* no byte received for this long fails the transfer; 0 = 30000 */
+    int32_t max_retries;            /* transfers resumed after a dropped connection; 0 = 3, -1 = none */
+    uint64_t memory_bytes;          /* memory user/repo choices fit in (60% of it); 0 = MemAvailable */
+    uint64_t fail_write_at;         /* a test hook: the write that passes this many bytes of the model fails
+                                       as a full disk would (ENOSPC); 0 = off */
+} kite_pull_params;
+
+kite_pull_params kite_pull_default_params(void);
+
+/* Downloads name into the store: a Hugging Face reference
+ *   user/repo            the GGUF that fits memory best (the largest under 60% of it, Q4_K_M when it is
+ *                        about as large), or the whole safetensors repository when it has no GGUF
+ *   user/repo:Q4_K_M     the GGUF (or split set) whose file name carries that quantization tag
+ *   user/repo/dir/f.gguf one file (with the rest of its split set)
+ *   user/repo@rev...     any of the above at a branch, tag or commit (default main)
+ * or an http(s):// URL of one file. Files go to <store>/<name's folder>/<file>.part, resume from their
+ * size after an interruption, are checked against the sha256 the hub publishes and renamed when
+ * complete; the index gets the entry last. A name already in the store returns at once; a second pull
+ * of the same name waits for the first. */
+int kite_pull(kite_store *store, const char *name, const kite_pull_params *params, char *err, size_t err_size);
 
 /* ---- OpenAI-compatible server ----------------------------------------------------------------- */
 typedef struct kite_server kite_server;

@@ -31,6 +31,7 @@ const char *kite_status_name(int status) {
     case KITE_ERR_CONTEXT_FULL: return "context full";
     case KITE_ERR_CANCELLED: return "cancelled";
     case KITE_ERR_TOKENIZER: return "tokenizer error";
+    case KITE_ERR_NOT_FOUND: return "not found";
     default: return "unknown status";
     }
 }

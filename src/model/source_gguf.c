@@ -29,6 +29,65 @@ static int required_u32(const kite_gguf *g, const char *path, const char *arch, 
     return KITE_OK;
 }
 
+static int add_tensors(kite_source *src, const kite_gguf *g, kite_error *e) {
+    for (int64_t i = 0; i < kite_gguf_n_tensors(g); i++) {
+        const kite_gguf_tensor *t = kite_gguf_tensor_at(g, i);
+        char name[96];
+        if (t->name.len >= sizeof name) continue; /* longer than any canonical name */
+        memcpy(name, t->name.ptr, t->name.len);
+        name[t->name.len] = 0;
+        if (!kite_source_add_tensor(src, name, t->type, t->n_dims, t->ne, t->data, t->n_bytes, e)) return e->status;
+    }
+    return KITE_OK;
+}
+
+/* A split model (llama.cpp's gguf-split: name-00001-of-0000N.gguf): the first part holds the metadata
+ * and some tensors, with split.no = 0, split.count = N and split.tensors.count = all tensors; parts
+ * 2..N hold the other tensors (each with its split.no). All are mapped and read as one model. */
+static int open_split_parts(kite_source *src, const char *path, kite_error *e) {
+    const kite_gguf *g = src->gguf;
+    uint32_t count = 0, no = 0, n_total = 0;
+    if (!kite_gguf_get_u32(g, "split.count", &count) || count <= 1) return KITE_OK;
+    kite_gguf_get_u32(g, "split.no", &no);
+    const uint32_t max_parts = (uint32_t)(sizeof src->maps / sizeof src->maps[0]);
+    if (count > max_parts) return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: split into %u files; kite reads at most %u", path, count, max_parts);
+    size_t len = strlen(path);
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "-%05u-of-%05u.gguf", no + 1, count);
+    size_t slen = strlen(suffix);
+    if (len < slen || strcmp(path + len - slen, suffix))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: part %u of a split model of %u files, but its name does not end in %s", path, no + 1, count, suffix);
+    if (no != 0) {
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "%s is part %u of a split model: open the first part, %.*s-00001-of-%05u.gguf",
+                         path, no + 1, (int)(len - slen), path, count);
+    }
+    for (uint32_t part = 2; part <= count; part++) {
+        char part_path[4096];
+        snprintf(part_path, sizeof part_path, "%.*s-%05u-of-%05u.gguf", (int)(len - slen), path, part, count);
+        kite_mapped_file *m = &src->maps[src->n_maps];
+        int st = kite_map_file(m, part_path, e);
+        if (st) return kite_fail(e, st, "%s: part %u of %u of the split model is missing or unreadable: %s", path, part, count, e->msg);
+        src->n_maps++;
+        kite_gguf *pg = NULL;
+        if ((st = kite_gguf_open(&pg, m->data, m->size, e))) {
+            char inner[sizeof e->msg];
+            snprintf(inner, sizeof inner, "%s", e->msg);
+            return kite_fail(e, st, "%s: %s", part_path, inner);
+        }
+        uint32_t pno = UINT32_MAX, pcount = 0;
+        if (!kite_gguf_get_u32(pg, "split.no", &pno) || pno != part - 1 || !kite_gguf_get_u32(pg, "split.count", &pcount) || pcount != count) {
+            kite_gguf_free(pg);
+            return kite_fail(e, KITE_ERR_FORMAT, "%s: split.no / split.count do not say part %u of %u", part_path, part, count);
+        }
+        st = add_tensors(src, pg, e); /* tensor data lives in the mapping, not in the parsed header */
+        kite_gguf_free(pg);
+        if (st) return st;
+    }
+    if (kite_gguf_get_u32(g, "split.tensors.count", &n_total) && (int64_t)n_total != src->n_tensors)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: split.tensors.count is %u but the %u parts hold %d tensors", path, n_total, count, src->n_tensors);
+    return KITE_OK;
+}
+
 int kite_source_open_gguf(kite_source *src, const char *path, kite_error *e) {
     memset(src, 0, sizeof *src);
     snprintf(src->format, sizeof src->format, "gguf");
@@ -44,6 +103,12 @@ int kite_source_open_gguf(kite_source *src, const char *path, kite_error *e) {
         goto fail;
     }
     const kite_gguf *g = src->gguf;
+    uint32_t split_no = 0, split_count = 0;
+    if (kite_gguf_get_u32(g, "split.no", &split_no) && split_no > 0 && kite_gguf_get_u32(g, "split.count", &split_count)) {
+        /* later parts carry no metadata: only the first part opens the model */
+        st = open_split_parts(src, path, e);
+        goto fail;
+    }
     kite_gguf_str arch_str;
     if (!kite_gguf_get_str(g, "general.architecture", &arch_str)) {
         st = kite_fail(e, KITE_ERR_FORMAT, "%s: missing general.architecture", path);
@@ -99,14 +164,7 @@ int kite_source_open_gguf(kite_source *src, const char *path, kite_error *e) {
         }
     }
 
-    for (int64_t i = 0; i < kite_gguf_n_tensors(g); i++) {
-        const kite_gguf_tensor *t = kite_gguf_tensor_at(g, i);
-        char name[96];
-        if (t->name.len >= sizeof name) continue; /* longer than any canonical name */
-        memcpy(name, t->name.ptr, t->name.len);
-        name[t->name.len] = 0;
-        if (!kite_source_add_tensor(src, name, t->type, t->n_dims, t->ne, t->data, t->n_bytes, e)) { st = e->status; goto fail; }
-    }
+    if ((st = add_tensors(src, g, e)) || (st = open_split_parts(src, path, e))) goto fail;
     const kite_tensor *embd = kite_source_find(src, "token_embd.weight");
     if (!embd) { st = kite_fail(e, KITE_ERR_FORMAT, "%s: missing tensor token_embd.weight", path); goto fail; }
     hp->n_vocab = (int32_t)embd->ne[1];

@@ -12,6 +12,7 @@
 #include "default_model.h"
 #include "kite.h"
 #include "cli_util.h"
+#include "store_cli.h"
 
 static const char *g_prog = "kite";
 
@@ -889,7 +890,13 @@ static const char MAIN_USAGE[] =
     "  perplexity a model's perplexity over a text (llama-perplexity's chunks and statistics)\n"
     "  kld        KL divergence, top-token agreement and perplexities of a model against a reference\n"
     "  imatrix    an importance matrix over calibration text, in llama.cpp's imatrix file format\n"
+    "  pull       download a model from Hugging Face or a URL into the model store\n"
+    "  list       list the models in the store\n"
+    "  show       describe a model in the store\n"
+    "  rm         delete a model from the store\n"
     "\n"
+    "Every --model PATH also takes a store name (kite list). Global options: --models-dir DIR (the store;\n"
+    "default $KITE_MODELS, else ~/.cache/kite/models), --pull (pull a --model NAME on first use).\n"
     "kite <command> --help (or kite help <command>) describes each command.\n";
 
 int kite_cmd_bench(int argc, char **argv);     /* bench.c */
@@ -934,7 +941,8 @@ int main(int argc, char **argv) {
     setup_logging();
     /* A closed pipe is a write error to report (exit 1), not a silent death by SIGPIPE. */
     signal(SIGPIPE, SIG_IGN);
-    int rc = dispatch(argc, argv);
+    int rc = kite_cli_resolve_models(&argc, argv);
+    if (!rc) rc = dispatch(argc, argv);
     /* Output still buffered, or refused earlier (a full disk, a closed pipe), fails the command. */
     errno = 0;
     if ((fflush(stdout) || ferror(stdout) || fclose(stdout)) && rc == 0) { /* a failed command has said why */
@@ -988,6 +996,10 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "perplexity")) return kite_cmd_perplexity(argc, argv);
     if (!strcmp(cmd, "kld")) return kite_cmd_kld(argc, argv);
     if (!strcmp(cmd, "imatrix")) return kite_cmd_imatrix(argc, argv);
+    if (!strcmp(cmd, "pull")) return kite_cmd_pull(argc, argv);
+    if (!strcmp(cmd, "list")) return kite_cmd_list(argc, argv);
+    if (!strcmp(cmd, "show")) return kite_cmd_show(argc, argv);
+    if (!strcmp(cmd, "rm")) return kite_cmd_rm(argc, argv);
     fprintf(stderr, "%s: error: unknown command '%s'\n\n%s", g_prog, cmd, MAIN_USAGE);
     return 2;
 }
