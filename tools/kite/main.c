@@ -912,6 +912,7 @@ static const char MAIN_USAGE[] =
     "  serve      an OpenAI-compatible HTTP server (chat and completions, continuous batching)\n"
     "  grammar    print the GBNF grammar a JSON schema or a regular expression compiles to\n"
     "  route      the hybrid router's tools: explain a request's routing, calibrate a confidence rule\n"
+    "  quantize   write a quantized GGUF model (Q4_K_M, Q8_0, ...) as llama-quantize does\n"
     "\n"
     "kite <command> --help (or kite help <command>) describes each command.\n";
 
@@ -923,6 +924,7 @@ int kite_cmd_serve(int argc, char **argv);     /* serve.c */
 int kite_cmd_grammar(int argc, char **argv);   /* grammar.c */
 int kite_cmd_routed(int argc, char **argv, bool chat_verb); /* route_run.c: run/chat --router */
 int kite_cmd_route(int argc, char **argv);     /* route.c */
+int kite_cmd_quantize(int argc, char **argv);  /* quantize.c */
 
 /* The library's log lines on stderr, at or above the level KITE_LOG names (debug, info, warn (the
  * default), error, off); the library itself never prints. */
@@ -1005,6 +1007,7 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "serve")) return kite_cmd_serve(argc, argv);
     if (!strcmp(cmd, "grammar")) return kite_cmd_grammar(argc, argv);
     if (!strcmp(cmd, "route")) return kite_cmd_route(argc, argv);
+    if (!strcmp(cmd, "quantize")) return kite_cmd_quantize(argc, argv);
     fprintf(stderr, "%s: error: unknown command '%s'\n\n%s", g_prog, cmd, MAIN_USAGE);
     return 2;
 }
