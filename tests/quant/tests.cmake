@@ -10,3 +10,4 @@ set_tests_properties(test_quantize PROPERTIES ENVIRONMENT
 add_executable(quantize_vs_llamacpp ${PROJECT_SOURCE_DIR}/bench/quantize_vs_llamacpp.c ${CMAKE_CURRENT_LIST_DIR}/llama_lib.c)
 target_link_libraries(quantize_vs_llamacpp PRIVATE kite_internal ${CMAKE_DL_LIBS})
 target_include_directories(quantize_vs_llamacpp PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+kite_script_test(test_cli_quantize quant/test_cli_quantize.py)
