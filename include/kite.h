@@ -655,6 +655,7 @@ typedef struct kite_quantize_params {
     bool allow_requantize;         /* allow a source whose weights are already quantized (lossy twice) */
     kite_quantize_progress_fn progress; /* NULL = none */
     void *progress_user_data;
+    const char *tokenizer_path;    /* a llama2.c checkpoint's tokenizer .bin (that source only), else NULL */
 } kite_quantize_params;
 
 kite_quantize_params kite_quantize_default_params(void); /* type "Q8_0", no imatrix, all CPUs */
@@ -662,7 +663,8 @@ kite_quantize_params kite_quantize_default_params(void); /* type "Q8_0", no imat
 /* The accepted type names (llama-quantize's spelling), NULL-terminated; static storage. */
 const char *const *kite_quantize_type_names(void);
 
-/* Writes GGUF file `out` from `in` (an F32/F16/BF16 GGUF) with llama.cpp's per-tensor recipe for the
+/* Writes GGUF file `out` from `in` (an F32/F16/BF16 GGUF, or a llama2.c checkpoint with its tokenizer,
+ * converted as llama.cpp's convert-llama2c-to-ggml does) with llama.cpp's per-tensor recipe for the
  * type (README "Quantizing"): blocks byte-identical to llama-quantize's for the same input and imatrix,
  * metadata, tokenizer and chat template kept, general.file_type set. The file is written under a
  * temporary name beside `out` and renamed when complete: a failed or cancelled run leaves nothing under

@@ -13,18 +13,22 @@
  *
  * Fallback when a row (ne[0]) is not a multiple of the chosen type's block: Q2_K and Q3_K become Q4_0,
  * Q4_K becomes Q5_0, Q5_K becomes Q5_1, Q6_K becomes Q8_0; a 32-element type stays; and if the row does
- * not fit that either (not a multiple of 32), F16. */
+ * not fit that either (not a multiple of 32), F16.
+ *
+ * Sources: GGUF files; a llama2.c checkpoint is first converted to an F32 GGUF (below). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/error.h"
 #include "base/threadpool.h"
 #include "io/gguf.h"
 #include "io/mmap.h"
+#include "model/source.h"
 #include "quant/imatrix_parse.h"
 #include "quant/quantize.h"
 #include "quant/quantize_model.h"
@@ -70,7 +74,7 @@ const kite_ftype_info *kite_ftype_find(const char *name) {
 
 kite_quantize_params kite_quantize_default_params(void) {
     return (kite_quantize_params){.type = "Q8_0", .imatrix_path = NULL, .n_threads = 0, .allow_requantize = false,
-                                  .progress = NULL, .progress_user_data = NULL};
+                                  .progress = NULL, .progress_user_data = NULL, .tokenizer_path = NULL};
 }
 
 /* ---- the recipe (llama-quant.cpp's tensor_get_category, llama_tensor_get_type_impl) ------------- */
@@ -306,7 +310,7 @@ static int quantize_gguf(quantize_run *r, const char *in, const char *out, const
     kite_status st = kite_map_file(&r->in_map, in, e);
     if (st) return st;
     if (r->in_map.size < 4 || memcmp(r->in_map.data, "GGUF", 4) != 0)
-        return kite_fail(e, KITE_ERR_UNSUPPORTED, "quantize: '%s' is not a GGUF file (kite quantize reads F32/F16/BF16 GGUF)", in);
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "quantize: '%s' is neither a GGUF file nor a llama2.c checkpoint (kite quantize reads F32/F16/BF16 GGUF and llama2.c .bin)", in);
     kite_error ge = {0};
     if (kite_gguf_open(&r->g, r->in_map.data, r->in_map.size, &ge)) return kite_fail(e, ge.status, "quantize: '%s': %s", in, ge.msg);
     const kite_gguf *g = r->g;
@@ -446,6 +450,97 @@ static int quantize_gguf(quantize_run *r, const char *in, const char *out, const
     return KITE_OK;
 }
 
+/* ---- llama2.c checkpoints: converted first to an F32 GGUF as llama.cpp's convert-llama2c-to-ggml
+ * writes it (its keys, its vocabulary rules, output.weight a copy of the embedding when shared), so
+ * quantizing the .bin gives what llama-quantize gives for the converted file. ----------------------- */
+
+static int convert_llama2c(const char *in, const char *tokenizer, const char *gguf_path, kite_error *e) {
+    if (!tokenizer)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "quantize: '%s' is a llama2.c checkpoint: give its tokenizer .bin (--tokenizer)", in);
+    kite_source src;
+    kite_status st = kite_source_open_llama2c(&src, in, e);
+    if (st) return st;
+    kite_mapped_file tf = {0};
+    kite_gguf_writer *w = NULL;
+    char **texts = NULL;
+    float *scores = NULL;
+    int32_t *types = NULL;
+    const int32_t n_vocab = src.hp.n_vocab;
+    if ((st = kite_map_file(&tf, tokenizer, e))) goto done;
+    texts = calloc((size_t)n_vocab, sizeof *texts);
+    scores = calloc((size_t)n_vocab, sizeof *scores);
+    types = calloc((size_t)n_vocab, sizeof *types);
+    if (!texts || !scores || !types) { st = kite_fail(e, KITE_ERR_NOMEM, "quantize: out of memory"); goto done; }
+    size_t off = 4;
+    if (tf.size < 4) { st = kite_fail(e, KITE_ERR_FORMAT, "quantize: tokenizer '%s' is too short", tokenizer); goto done; }
+    for (int32_t id = 0; id < n_vocab; id++) {
+        int32_t len;
+        if (tf.size - off < 8) { st = kite_fail(e, KITE_ERR_FORMAT, "quantize: tokenizer '%s': token %d truncated at byte %zu (the model has %d)", tokenizer, id, off, n_vocab); goto done; }
+        memcpy(&scores[id], tf.data + off, 4);
+        memcpy(&len, tf.data + off + 4, 4);
+        off += 8;
+        if (len < 0 || (size_t)len > tf.size - off || len > 4096) { st = kite_fail(e, KITE_ERR_FORMAT, "quantize: tokenizer '%s': token %d has a bad length at byte %zu", tokenizer, id, off - 4); goto done; }
+        const char *t = (const char *)tf.data + off;
+        off += (size_t)len;
+        /* the converter's rules: fixed texts for ids 0-2, empty texts control, <0xNN> byte tokens, and
+         * spaces as U+2581 */
+        int type = 1; /* normal */
+        if (id == 0) t = "<unk>", len = 5, type = 2;
+        else if (id == 1) t = "<s>", len = 3, type = 3;
+        else if (id == 2) t = "</s>", len = 4, type = 3;
+        else if (len == 0) type = 3;
+        else if (len >= 4 && memcmp(t, "<0x", 3) == 0 && t[3] && strchr("0123456789ABCDEFabcdef", t[3])) type = 6; /* sscanf "<0x%02hhX>" */
+        char *text = malloc((size_t)len * 3 + 1), *q = text;
+        if (!text) { st = kite_fail(e, KITE_ERR_NOMEM, "quantize: out of memory"); goto done; }
+        for (int32_t k = 0; k < len; k++) {
+            if (t[k] == ' ') memcpy(q, "\xE2\x96\x81", 3), q += 3;
+            else *q++ = t[k];
+        }
+        *q = 0;
+        if (memchr(text, 0, (size_t)(q - text))) { free(text); st = kite_fail(e, KITE_ERR_FORMAT, "quantize: tokenizer '%s': token %d holds a NUL byte", tokenizer, id); goto done; }
+        texts[id] = text;
+        types[id] = type;
+    }
+    w = kite_gguf_writer_new();
+    if (!w) { st = kite_fail(e, KITE_ERR_NOMEM, "quantize: out of memory"); goto done; }
+    const kite_hparams *hp = &src.hp;
+    kite_gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)texts, (uint64_t)n_vocab);
+    kite_gguf_w_arr_f32(w, "tokenizer.ggml.scores", scores, (uint64_t)n_vocab);
+    kite_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)n_vocab);
+    kite_gguf_w_str(w, "tokenizer.ggml.model", "llama");
+    kite_gguf_w_str(w, "general.architecture", "llama");
+    kite_gguf_w_str(w, "general.name", "llama");
+    kite_gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    kite_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    kite_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    kite_gguf_w_u32(w, "tokenizer.ggml.seperator_token_id", UINT32_MAX); /* sic: llama.cpp's key */
+    kite_gguf_w_u32(w, "tokenizer.ggml.padding_token_id", UINT32_MAX);
+    kite_gguf_w_u32(w, "llama.context_length", (uint32_t)hp->n_ctx_train);
+    kite_gguf_w_u32(w, "llama.embedding_length", (uint32_t)hp->dim);
+    kite_gguf_w_u32(w, "llama.feed_forward_length", (uint32_t)hp->ffn_dim);
+    kite_gguf_w_u32(w, "llama.attention.head_count", (uint32_t)hp->n_heads);
+    kite_gguf_w_u32(w, "llama.attention.head_count_kv", (uint32_t)hp->n_kv_heads);
+    kite_gguf_w_u32(w, "llama.block_count", (uint32_t)hp->n_layers);
+    kite_gguf_w_u32(w, "llama.rope.dimension_count", (uint32_t)hp->head_dim);
+    kite_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", hp->rms_eps);
+    for (int32_t i = 0; i < src.n_tensors; i++) {
+        const kite_tensor *t = &src.tensors[i];
+        kite_gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->n_bytes);
+    }
+    if (hp->tied_embeddings) {
+        const kite_tensor *emb = kite_source_find(&src, "token_embd.weight");
+        if (emb) kite_gguf_w_tensor(w, "output.weight", emb->type, emb->n_dims, emb->ne, emb->data, emb->n_bytes);
+    }
+    st = kite_gguf_writer_save(w, gguf_path, e);
+done:
+    if (texts) for (int32_t i = 0; i < n_vocab; i++) free(texts[i]);
+    free(texts), free(scores), free(types);
+    kite_gguf_writer_free(w);
+    kite_unmap_file(&tf);
+    kite_source_close(&src);
+    return st;
+}
+
 int kite_quantize(const char *in, const char *out, const kite_quantize_params *params, char *err, size_t err_size) {
     kite_error e = {0};
     kite_quantize_params p = params ? *params : kite_quantize_default_params();
@@ -458,9 +553,40 @@ int kite_quantize(const char *in, const char *out, const kite_quantize_params *p
         kite_fail(&e, KITE_ERR_INVALID_ARG, "quantize: unknown type '%s' (kite quantize --help lists the types)", p.type ? p.type : "(null)");
         return kite_error_export(&e, err, err_size);
     }
+    /* A non-GGUF input that parses as a llama2.c checkpoint is converted first (beside out). */
+    char *converted = NULL;
+    unsigned char magic[4] = {0};
+    FILE *probe = fopen(in, "rb");
+    const bool is_gguf = probe && fread(magic, 1, 4, probe) == 4 && memcmp(magic, "GGUF", 4) == 0;
+    if (probe) fclose(probe);
+    struct stat in_st;
+    if (probe && !is_gguf && stat(in, &in_st) == 0 && S_ISREG(in_st.st_mode)) {
+        kite_source probe_src;
+        kite_error pe = {0};
+        if (kite_source_open_llama2c(&probe_src, in, &pe) == KITE_OK) {
+            kite_source_close(&probe_src);
+            size_t len = strlen(out) + 48;
+            converted = malloc(len);
+            if (!converted) {
+                kite_fail(&e, KITE_ERR_NOMEM, "quantize: out of memory");
+                return kite_error_export(&e, err, err_size);
+            }
+            snprintf(converted, len, "%s.f32-tmp-%ld", out, (long)getpid());
+            int st = convert_llama2c(in, p.tokenizer_path, converted, &e);
+            if (st) {
+                unlink(converted);
+                free(converted);
+                return kite_error_export(&e, err, err_size);
+            }
+        }
+    }
     quantize_run run = {0};
-    int st = quantize_gguf(&run, in, out, &p, ft, &e);
+    int st = quantize_gguf(&run, converted ? converted : in, out, &p, ft, &e);
     run_free(&run);
+    if (converted) {
+        unlink(converted);
+        free(converted);
+    }
     if (st) {
         if (e.status != st) kite_fail(&e, st, "quantize: failed (%s)", kite_status_name(st));
         return kite_error_export(&e, err, err_size);

@@ -6,7 +6,8 @@
  *      types, shapes, bytes) and key by key, for every file type, without and with an imatrix (given to
  *      kite as a GGUF and as a legacy .dat file written here, to llama.cpp as the means both encode), on a
  *      random-weight model whose rows fit K-quant blocks and on the real stories260K (whose rows do not:
- *      the documented fallbacks); a quantized source only with allow_requantize;
+ *      the documented fallbacks); a quantized source only with allow_requantize; a llama2.c checkpoint
+ *      converted as llama.cpp's converter does, then quantized as llama-quantize does;
  *   3. the Q4_K_M file runs in llama.cpp (tests/oracle/llamacpp_probs.mjs) and in kite with the same
  *      next-token probabilities;
  *   4. bad input: missing, non-GGUF, unknown type, unwritable output, a failed write (a file-size limit,
@@ -448,6 +449,67 @@ static void test_requantize_only_when_allowed(void **state) {
     quantize_both(src, "requant", kite_ftype_find("Q6_K"), NULL, NULL, 0, true);
 }
 
+/* A llama2.c checkpoint: kite's conversion equals llama.cpp's converter's (stories260K.gguf was written by
+ * convert-llama2c-to-ggml from stories260K.bin and tok512.bin), and quantizing the .bin equals
+ * llama-quantize on that .gguf. */
+static void test_llama2c_source_matches_converter(void **state) {
+    (void)state;
+    char bin[512], tok[512], out[600], lpath[600], err[1024];
+    snprintf(bin, sizeof bin, "%s/models/tinystories-tok512/stories260K.bin", data_dir());
+    snprintf(tok, sizeof tok, "%s/models/tinystories-tok512/tok512.bin", data_dir());
+    snprintf(out, sizeof out, "%s/from-bin.gguf", g_dir);
+    kite_quantize_params p = kite_quantize_default_params();
+    p.type = "F32";
+    assert_int_equal(kite_quantize(bin, out, &p, err, sizeof err), KITE_ERR_INVALID_ARG); /* no tokenizer */
+    assert_non_null(strstr(err, "--tokenizer"));
+    p.tokenizer_path = tok;
+    if (kite_quantize(bin, out, &p, err, sizeof err)) fail_msg("%s", err);
+    file_view k, l;
+    view_open(&k, out);
+    view_open(&l, g_stories);
+    assert_int_equal(kite_gguf_n_tensors(k.g), kite_gguf_n_tensors(l.g));
+    for (int64_t i = 0; i < kite_gguf_n_tensors(l.g); i++) {
+        const kite_gguf_tensor *b = kite_gguf_tensor_at(l.g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)b->name.len, b->name.ptr);
+        const kite_gguf_tensor *a = kite_gguf_find_tensor(k.g, name);
+        if (!a) fail_msg("tensor '%s' missing from kite's conversion", name);
+        assert_int_equal(a->type, b->type);
+        assert_memory_equal(a->ne, b->ne, sizeof a->ne);
+        assert_int_equal(a->n_bytes, b->n_bytes);
+        if (memcmp(a->data, b->data, a->n_bytes)) fail_msg("tensor '%s' differs from the converter's", name);
+    }
+    for (int64_t i = 0; i < kite_gguf_n_kv(l.g); i++) {
+        kite_gguf_str key = kite_gguf_key(l.g, i);
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)key.len, key.ptr);
+        if (!kite_gguf_has(k.g, name)) fail_msg("key '%s' missing from kite's conversion", name);
+    }
+    for (uint64_t i = 0; i < 512; i++) {
+        kite_gguf_str sa, sb;
+        float fa, fb;
+        int64_t ta, tb;
+        assert_true(kite_gguf_arr_str(k.g, "tokenizer.ggml.tokens", i, &sa) && kite_gguf_arr_str(l.g, "tokenizer.ggml.tokens", i, &sb));
+        if (sa.len != sb.len || memcmp(sa.ptr, sb.ptr, sa.len)) fail_msg("token %llu differs from the converter's", (unsigned long long)i);
+        assert_true(kite_gguf_arr_f32(k.g, "tokenizer.ggml.scores", i, &fa) && kite_gguf_arr_f32(l.g, "tokenizer.ggml.scores", i, &fb));
+        assert_true(fa == fb);
+        assert_true(kite_gguf_arr_i64(k.g, "tokenizer.ggml.token_type", i, &ta) && kite_gguf_arr_i64(l.g, "tokenizer.ggml.token_type", i, &tb));
+        assert_int_equal(ta, tb);
+    }
+    view_close(&k);
+    view_close(&l);
+
+    p.type = "Q4_K_M";
+    if (kite_quantize(bin, out, &p, err, sizeof err)) fail_msg("%s", err);
+    snprintf(lpath, sizeof lpath, "%s/from-gguf-llama.gguf", g_dir);
+    llama_quantize_params lp = g_lib.defaults;
+    lp.nthread = 2;
+    lp.ftype = kite_ftype_find("Q4_K_M")->id;
+    assert_int_equal(g_lib.model_quantize(g_stories, lpath, &lp), 0);
+    compare_files(out, lpath, "stories260K.bin Q4_K_M");
+    unlink(out), unlink(lpath);
+}
+
 /* ---- 3. the file runs in llama.cpp and in kite ----------------------------------------------------- */
 
 /* Mean over positions of the total variation distance (half the L1 distance) between the softmax of
@@ -564,7 +626,7 @@ static void test_bad_input_and_failed_writes(void **state) {
     fputs("hello", f);
     fclose(f);
     assert_int_equal(kite_quantize(text, out, &p, err, sizeof err), KITE_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err, "not a GGUF"));
+    assert_non_null(strstr(err, "neither a GGUF file nor a llama2.c checkpoint"));
     p.type = "Q7_K";
     assert_int_equal(kite_quantize(g_tiny, out, &p, err, sizeof err), KITE_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "Q7_K"));
@@ -663,6 +725,7 @@ int main(void) {
         cmocka_unit_test(test_files_match_llama_quantize),
         cmocka_unit_test(test_files_with_imatrix_match),
         cmocka_unit_test(test_requantize_only_when_allowed),
+        cmocka_unit_test(test_llama2c_source_matches_converter),
         cmocka_unit_test(test_q4_k_m_runs_in_llama_cpp_and_kite),
         cmocka_unit_test(test_bad_input_and_failed_writes),
     };

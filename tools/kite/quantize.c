@@ -8,9 +8,11 @@
 #include "kite.h"
 
 static const char QUANTIZE_USAGE[] =
-    "usage: kite quantize IN.gguf OUT.gguf --type TYPE [--imatrix FILE] [--threads N] [--allow-requantize] [--quiet]\n"
+    "usage: kite quantize IN OUT.gguf --type TYPE [--imatrix FILE] [--threads N] [--tokenizer FILE]\n"
+    "                    [--allow-requantize] [--quiet]\n"
     "\n"
-    "Quantizes an F32/F16/BF16 GGUF model the way llama-quantize does: the same type for each tensor\n"
+    "Quantizes an F32/F16/BF16 GGUF model (or a llama2.c .bin with --tokenizer, converted as llama.cpp's\n"
+    "convert-llama2c-to-ggml does) the way llama-quantize does: the same type for each tensor\n"
     "(token embeddings, output, attn_v and ffn_down get more bits in the _M/_L mixes; 1-D tensors and\n"
     "norms stay as they are) and byte-identical blocks. A tensor whose rows are not a multiple of the\n"
     "type's block falls back: Q2_K/Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, and to F16\n"
@@ -22,6 +24,7 @@ static const char QUANTIZE_USAGE[] =
 static const char QUANTIZE_OPTIONS[] =
     "  --imatrix FILE       importance matrix from llama-imatrix or kite imatrix (GGUF or legacy .dat)\n"
     "  --threads N          threads quantizing rows (default: every CPU)\n"
+    "  --tokenizer FILE     a llama2.c checkpoint's tokenizer .bin\n"
     "  --allow-requantize   accept a source whose weights are already quantized (lossy twice)\n"
     "  --quiet              no progress lines\n";
 
@@ -58,7 +61,7 @@ int kite_cmd_quantize(int argc, char **argv) {
         if (!strcmp(opt, "--allow-requantize")) { p.allow_requantize = true; continue; }
         if (!strcmp(opt, "--quiet")) { quiet = true; continue; }
         if (opt[0] == '-' && opt[1] == '-') {
-            if (strcmp(opt, "--type") && strcmp(opt, "--imatrix") && strcmp(opt, "--threads")) {
+            if (strcmp(opt, "--type") && strcmp(opt, "--imatrix") && strcmp(opt, "--threads") && strcmp(opt, "--tokenizer")) {
                 fprintf(stderr, "kite: error: unknown option %s (see kite quantize --help)\n", opt);
                 return 2;
             }
@@ -69,6 +72,7 @@ int kite_cmd_quantize(int argc, char **argv) {
             const char *v = argv[++i];
             if (!strcmp(opt, "--type")) { p.type = v; have_type = true; }
             else if (!strcmp(opt, "--imatrix")) p.imatrix_path = v;
+            else if (!strcmp(opt, "--tokenizer")) p.tokenizer_path = v;
             else {
                 char *end;
                 long n = strtol(v, &end, 10);
