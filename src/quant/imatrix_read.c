@@ -20,7 +20,7 @@
 #include "quant/imatrix_parse.h"
 
 /* Bounds that keep a hostile file from asking for absurd allocations. */
-#define MAX_ENTRIES 1000000
+#define MAX_ENTRIES 1000000 /* llama.cpp's largest models have some thousands */
 #define MAX_NAME_LEN 4096
 
 static char *dup_bytes(const char *p, size_t n) {
@@ -125,11 +125,6 @@ static kite_status parse_legacy(kite_imatrix *m, reader *r, const char *what, ki
         memcpy(sums, r->p + r->pos, (size_t)nval * 4);
         r->pos += (size_t)nval * 4;
         counts[0] = ncall > 0 ? (float)ncall : 1.0f;
-        if (kite_imatrix_find(m, name)) {
-            kite_status st = kite_fail(e, KITE_ERR_FORMAT, "imatrix %s: byte %zu: entry '%s' appears twice", what, at, name);
-            free(name), free(sums), free(counts);
-            return st;
-        }
         kite_status st = add_entry(m, &cap, name, nval, 1, sums, counts, e);
         if (st) return st;
         const kite_imatrix_entry *last = &m->entries[m->n_entries - 1];
@@ -188,7 +183,7 @@ static kite_status parse_gguf(kite_imatrix *m, const kite_gguf *g, const char *w
         const char *fault = !counts_t ? "has no matching .counts tensor"
                           : sums_t->type != 0 || counts_t->type != 0 ? "sums and counts must be F32"
                           : nval < 1 || ncounts < 1 || nval % ncounts != 0 ? "sums are not a whole number of matrices"
-                          : kite_imatrix_find(m, name) ? "appears twice" : NULL;
+                          : NULL;
         if (fault) {
             kite_status st = kite_fail(e, KITE_ERR_FORMAT, "imatrix %s: entry '%s' %s", what, name, fault);
             free(name);
@@ -232,6 +227,20 @@ static kite_status parse_gguf(kite_imatrix *m, const kite_gguf *g, const char *w
     return KITE_OK;
 }
 
+static int compare_entries(const void *a, const void *b) {
+    return strcmp(((const kite_imatrix_entry *)a)->name, ((const kite_imatrix_entry *)b)->name);
+}
+
+/* Entries sorted by name (llama.cpp keeps them in a std::map too); a name twice is an error. Sorting
+ * keeps the check O(n log n) for files with many entries. */
+static kite_status sort_and_check_unique(kite_imatrix *m, const char *what, kite_error *e) {
+    if (m->n_entries > 1) qsort(m->entries, (size_t)m->n_entries, sizeof *m->entries, compare_entries);
+    for (int64_t i = 1; i < m->n_entries; i++)
+        if (strcmp(m->entries[i - 1].name, m->entries[i].name) == 0)
+            return kite_fail(e, KITE_ERR_FORMAT, "imatrix %s: entry '%s' appears twice", what, m->entries[i].name);
+    return KITE_OK;
+}
+
 kite_status kite_imatrix_parse(kite_imatrix *out, const void *data, size_t size, const char *what, kite_error *e) {
     memset(out, 0, sizeof *out);
     if (!what) what = "(memory)";
@@ -246,6 +255,7 @@ kite_status kite_imatrix_parse(kite_imatrix *out, const void *data, size_t size,
         reader r = {data, size, 0};
         st = parse_legacy(out, &r, what, e);
     }
+    if (!st) st = sort_and_check_unique(out, what, e);
     if (st) kite_imatrix_clear(out);
     return st;
 }

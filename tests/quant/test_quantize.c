@@ -284,6 +284,17 @@ static void test_imatrix_read_both_forms(void **state) {
     assert_non_null(strstr(e.msg, "t.dat"));
     assert_int_equal(kite_imatrix_parse(&c, negative, sizeof negative, "n.dat", &e), KITE_ERR_FORMAT);
     assert_int_equal(kite_imatrix_parse(&c, "", 0, "empty", &e), KITE_ERR_FORMAT);
+    static const uint8_t twice[] = {2, 0, 0, 0, 1, 0, 0, 0, 'w', 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 128, 63,
+                                    1, 0, 0, 0, 'w', 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 128, 63};
+    assert_int_equal(kite_imatrix_parse(&c, twice, sizeof twice, "twice.dat", &e), KITE_ERR_FORMAT);
+    assert_non_null(strstr(e.msg, "appears twice"));
+    uint8_t once[sizeof twice - 17];
+    memcpy(once, twice, sizeof once);
+    once[0] = 1; /* the first entry alone */
+    assert_int_equal(kite_imatrix_parse(&c, once, sizeof once, "once.dat", &e), KITE_OK);
+    assert_int_equal(c.n_entries, 1);
+    assert_true(c.entries[0].sum_sq[0] == 1.0f && c.entries[0].counts[0] == 1.0f);
+    kite_imatrix_clear(&c);
     assert_int_equal(kite_imatrix_read(&c, "/nonexistent/imatrix.gguf", &e), KITE_ERR_IO);
     free_imatrix(&m);
 }
