@@ -31,6 +31,17 @@ static char *dup_bytes(const char *p, size_t n) {
     return s;
 }
 
+/* A name as it may appear in a one-line message: control bytes as '?', at most 80 bytes. */
+typedef struct shown_name { char text[88]; } shown_name;
+static shown_name show(const char *name) {
+    shown_name out;
+    size_t j = 0;
+    for (size_t i = 0; name[i] && j < 80; i++) out.text[j++] = (unsigned char)name[i] < 0x20 || name[i] == 0x7f ? '?' : name[i];
+    if (name[j] && j == 80) memcpy(out.text + j, "...", 3), j += 3;
+    out.text[j] = 0;
+    return out;
+}
+
 void kite_imatrix_clear(kite_imatrix *m) {
     if (!m) return;
     for (int64_t i = 0; i < m->n_entries; i++) {
@@ -79,7 +90,7 @@ static kite_status add_entry(kite_imatrix *m, int64_t *cap, char *name, int64_t 
 static kite_status check_finite(const float *v, int64_t n, const char *name, const char *what, kite_error *e) {
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(v[i]))
-            return kite_fail(e, KITE_ERR_FORMAT, "imatrix %s: entry '%s' value %lld is not finite", what, name, (long long)i);
+            return kite_fail(e, KITE_ERR_FORMAT, "imatrix %s: entry '%s' value %lld is not finite", what, show(name).text, (long long)i);
     return KITE_OK;
 }
 
@@ -185,7 +196,7 @@ static kite_status parse_gguf(kite_imatrix *m, const kite_gguf *g, const char *w
                           : nval < 1 || ncounts < 1 || nval % ncounts != 0 ? "sums are not a whole number of matrices"
                           : NULL;
         if (fault) {
-            kite_status st = kite_fail(e, KITE_ERR_FORMAT, "imatrix %s: entry '%s' %s", what, name, fault);
+            kite_status st = kite_fail(e, KITE_ERR_FORMAT, "imatrix %s: entry '%s' %s", what, show(name).text, fault);
             free(name);
             return st;
         }
@@ -203,7 +214,7 @@ static kite_status parse_gguf(kite_imatrix *m, const kite_gguf *g, const char *w
         if ((st = check_finite(last->sum_sq, nval, last->name, what, e))) return st;
         for (int64_t j = 0; j < ncounts; j++) {
             if (!isfinite(counts[j]) || counts[j] < 0 || counts[j] > 9.0e15f)
-                return kite_fail(e, KITE_ERR_FORMAT, "imatrix %s: entry '%s' count %lld is not a non-negative number", what, last->name, (long long)j);
+                return kite_fail(e, KITE_ERR_FORMAT, "imatrix %s: entry '%s' count %lld is not a non-negative number", what, show(last->name).text, (long long)j);
             counts[j] = (float)llroundf(counts[j]); /* llama.cpp keeps counts as integers */
         }
     }
@@ -237,7 +248,7 @@ static kite_status sort_and_check_unique(kite_imatrix *m, const char *what, kite
     if (m->n_entries > 1) qsort(m->entries, (size_t)m->n_entries, sizeof *m->entries, compare_entries);
     for (int64_t i = 1; i < m->n_entries; i++)
         if (strcmp(m->entries[i - 1].name, m->entries[i].name) == 0)
-            return kite_fail(e, KITE_ERR_FORMAT, "imatrix %s: entry '%s' appears twice", what, m->entries[i].name);
+            return kite_fail(e, KITE_ERR_FORMAT, "imatrix %s: entry '%s' appears twice", what, show(m->entries[i].name).text);
     return KITE_OK;
 }
 
