@@ -500,8 +500,8 @@ static void test_llama2c_source_matches_converter(void **state) {
     }
     for (uint64_t i = 0; i < 512; i++) {
         kite_gguf_str sa, sb;
-        float fa, fb;
-        int64_t ta, tb;
+        float fa = 0, fb = 1;
+        int64_t ta = 0, tb = -1;
         assert_true(kite_gguf_arr_str(k.g, "tokenizer.ggml.tokens", i, &sa) && kite_gguf_arr_str(l.g, "tokenizer.ggml.tokens", i, &sb));
         if (sa.len != sb.len || memcmp(sa.ptr, sb.ptr, sa.len)) fail_msg("token %llu differs from the converter's", (unsigned long long)i);
         assert_true(kite_gguf_arr_f32(k.g, "tokenizer.ggml.scores", i, &fa) && kite_gguf_arr_f32(l.g, "tokenizer.ggml.scores", i, &fb));
