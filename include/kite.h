@@ -844,6 +844,36 @@ int kite_server_wait(kite_server *server, char *err, size_t err_size);
 void kite_server_stop(kite_server *server);
 void kite_server_free(kite_server *server);
 
+/* ---- quantizing model files (kite quantize) --------------------------------------------------- */
+/* Called before each tensor is written (tensor_index counts from 0 to n_tensors - 1, in file order) with
+ * its name and the type it gets ("q4_K", "f32", ...). Return false to cancel: kite_quantize then
+ * returns KITE_ERR_CANCELLED and leaves no file under the output name. */
+typedef bool (*kite_quantize_progress_fn)(void *user_data, int64_t tensor_index, int64_t n_tensors,
+                                          const char *tensor_name, const char *type_name);
+
+typedef struct kite_quantize_params {
+    const char *type;              /* a name from kite_quantize_type_names(), any case: "Q4_K_M", "q8_0" */
+    const char *imatrix_path;      /* NULL = none; else a llama.cpp imatrix file (GGUF or legacy .dat) */
+    int32_t n_threads;             /* threads quantizing rows; <= 0 = every CPU */
+    bool allow_requantize;         /* allow a source whose weights are already quantized (lossy twice) */
+    kite_quantize_progress_fn progress; /* NULL = none */
+    void *progress_user_data;
+    const char *tokenizer_path;    /* a llama2.c checkpoint's tokenizer .bin (that source only), else NULL */
+} kite_quantize_params;
+
+kite_quantize_params kite_quantize_default_params(void); /* type "Q8_0", no imatrix, all CPUs */
+
+/* The accepted type names (llama-quantize's spelling), NULL-terminated; static storage. */
+const char *const *kite_quantize_type_names(void);
+
+/* Writes GGUF file `out` from `in` (an F32/F16/BF16 GGUF, or a llama2.c checkpoint with its tokenizer,
+ * converted as llama.cpp's convert-llama2c-to-ggml does) with llama.cpp's per-tensor recipe for the
+ * type (README "Quantizing"): blocks byte-identical to llama-quantize's for the same input and imatrix,
+ * metadata, tokenizer and chat template kept, general.file_type set. The file is written under a
+ * temporary name beside `out` and renamed when complete: a failed or cancelled run leaves nothing under
+ * `out`. */
+int kite_quantize(const char *in, const char *out, const kite_quantize_params *params, char *err, size_t err_size);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -700,6 +700,38 @@ void kite_gguf_w_arr_i32(kite_gguf_writer *w, const char *key, const int32_t *v,
     put_scalar_arr(w, key, KITE_GGUF_INT32, v, n);
 }
 
+void kite_gguf_w_copy_kv(kite_gguf_writer *w, const kite_gguf *g, int64_t i) {
+    if (!w || w->status) return;
+    if (!g || i < 0 || i >= g->n_kv) { writer_fail(w, KITE_ERR_INVALID_ARG, "gguf writer: no key %lld to copy", (long long)i); return; }
+    const gguf_kv *kv = &g->kv[i];
+    char *key = malloc(kv->key.len + 1);
+    if (!key) { writer_fail(w, KITE_ERR_NOMEM, "gguf writer: out of memory"); return; }
+    memcpy(key, kv->key.ptr, kv->key.len);
+    key[kv->key.len] = 0;
+    if (strlen(key) != kv->key.len) writer_fail(w, KITE_ERR_INVALID_ARG, "gguf writer: key %lld holds a NUL byte", (long long)i);
+    else if (begin_kv(w, key, kv->type)) {
+        if (kv->type == KITE_GGUF_STRING) {
+            put_u64(w, kv->str.len);
+            bytes_put(w, &w->kv, kv->str.ptr, kv->str.len);
+        } else if (kv->type == KITE_GGUF_ARRAY) {
+            put_u32(w, kv->elem_type);
+            put_u64(w, kv->n);
+            if (kv->elem_type == KITE_GGUF_STRING) {
+                for (uint64_t j = 0; j < kv->n && !w->status; j++) {
+                    uint64_t len;
+                    memcpy(&len, g->data + kv->str_offsets[j], 8);
+                    bytes_put(w, &w->kv, g->data + kv->str_offsets[j], 8 + len);
+                }
+            } else {
+                bytes_put(w, &w->kv, kv->value, (size_t)kv->n * scalar_size(kv->elem_type));
+            }
+        } else {
+            bytes_put(w, &w->kv, kv->value, scalar_size(kv->type));
+        }
+    }
+    free(key);
+}
+
 void kite_gguf_w_tensor(kite_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne,
                         const void *data, uint64_t n_bytes) {
     if (!w || w->status) return;

@@ -75,6 +75,8 @@ void kite_gguf_w_str(kite_gguf_writer *w, const char *key, const char *v);
 void kite_gguf_w_arr_str(kite_gguf_writer *w, const char *key, const char *const *v, uint64_t n);
 void kite_gguf_w_arr_f32(kite_gguf_writer *w, const char *key, const float *v, uint64_t n);
 void kite_gguf_w_arr_i32(kite_gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
+/* Copies key i of g (any value type, arrays included) as it is. */
+void kite_gguf_w_copy_kv(kite_gguf_writer *w, const kite_gguf *g, int64_t i);
 /* Copies n_bytes of already-encoded data of the given type and shape (ne[0] innermost). */
 void kite_gguf_w_tensor(kite_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne,
                         const void *data, uint64_t n_bytes);

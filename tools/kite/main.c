@@ -894,6 +894,7 @@ static const char MAIN_USAGE[] =
     "  list       list the models in the store\n"
     "  show       describe a model in the store\n"
     "  rm         delete a model from the store\n"
+    "  quantize   write a quantized GGUF model (Q4_K_M, Q8_0, ...) as llama-quantize does\n"
     "\n"
     "Every --model PATH also takes a store name (kite list). Global options: --models-dir DIR (the store;\n"
     "default $KITE_MODELS, else ~/.cache/kite/models), --pull (pull a --model NAME on first use).\n"
@@ -910,6 +911,7 @@ int kite_cmd_route(int argc, char **argv);     /* route.c */
 int kite_cmd_perplexity(int argc, char **argv); /* perplexity.c */
 int kite_cmd_kld(int argc, char **argv);        /* perplexity.c */
 int kite_cmd_imatrix(int argc, char **argv);    /* perplexity.c */
+int kite_cmd_quantize(int argc, char **argv);  /* quantize.c */
 
 /* The library's log lines on stderr, at or above the level KITE_LOG names (debug, info, warn (the
  * default), error, off); the library itself never prints. */
@@ -1000,6 +1002,7 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "list")) return kite_cmd_list(argc, argv);
     if (!strcmp(cmd, "show")) return kite_cmd_show(argc, argv);
     if (!strcmp(cmd, "rm")) return kite_cmd_rm(argc, argv);
+    if (!strcmp(cmd, "quantize")) return kite_cmd_quantize(argc, argv);
     fprintf(stderr, "%s: error: unknown command '%s'\n\n%s", g_prog, cmd, MAIN_USAGE);
     return 2;
 }
