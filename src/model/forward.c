@@ -1,4 +1,5 @@
-/* The batched forward pass for the Llama family (Llama 1/2/3, Qwen2 with QKV bias, Qwen3 with QK-norm).
+/* The batched forward pass for the Llama family (Llama 1/2/3, Qwen2 with QKV bias, Qwen3 with QK-norm)
+ * and Gemma 3 (scaled embedding, post-norms, GeGLU, sliding-window layers, soft-capped logits).
  * One code path for prefill (n = chunk), decode (n = 1) and, later, verification of drafted tokens.
  * Plain C, multi-threaded over output rows and attention heads. Every reduction runs in a fixed
  * order that does not depend on n or on a row's slot, so results are batch-invariant. */
@@ -197,11 +198,33 @@ static void residual_norm(kite_pool *pool, float *x, float *xn, const float *wei
     run_each(pool, residual_norm_task, &j, count);
 }
 
+/* xn[b] = rmsnorm(xn[b]) * weight in place: Gemma's norms of the attention and FFN outputs before they
+ * join the residual stream. */
+typedef struct post_norm_job {
+    float *xn;             /* [n][dim] */
+    const float *weight;   /* [dim] */
+    int64_t dim;
+    float eps;
+} post_norm_job;
+
+static void post_norm_task(void *ctx, int64_t b, int thread) {
+    (void)thread;
+    const post_norm_job *j = ctx;
+    rmsnorm(j->xn + b * j->dim, j->xn + b * j->dim, j->weight, j->dim, j->eps);
+}
+
+static void post_norm(kite_pool *pool, float *xn, const float *weight, int64_t dim, float eps, int32_t n) {
+    if (!weight) return;
+    post_norm_job j = {.xn = xn, .weight = weight, .dim = dim, .eps = eps};
+    run_each(pool, post_norm_task, &j, n);
+}
+
 /* gate = silu(gate) * up over [n * ffn) by the kernel set, in chunks of SILU_CHUNK elements (so the
  * ffn elements of a single decoded row are shared between the threads too). */
 #define SILU_CHUNK 2048
 typedef struct silu_job {
     const kite_kernel_set *ks;
+    bool gelu;      /* GeGLU (Gemma) instead of SwiGLU */
     float *gate;
     const float *up;
     int64_t count;
@@ -211,7 +234,8 @@ static void silu_task(void *ctx, int64_t t, int thread) {
     (void)thread;
     const silu_job *j = ctx;
     int64_t i0 = t * SILU_CHUNK, i1 = (t + 1) * SILU_CHUNK < j->count ? (t + 1) * SILU_CHUNK : j->count;
-    j->ks->silu_mul(j->gate + i0, j->up + i0, i1 - i0);
+    if (j->gelu) j->ks->gelu_mul(j->gate + i0, j->up + i0, i1 - i0);
+    else j->ks->silu_mul(j->gate + i0, j->up + i0, i1 - i0);
 }
 
 typedef struct attention_job {
@@ -226,6 +250,8 @@ typedef struct attention_job {
     int32_t *slots;          /* [n_threads][n_ctx] cache rows a tree node attends to, in position order */
     int32_t n_ctx;
     int32_t n;               /* batch rows */
+    int32_t window;          /* a sliding-window layer: positions seen, the row's own included; 0 = all */
+    float scale;             /* score scale */
 } attention_job;
 
 /* The cache rows tree node `node` of sequence q sees, in position order: the committed prefix, then
@@ -261,14 +287,23 @@ static void attention_task(void *ctx, int64_t task, int thread) {
     const size_t head_base = kite_kv_offset(q->kv, job->layer, kvh, 0);
     kite_attn_query a = {
         .head_dim = hd, .k = (const char *)q->kv->k + head_base, .v = (const char *)q->kv->v + head_base,
-        .kv_f32 = q->kv->f32, .row_stride = hd, .scale = 1.0f / sqrtf((float)hd),
+        .kv_f32 = q->kv->f32, .row_stride = hd, .scale = job->scale,
     };
+    /* Either way the visible rows are listed in position order, entry i at position i, so a window keeps
+     * the last `window` entries: a drafted node and plain decoding see the same rows in the same order. */
     if (q->parent) {
         int32_t *slots = job->slots + (int64_t)thread * job->n_ctx;
         a.n_visible = tree_visible_rows(q, q->first + b, slots);
-        a.rows = slots;
+        int32_t skip = job->window > 0 && a.n_visible > job->window ? a.n_visible - job->window : 0;
+        a.rows = slots + skip;
+        a.n_visible -= skip;
     } else {
         a.n_visible = q->pos0 + q->first + b + 1; /* a chain: rows 0 .. its own, contiguous */
+        int32_t skip = job->window > 0 && a.n_visible > job->window ? a.n_visible - job->window : 0;
+        size_t skip_bytes = (size_t)skip * (size_t)hd * q->kv->elem_bytes;
+        a.k = (const char *)a.k + skip_bytes;
+        a.v = (const char *)a.v + skip_bytes;
+        a.n_visible -= skip;
     }
     for (int32_t h0 = 0; h0 < group; h0 += KITE_ATTN_MAX_Q) {
         int64_t at = (int64_t)row * q_width + (int64_t)(kvh * group + h0) * hd;
@@ -364,6 +399,8 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
         for (int32_t b = 0; b < seqs[si].n; b++, r++)
             et->to_float((const unsigned char *)w->tok_embd->data + (size_t)seqs[si].tokens[b] * erow, s->x + (int64_t)r * dim,
                          dim);
+    if (hp->embd_scale != 0.0f)
+        for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] *= hp->embd_scale;
 
     for (int32_t l = 0; l < hp->n_layers; l++) {
         const kite_layer_weights *L = &w->layers[l];
@@ -373,23 +410,28 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
                                     {.w = &L->wk, .y = s->k, .y_stride = kv_dim},
                                     {.w = &L->wv, .y = s->v, .y_stride = kv_dim}};
         matmul_shared_input(pool, s, w->kernels, qkv, 3, s->xn, n);
-        qkv_row_job qj = {.hp = hp, .L = L, .rope_inv_freq = w->rope_inv_freq, .pos = pos, .q = s->q, .k = s->k,
+        const bool local = kite_layer_is_local(hp, l);
+        qkv_row_job qj = {.hp = hp, .L = L, .rope_inv_freq = local ? w->rope_inv_freq_local : w->rope_inv_freq, .pos = pos, .q = s->q, .k = s->k,
                           .v = s->v, .seqs = seqs, .row_seq = row_seq, .row0 = row0, .ks = w->kernels, .layer = l};
         run_each(pool, qkv_row_task, &qj, n);
         attention_job aj = {
             .ks = w->kernels, .hp = hp, .seqs = seqs, .row_seq = row_seq, .row0 = row0, .layer = l,
             .q = s->q, .out = s->att_out, .slots = s->slots, .n_ctx = s->n_ctx, .n = n,
+            .window = local ? hp->sliding_window : 0,
+            .scale = hp->attn_scale > 0.0f ? hp->attn_scale : 1.0f / sqrtf((float)hd),
         };
         run_sized(pool, attention_task, &aj, (int64_t)n * hp->n_kv_heads, attn_macs);
         /* Output projection into xn, then the residual add and the FFN norm. */
         matmul(pool, s, w->kernels, &L->wo, s->att_out, s->xn, dim, n);
+        post_norm(pool, s->xn, L->post_attn_norm, dim, hp->rms_eps, n);
         residual_norm(pool, s->x, s->xn, L->ffn_norm, dim, hp->rms_eps, true, NULL, n);
         const matmul_part gate_up[2] = {{.w = &L->w_gate, .y = s->gate, .y_stride = ffn},
                                         {.w = &L->w_up, .y = s->up, .y_stride = ffn}};
         matmul_shared_input(pool, s, w->kernels, gate_up, 2, s->xn, n);
-        silu_job sj = {.ks = w->kernels, .gate = s->gate, .up = s->up, .count = (int64_t)n * ffn};
+        silu_job sj = {.ks = w->kernels, .gelu = hp->ffn_act == KITE_FFN_GELU_TANH, .gate = s->gate, .up = s->up, .count = (int64_t)n * ffn};
         run_each(pool, silu_task, &sj, (sj.count + SILU_CHUNK - 1) / SILU_CHUNK);
         matmul(pool, s, w->kernels, &L->w_down, s->gate, s->xn, dim, n);
+        post_norm(pool, s->xn, L->post_ffn_norm, dim, hp->rms_eps, n);
     }
 
     /* The last down projection joins the residual stream of the rows whose logits are wanted (the
@@ -399,6 +441,11 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
     bool identity = out_rows[n_out - 1] == n_out - 1; /* increasing and distinct: rows 0 .. n_out-1 */
     residual_norm(pool, s->x, s->xn, w->output_norm, dim, hp->rms_eps, hp->n_layers > 0, identity ? NULL : out_rows, n_out);
     matmul(pool, s, w->kernels, &w->output, s->xn, logits, hp->n_vocab, n_out);
+    if (hp->final_logit_softcap > 0.0f) {
+        /* As llama.cpp: scale by 1/c, tanh, scale by c (Gemma 2; Gemma 3 configs have none). */
+        const float c = hp->final_logit_softcap, inv_c = 1.0f / c;
+        for (int64_t i = 0; i < (int64_t)n_out * hp->n_vocab; i++) logits[i] = c * tanhf(logits[i] * inv_c);
+    }
     return n_out;
 }
 

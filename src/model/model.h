@@ -15,6 +15,8 @@ typedef struct kite_layer_weights {
     float *v_bias;      /* [n_kv_heads * head_dim] or NULL */
     float *q_norm;      /* [head_dim] or NULL (Qwen3 per-head RMSNorm) */
     float *k_norm;      /* [head_dim] or NULL */
+    float *post_attn_norm; /* [dim] or NULL (Gemma 3: RMSNorm of the attention output before the residual add) */
+    float *post_ffn_norm;  /* [dim] or NULL (Gemma 3: RMSNorm of the FFN output before the residual add) */
     /* Matrices packed at load for the kernel set in kite_weights.kernels (rows x cols = output x input). */
     kite_packed_matrix wq;      /* [n_heads*head_dim rows, dim] */
     kite_packed_matrix wk;      /* [n_kv_heads*head_dim rows, dim] */
@@ -33,6 +35,8 @@ typedef struct kite_weights {
     float *output_norm;           /* [dim] */
     kite_layer_weights *layers;   /* [n_layers] */
     float *rope_inv_freq;         /* [head_dim / 2] radians per position, scaling applied */
+    float *rope_inv_freq_local;   /* [head_dim / 2] for sliding-window layers (base rope_theta_local, unscaled), or
+                                     NULL when there are none */
     kite_weight_arena arena;      /* the packed matrices' memory (kernels.h) */
 } kite_weights;
 
