@@ -291,7 +291,16 @@ static void attention_task(void *ctx, int64_t task, int thread) {
     };
     /* Either way the visible rows are listed in position order, entry i at position i, so a window keeps
      * the last `window` entries: a drafted node and plain decoding see the same rows in the same order. */
-    if (q->parent) {
+    if (kite_kv_is_ring(q->kv, job->layer)) {
+        /* A ring: the window's positions, each at its row. */
+        int32_t *slots = job->slots + (int64_t)thread * job->n_ctx;
+        int32_t n_vis = q->parent ? tree_visible_rows(q, q->first + b, slots) : q->pos0 + q->first + b + 1;
+        int32_t skip = job->window > 0 && n_vis > job->window ? n_vis - job->window : 0;
+        const int32_t ring = q->kv->layer_rows[job->layer];
+        for (int32_t i = skip; i < n_vis; i++) slots[i - skip] = (q->parent ? slots[i] : i) % ring;
+        a.rows = slots;
+        a.n_visible = n_vis - skip;
+    } else if (q->parent) {
         int32_t *slots = job->slots + (int64_t)thread * job->n_ctx;
         a.n_visible = tree_visible_rows(q, q->first + b, slots);
         int32_t skip = job->window > 0 && a.n_visible > job->window ? a.n_visible - job->window : 0;
@@ -352,7 +361,7 @@ static void qkv_row_task(void *ctx, int64_t b, int thread) {
     const int32_t si = j->row_seq[b];
     const kite_forward_seq *sq = &j->seqs[si];
     const kite_kv_cache *kv = sq->kv;
-    const int32_t cache_row = sq->pos0 + sq->first + ((int32_t)b - j->row0[si]);
+    const int32_t cache_row = kite_kv_row(kv, j->layer, sq->pos0 + sq->first + ((int32_t)b - j->row0[si]));
     for (int32_t h = 0; h < hp->n_kv_heads; h++) {
         size_t at = kite_kv_offset(kv, j->layer, h, cache_row);
         if (kv->f32) {
@@ -387,6 +396,7 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
             row_seq[n] = si;
             if (q->want_logits == KITE_LOGITS_ALL || (q->want_logits == KITE_LOGITS_LAST && b == q->n - 1)) out_rows[n_out++] = n;
         }
+        if (q->kv->ring_rows > 0 && q->pos0 + q->first + q->n > q->kv->ring_high) q->kv->ring_high = q->pos0 + q->first + q->n;
         /* QK and AV over up to pos0 + first + n positions (a tree sees fewer). */
         attn_macs += 2 * (int64_t)q->n * hp->n_heads * hd * (q->pos0 + q->first + q->n);
     }
@@ -512,9 +522,25 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
     kv->head_dim = hp->head_dim;
     kv->f32 = f32;
     kv->elem_bytes = f32 ? sizeof(float) : sizeof(uint16_t);
-    size_t count = (size_t)hp->n_layers * (size_t)hp->n_kv_heads * (size_t)n_ctx * (size_t)hp->head_dim;
-    kv->k = calloc(count, kv->elem_bytes);
-    kv->v = calloc(count, kv->elem_bytes);
+    kv->n_layers = hp->n_layers;
+    kv->window = hp->sliding_window;
+    int64_t ring = hp->sliding_window > 0 ? (int64_t)hp->sliding_window - 1 + KITE_KV_MAX_PASS : 0;
+    kv->ring_rows = ring > 0 && ring < n_ctx ? (int32_t)ring : 0;
+    kv->layer_rows = calloc((size_t)hp->n_layers, sizeof *kv->layer_rows);
+    kv->layer_base = calloc((size_t)hp->n_layers, sizeof *kv->layer_base);
+    if (!kv->layer_rows || !kv->layer_base) {
+        kite_kv_cache_free(kv);
+        return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    }
+    size_t count = 0;
+    for (int32_t l = 0; l < hp->n_layers; l++) {
+        kv->layer_rows[l] = kv->ring_rows > 0 && kite_layer_is_local(hp, l) ? kv->ring_rows : n_ctx;
+        kv->layer_base[l] = count;
+        count += (size_t)hp->n_kv_heads * (size_t)kv->layer_rows[l] * (size_t)hp->head_dim;
+    }
+    kv->bytes = 2 * count * kv->elem_bytes;
+    kv->k = calloc(count ? count : 1, kv->elem_bytes);
+    kv->v = calloc(count ? count : 1, kv->elem_bytes);
     if (!kv->k || !kv->v) {
         kite_kv_cache_free(kv);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for a KV cache of %d tokens (%.1f MiB)", n_ctx,
@@ -526,20 +552,60 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
 void kite_kv_commit(kite_kv_cache *kv, int32_t n_layers, int32_t pos0, const int32_t *nodes, int32_t n_nodes) {
     size_t head_bytes = kv->elem_bytes * (size_t)kv->head_dim;
     char *k = kv->k, *v = kv->v;
+    /* A ring maps the pass's rows pos0 .. pos0 + KITE_KV_MAX_PASS - 1 to distinct rows, so the moves are
+     * the same as in a flat layer. */
     for (int32_t i = 0; i < n_nodes; i++) {
         int32_t from = pos0 + nodes[i], to = pos0 + i;
         if (from == to) continue;
         for (int32_t l = 0; l < n_layers; l++)
             for (int32_t h = 0; h < kv->n_kv_heads; h++) {
-                size_t at_to = kite_kv_offset(kv, l, h, to), at_from = kite_kv_offset(kv, l, h, from);
+                size_t at_to = kite_kv_offset(kv, l, h, kite_kv_row(kv, l, to));
+                size_t at_from = kite_kv_offset(kv, l, h, kite_kv_row(kv, l, from));
                 memmove(k + at_to, k + at_from, head_bytes);
                 memmove(v + at_to, v + at_from, head_bytes);
             }
     }
 }
 
+bool kite_kv_can_rewind(kite_kv_cache *kv, int32_t n_past) {
+    if (kv->ring_rows == 0) return true;
+    if (n_past <= 0) {
+        kv->ring_high = 0;
+        return true;
+    }
+    int32_t first_needed = n_past - kv->window + 1 > 0 ? n_past - kv->window + 1 : 0;
+    return first_needed >= kv->ring_high - kv->ring_rows;
+}
+
+void kite_kv_copy_prefix(kite_kv_cache *dst, const kite_kv_cache *src, int32_t n) {
+    size_t head_bytes = src->elem_bytes * (size_t)src->head_dim;
+    for (int32_t l = 0; l < src->n_layers; l++) {
+        bool ring = kite_kv_is_ring(src, l) || kite_kv_is_ring(dst, l);
+        int32_t keep = kite_kv_is_ring(dst, l) ? dst->layer_rows[l] : n;
+        if (kite_kv_is_ring(src, l) && src->layer_rows[l] < keep) keep = src->layer_rows[l];
+        int32_t p0 = ring && n > keep ? n - keep : 0;
+        for (int32_t h = 0; h < src->n_kv_heads; h++) {
+            if (!ring) { /* flat to flat: one block */
+                memcpy((char *)dst->k + kite_kv_offset(dst, l, h, 0), (const char *)src->k + kite_kv_offset(src, l, h, 0),
+                       head_bytes * (size_t)n);
+                memcpy((char *)dst->v + kite_kv_offset(dst, l, h, 0), (const char *)src->v + kite_kv_offset(src, l, h, 0),
+                       head_bytes * (size_t)n);
+                continue;
+            }
+            for (int32_t p = p0; p < n; p++) {
+                size_t to = kite_kv_offset(dst, l, h, kite_kv_row(dst, l, p)), from = kite_kv_offset(src, l, h, kite_kv_row(src, l, p));
+                memcpy((char *)dst->k + to, (const char *)src->k + from, head_bytes);
+                memcpy((char *)dst->v + to, (const char *)src->v + from, head_bytes);
+            }
+        }
+    }
+    dst->ring_high = n;
+}
+
 void kite_kv_cache_free(kite_kv_cache *kv) {
     free(kv->k);
     free(kv->v);
+    free(kv->layer_rows);
+    free(kv->layer_base);
     memset(kv, 0, sizeof *kv);
 }

@@ -1,8 +1,9 @@
 /* Speculative decoding stays exact on Gemma 3's layer structure: sliding-window layers (window 8) mixed
  * with a global one, GeGLU, post-norms. The target is `kite gen-model --shape tiny-gemma3` in F32 and the
- * draft the same weights in Q8_0 (written here by kite_write_random_model). The prompt (24 tokens) and
- * the 40 generated ones run far past the window, so a drafted node whose window were cut from the wrong
- * rows (a tree node's ancestors, or a chain's contiguous rows) would change the output. For the n-gram
+ * draft the same weights in Q8_0 (written here by kite_write_random_model). The prompt (100 tokens) and
+ * the 40 generated ones run far past the window and around the local layers' KV ring (8 - 1 + 64 rows
+ * at a context of 512), so a drafted node whose window were cut from the wrong rows (a tree node's
+ * ancestors, a chain's rows, a wrapped ring row) would change the output. For the n-gram
  * drafter and the draft model, chains and trees, budgets 1..12, greedy and seeded sampling (T 0.8 with
  * top-k/top-p, and T 1.0), the generated ids must equal plain decoding's; and plain decoding itself must
  * be the same in one pass per token as after a whole-prompt prefill split at odd lengths (batch
@@ -19,7 +20,7 @@
 
 #include "kite.h"
 
-enum { GEN = 40, N_PROMPT = 24, MAX_GEN = 64, MAX_BUDGET = 12 };
+enum { GEN = 40, N_PROMPT = 100, MAX_GEN = 64, MAX_BUDGET = 12, N_CTX = 512 };
 
 static char g_dir[64];
 static char g_target_path[128], g_draft_path[128];
@@ -103,7 +104,7 @@ static kite_gen_params gen_config(int which) {
 static void generate(const kite_spec_params *spec, const kite_gen_params *gp, int chunk, run_result *r) {
     memset(r, 0, sizeof *r);
     kite_session_params sp = kite_session_default_params();
-    sp.n_ctx = 128;
+    sp.n_ctx = N_CTX;
     sp.n_threads = 1;
     kite_session *s = NULL;
     char err[512];
@@ -174,10 +175,114 @@ static void test_speculation_exact(void **state) {
     assert_true(accepted > 0);
 }
 
+/* The ring keeps memory to the window: a session of 32768 positions holds the global layer's rows for
+ * every position and each local layer's 71 rows, against the 3 x 32768 rows of a flat cache. */
+static void test_ring_memory_bounded(void **state) {
+    (void)state;
+    kite_session_params sp = kite_session_default_params();
+    sp.n_ctx = 32768;
+    sp.kv_type = KITE_KV_F16;
+    kite_session *s = NULL;
+    char err[512];
+    if (kite_session_open(&s, g_target, &sp, err, sizeof err)) fail_msg("session: %s", err);
+    kite_model_info info;
+    kite_model_get_info(g_target, &info);
+    /* tiny-gemma3: 3 layers (0 and 1 local, window 8; 2 global), 2 KV heads of 64, f16 K and V. */
+    const uint64_t row = 2ull * 2 * 64 * 2; /* K and V, 2 heads, 64 elements, 2 bytes */
+    const uint64_t want = row * (32768ull + 2 * (8 - 1 + 64));
+    uint64_t got = kite_session_kv_bytes(s);
+    print_message("tiny-gemma3 KV cache at 32768 positions: %llu bytes (a flat cache: %llu)\n", (unsigned long long)got,
+                  (unsigned long long)(row * 3 * 32768ull));
+    assert_int_equal(got, want);
+    kite_session_free(s);
+}
+
+/* Rewinding past what a ring still holds (truncate, copy_prefix), and saving and loading a session
+ * whose rings have wrapped, give the same continuation as a fresh session fed the same tokens. */
+static void fresh_continuation(int32_t n_prefix, const int32_t *history, run_result *r) {
+    memset(r, 0, sizeof *r);
+    kite_session_params sp = kite_session_default_params();
+    sp.n_ctx = N_CTX;
+    kite_session *s = NULL;
+    char err[512];
+    if (kite_session_open(&s, g_target, &sp, err, sizeof err)) fail_msg("session: %s", err);
+    if (kite_prompt(s, history, (size_t)n_prefix, err, sizeof err)) fail_msg("kite_prompt: %s", err);
+    kite_gen_params gp = gen_config(0);
+    gp.max_tokens = 20;
+    if (kite_generate(s, &gp, collect, r, err, sizeof err)) fail_msg("kite_generate: %s", err);
+    kite_session_free(s);
+}
+
+static void test_rewind_copy_save(void **state) {
+    (void)state;
+    kite_session_params sp = kite_session_default_params();
+    sp.n_ctx = N_CTX;
+    kite_session *a = NULL, *b = NULL;
+    char err[512];
+    if (kite_session_open(&a, g_target, &sp, err, sizeof err) || kite_session_open(&b, g_target, &sp, err, sizeof err))
+        fail_msg("session: %s", err);
+    kite_gen_params gp = gen_config(0);
+    gp.max_tokens = 20;
+    run_result r;
+    memset(&r, 0, sizeof r);
+    if (kite_prompt(a, g_prompt, N_PROMPT, err, sizeof err) || kite_generate(a, &gp, collect, &r, err, sizeof err))
+        fail_msg("a: %s", err);
+    int32_t n_hist = 0;
+    const int32_t *hist = kite_session_tokens(a, &n_hist);
+    int32_t history[N_PROMPT + MAX_GEN];
+    assert_true(n_hist == N_PROMPT + 20);
+    memcpy(history, hist, sizeof(int32_t) * (size_t)n_hist);
+    static const int32_t cuts[] = {110, 90, 30, 5};
+    for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+        run_result want, got;
+        fresh_continuation(cuts[c], history, &want);
+        /* copy_prefix from a (whose rings hold only its last 71 positions) into b */
+        if (kite_session_copy_prefix(b, a, cuts[c] - 1, err, sizeof err)) fail_msg("copy_prefix %d: %s", cuts[c], err);
+        memset(&got, 0, sizeof got);
+        if (kite_prompt(b, history + cuts[c] - 1, 1, err, sizeof err)) fail_msg("b: %s", err);
+        if (kite_generate(b, &gp, collect, &got, err, sizeof err)) fail_msg("b generate: %s", err);
+        char what[64];
+        snprintf(what, sizeof what, "copy_prefix to %d", cuts[c]);
+        assert_same(&want, &got, what);
+    }
+    /* save a (wrapped rings; its last generated token fed first, as a file holds only run tokens), load
+     * into b, continue both */
+    int32_t fed = 23;
+    if (kite_prompt(a, &fed, 1, err, sizeof err)) fail_msg("a: %s", err);
+    char path[160];
+    snprintf(path, sizeof path, "%s/session.bin", g_dir);
+    if (kite_session_save(a, path, err, sizeof err)) fail_msg("save: %s", err);
+    if (kite_session_load(b, path, err, sizeof err)) fail_msg("load: %s", err);
+    unlink(path);
+    run_result ra, rb;
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    int32_t next = 17;
+    if (kite_prompt(a, &next, 1, err, sizeof err) || kite_generate(a, &gp, collect, &ra, err, sizeof err)) fail_msg("a: %s", err);
+    if (kite_prompt(b, &next, 1, err, sizeof err) || kite_generate(b, &gp, collect, &rb, err, sizeof err)) fail_msg("b: %s", err);
+    assert_same(&ra, &rb, "saved and loaded");
+    /* truncate a far back (its rings lost that window: it runs the prefix again) */
+    for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+        run_result want, got;
+        fresh_continuation(cuts[c], history, &want);
+        if (kite_session_truncate(a, cuts[c] - 1, err, sizeof err)) fail_msg("truncate %d: %s", cuts[c], err);
+        memset(&got, 0, sizeof got);
+        if (kite_prompt(a, history + cuts[c] - 1, 1, err, sizeof err)) fail_msg("a: %s", err);
+        if (kite_generate(a, &gp, collect, &got, err, sizeof err)) fail_msg("a generate: %s", err);
+        char what[64];
+        snprintf(what, sizeof what, "truncate to %d", cuts[c]);
+        assert_same(&want, &got, what);
+    }
+    kite_session_free(a);
+    kite_session_free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain_chunking_invariant),
         cmocka_unit_test(test_speculation_exact),
+        cmocka_unit_test(test_ring_memory_bounded),
+        cmocka_unit_test(test_rewind_copy_save),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
