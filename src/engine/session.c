@@ -138,8 +138,9 @@ int kite_session_truncate(kite_session *s, int32_t n_past, char *err, size_t err
         s->n_past = n_past;
         return KITE_OK;
     }
-    if (rerun_prefix(s, n_past, &e)) return kite_error_export(&e, err, err_size);
-    return KITE_OK;
+    int st = rerun_prefix(s, n_past, &e);
+    s->have_logits = false; /* as after any truncation: the next prompt gives at least one token */
+    return st ? kite_error_export(&e, err, err_size) : KITE_OK;
 }
 
 int32_t kite_session_n_past(const kite_session *s) { return s ? s->n_past + (s->unfed_token >= 0 ? 1 : 0) : 0; }
