@@ -216,7 +216,8 @@ int32_t kite_session_n_past(const kite_session *session);
 int32_t kite_session_n_ctx(const kite_session *session);
 
 /* Forgets every token after the first n_past (0 <= n_past <= kite_session_n_past): the next prompt
- * or generation continues from there. Costs nothing; the statistics are kept. */
+ * or generation continues from there. Costs nothing (except where a sliding-window ring no longer holds the
+ * window before n_past: the first n_past tokens are then run again); the statistics are kept. */
 int kite_session_truncate(kite_session *session, int32_t n_past, char *err, size_t err_size);
 
 /* Appends tokens to the context, running the model over them (prefill). */
@@ -274,7 +275,8 @@ int kite_session_token_logprobs(const kite_session *session, kite_logprobs *out)
  * pointer into the session, valid until it next runs. *n gets the count. */
 const int32_t *kite_session_tokens(const kite_session *session, int32_t *n);
 
-/* Makes dst's context the first n_tokens tokens of src's (K/V copied, no model pass): dst then
+/* Makes dst's context the first n_tokens tokens of src's (K/V copied, no model pass; but where src's
+ * sliding-window ring no longer holds the window before n_tokens, dst runs the prefix itself): dst then
  * continues as if it had processed them itself, bit for bit. Both sessions must belong to the same
  * model and have the same KV type; n_tokens <= both contexts (kite_session_n_past(src), n_ctx of
  * dst). dst's own context is replaced; dst must not be busy, src may be (between kite_batch_step
@@ -290,6 +292,11 @@ int kite_session_copy_prefix(kite_session *dst, const kite_session *src, int32_t
  * temporary file beside path and renames it into place. */
 int kite_session_save(const kite_session *session, const char *path, char *err, size_t err_size);
 int kite_session_load(kite_session *session, const char *path, char *err, size_t err_size);
+
+/* ---- KV cache size ---------------------------------------------------------------------------- */
+/* Bytes of the session's K/V cache. Sliding-window layers (Gemma 3's local layers) keep a ring of
+ * window - 1 + 64 rows, so their share follows the window, not n_ctx. */
+uint64_t kite_session_kv_bytes(const kite_session *session);
 
 /* ---- continuous batching ---------------------------------------------------------------------- */
 /* Many sessions of one model advanced together: each kite_batch_step runs one forward pass over one

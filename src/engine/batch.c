@@ -159,6 +159,7 @@ int kite_batch_step(kite_batch *b, kite_session *const *sessions, size_t n, char
         if (left == 0) continue;
         work[i].kind = STEP_PREFILL;
         work[i].chunk = left < (size_t)rows_left ? (int32_t)left : rows_left;
+        if (work[i].chunk > KITE_KV_MAX_PASS) work[i].chunk = KITE_KV_MAX_PASS; /* a sliding-window ring's slack */
         work[i].prompt_ends = (size_t)work[i].chunk == left;
         rows_left -= work[i].chunk;
     }

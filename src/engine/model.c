@@ -153,6 +153,7 @@ static const char *arch_name(kite_arch a) {
     case KITE_ARCH_LLAMA: return "llama";
     case KITE_ARCH_QWEN2: return "qwen2";
     case KITE_ARCH_QWEN3: return "qwen3";
+    case KITE_ARCH_GEMMA3: return "gemma3";
     }
     return "unknown";
 }

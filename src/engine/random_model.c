@@ -35,14 +35,19 @@ typedef struct model_shape {
     int32_t n_ctx;
     float rope_theta, rms_eps;
     bool tied, qk_norm;
+    int32_t sliding_window, swa_period; /* gemma3: local layers' window and the pattern's period (0: none) */
 } model_shape;
 
 static const model_shape k_shapes[] = {
     /* TinyLlama-1.1B's layout with the FFN of the project's issue (8192 rather than TinyLlama's 5632). */
-    {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false},
-    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true},
-    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false},
-    {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false},
+    {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false, 0, 0},
+    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0},
+    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0},
+    {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0},
+    /* Gemma 3 1B: 26 layers, five sliding-window layers (window 512) for each global one. */
+    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, true, 512, 6},
+    /* Tests: layers 0-1 local (window 8), layer 2 global. */
+    {"tiny-gemma3", "gemma3", 128, 3, 4, 2, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3},
 };
 
 enum { TINY_DEFAULT_VOCAB = 512 };
@@ -436,7 +441,7 @@ static void quant_task(void *ctx, int64_t task, int thread) {
 }
 
 static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, tensor_plan **out, int *n_out, kite_error *e) {
-    int cap = 3 + s->n_layers * 11, n = 0;
+    int cap = 3 + s->n_layers * 13, n = 0;
     tensor_plan *p = calloc((size_t)cap, sizeof *p);
     if (!p) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
     int32_t q_dim = s->n_heads * s->head_dim, kv_dim = s->n_kv_heads * s->head_dim;
@@ -462,6 +467,10 @@ static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, te
         ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_gate.weight", l);
         ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_up.weight", l);
         ADD(ROLE_FFN_DOWN, l, s->ffn_dim, s->dim, "blk.%d.ffn_down.weight", l);
+        if (strcmp(s->arch, "gemma3") == 0) {
+            ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.post_attention_norm.weight", l);
+            ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.post_ffw_norm.weight", l);
+        }
     }
     ADD(ROLE_NORM, 0, s->dim, 1, "output_norm.weight");
     if (!s->tied) ADD(ROLE_OUTPUT, 0, s->dim, n_vocab, "output.weight");
@@ -501,6 +510,10 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
     kite_gguf_w_f32(w, ARCH_KEY("rope.freq_base"), s->rope_theta);
     kite_gguf_w_f32(w, ARCH_KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
     kite_gguf_w_u32(w, ARCH_KEY("vocab_size"), (uint32_t)n_vocab);
+    if (s->sliding_window > 0) {
+        kite_gguf_w_u32(w, ARCH_KEY("attention.sliding_window"), (uint32_t)s->sliding_window);
+        kite_gguf_w_u32(w, ARCH_KEY("attention.sliding_window_pattern"), (uint32_t)s->swa_period);
+    }
 #undef ARCH_KEY
     kite_gguf_w_str(w, "tokenizer.ggml.model", v->model);
     if (v->pre) kite_gguf_w_str(w, "tokenizer.ggml.pre", v->pre);
@@ -528,7 +541,8 @@ int kite_write_random_model(const char *path, const kite_random_model_params *pa
     for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
         if (strcmp(params->shape, k_shapes[i].name) == 0) shape = &k_shapes[i];
     if (!shape)
-        return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny)",
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, gemma3-1b, "
+                         "tiny-gemma3)",
                          params->shape),
                kite_error_export(&e, err, err_size);
     int type_index = -1;

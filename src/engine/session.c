@@ -94,6 +94,7 @@ void kite_session_reset(kite_session *s) {
     if (!s) return;
     kite_spec_remember(&s->spec, s->history, (size_t)s->n_past);
     s->n_past = 0;
+    (void)kite_kv_can_rewind(&s->kv, 0); /* forgets the rings' history */
     s->unfed_token = -1;
     s->have_logits = false;
     memset(&s->stats, 0, sizeof s->stats);
@@ -104,6 +105,18 @@ void kite_session_reset(kite_session *s) {
         kite_session_gen_end(s, e.status, &e);
     }
     s->gen.finish = KITE_FINISH_NONE;
+}
+
+/* Rebuilds the cache for s->history[0, n) by running it again from position 0 (the rings forgotten). */
+static int rerun_prefix(kite_session *s, int32_t n, kite_error *e) {
+    int32_t *ids = malloc(sizeof *ids * (size_t)(n > 0 ? n : 1));
+    if (!ids) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    memcpy(ids, s->history, sizeof *ids * (size_t)n);
+    s->n_past = 0;
+    (void)kite_kv_can_rewind(&s->kv, 0);
+    int st = n > 0 ? kite_session_run_chain(s, ids, (size_t)n, NULL, e) : KITE_OK;
+    free(ids);
+    return st;
 }
 
 int kite_session_truncate(kite_session *s, int32_t n_past, char *err, size_t err_size) {
@@ -117,10 +130,17 @@ int kite_session_truncate(kite_session *s, int32_t n_past, char *err, size_t err
     if (n_past == visible) return KITE_OK;
     s->unfed_token = -1;
     /* The K/V rows past n_past stay in memory but are never read: attention only looks below the
-     * current position, and new tokens overwrite them. */
-    s->n_past = n_past;
+     * current position, and new tokens overwrite them. A sliding-window ring that no longer holds the
+     * window before n_past (the session went on for more than the ring's slack) is rebuilt by running
+     * the history again from the start: exact, at the cost of a prefill. */
     s->have_logits = false;
-    return KITE_OK;
+    if (kite_kv_can_rewind(&s->kv, n_past)) {
+        s->n_past = n_past;
+        return KITE_OK;
+    }
+    int st = rerun_prefix(s, n_past, &e);
+    s->have_logits = false; /* as after any truncation: the next prompt gives at least one token */
+    return st ? kite_error_export(&e, err, err_size) : KITE_OK;
 }
 
 int32_t kite_session_n_past(const kite_session *s) { return s ? s->n_past + (s->unfed_token >= 0 ? 1 : 0) : 0; }
@@ -679,6 +699,8 @@ int kite_generate(kite_session *s, const kite_gen_params *params, kite_token_fn 
 
 kite_finish_reason kite_session_finish_reason(const kite_session *s) { return s ? s->gen.finish : KITE_FINISH_NONE; }
 
+uint64_t kite_session_kv_bytes(const kite_session *s) { return s ? (uint64_t)s->kv.bytes : 0; }
+
 const int32_t *kite_session_tokens(const kite_session *s, int32_t *n) {
     if (!s) {
         if (n) *n = 0;
@@ -731,16 +753,16 @@ int kite_session_copy_prefix(kite_session *dst, const kite_session *src, int32_t
                kite_error_export(&e, err, err_size);
     /* Rows the source has run; its unfed token (if within the prefix) stays unfed in dst too. */
     int32_t rows = n_tokens < src->n_past ? n_tokens : src->n_past;
-    const kite_hparams *hp = &src->model->weights.hp;
-    size_t row_bytes = src->kv.row_bytes;
-    for (int32_t l = 0; l < hp->n_layers; l++)
-        for (int32_t h = 0; h < hp->n_kv_heads; h++) {
-            memcpy((char *)dst->kv.k + kite_kv_offset(&dst->kv, l, h, 0), (const char *)src->kv.k + kite_kv_offset(&src->kv, l, h, 0),
-                   row_bytes * (size_t)rows);
-            memcpy((char *)dst->kv.v + kite_kv_offset(&dst->kv, l, h, 0), (const char *)src->kv.v + kite_kv_offset(&src->kv, l, h, 0),
-                   row_bytes * (size_t)rows);
-        }
     memcpy(dst->history, src->history, sizeof(int32_t) * (size_t)rows);
+    /* A source whose rings no longer hold the window before the prefix: dst runs the prefix itself. */
+    kite_kv_cache probe = src->kv; /* kite_kv_can_rewind may reset ring_high of a copy only */
+    if (!kite_kv_can_rewind(&probe, rows)) {
+        dst->unfed_token = -1;
+        dst->have_logits = false;
+        if (rerun_prefix(dst, rows, &e)) return kite_error_export(&e, err, err_size);
+    } else {
+        kite_kv_copy_prefix(&dst->kv, &src->kv, rows);
+    }
     dst->n_past = rows;
     dst->unfed_token = n_tokens > rows ? src->unfed_token : -1;
     dst->have_logits = false;

@@ -142,6 +142,10 @@ int kite_session_save(const kite_session *s, const char *path, char *err, size_t
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_save: the session is busy"), kite_error_export(&e, err, err_size);
     kite_session_file_shape x = session_shape(s);
     int32_t n = s->n_past; /* rows with K/V (an unfed generated token has none) */
+    kite_kv_cache probe = s->kv; /* kite_kv_can_rewind may change only ring_high, of this copy */
+    if (!kite_kv_can_rewind(&probe, n))
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_save: the sliding-window cache no longer holds the window"),
+               kite_error_export(&e, err, err_size);
     size_t row_bytes = s->kv.row_bytes;
     unsigned char header[KITE_SESSION_HEADER_BYTES] = {0};
     memcpy(header, SESSION_MAGIC, 8);
@@ -165,13 +169,25 @@ int kite_session_save(const kite_session *s, const char *path, char *err, size_t
     bool ok = fwrite(header, 1, sizeof header, f) == sizeof header;
     h = fnv1a(h, s->history, sizeof(int32_t) * (size_t)n);
     ok = ok && fwrite(s->history, sizeof(int32_t), (size_t)n, f) == (size_t)n;
+    /* A sliding-window ring holds only its last rows: older positions, which nothing reads again, are
+     * written as zeros (the file keeps one layout for every layer). */
+    static const char zeros[4 * KITE_ATTN_MAX_HEAD_DIM];
     for (int pass = 0; pass < 2 && ok; pass++) {
         const char *base = pass == 0 ? s->kv.k : s->kv.v;
         for (int32_t l = 0; l < x.n_layers && ok; l++)
             for (int32_t hd = 0; hd < x.n_kv_heads && ok; hd++) {
-                const char *rows = base + kite_kv_offset(&s->kv, l, hd, 0);
-                h = fnv1a(h, rows, row_bytes * (size_t)n);
-                ok = fwrite(rows, row_bytes, (size_t)n, f) == (size_t)n;
+                if (!kite_kv_is_ring(&s->kv, l)) {
+                    const char *rows = base + kite_kv_offset(&s->kv, l, hd, 0);
+                    h = fnv1a(h, rows, row_bytes * (size_t)n);
+                    ok = fwrite(rows, row_bytes, (size_t)n, f) == (size_t)n;
+                    continue;
+                }
+                for (int32_t p = 0; p < n && ok; p++) {
+                    bool held = p >= s->kv.ring_high - s->kv.ring_rows;
+                    const char *row = held ? base + kite_kv_offset(&s->kv, l, hd, kite_kv_row(&s->kv, l, p)) : zeros;
+                    h = fnv1a(h, row, row_bytes);
+                    ok = fwrite(row, row_bytes, 1, f) == 1;
+                }
             }
     }
     unsigned char sum[8];
@@ -212,10 +228,19 @@ int kite_session_load(kite_session *s, const char *path, char *err, size_t err_s
         char *base = pass == 0 ? s->kv.k : s->kv.v;
         for (int32_t l = 0; l < x.n_layers; l++)
             for (int32_t hd = 0; hd < x.n_kv_heads; hd++) {
-                memcpy(base + kite_kv_offset(&s->kv, l, hd, 0), src, block);
+                if (!kite_kv_is_ring(&s->kv, l)) {
+                    memcpy(base + kite_kv_offset(&s->kv, l, hd, 0), src, block);
+                } else {
+                    /* The ring keeps the last positions (later ones land on earlier ones' rows). */
+                    int32_t ring = s->kv.layer_rows[l];
+                    for (int32_t p = n > ring ? n - ring : 0; p < n; p++)
+                        memcpy(base + kite_kv_offset(&s->kv, l, hd, kite_kv_row(&s->kv, l, p)), src + row_bytes * (size_t)p,
+                               row_bytes);
+                }
                 src += block;
             }
     }
+    s->kv.ring_high = n;
     memcpy(s->history, view.tokens, sizeof(int32_t) * (size_t)n);
     s->n_past = n;
     s->unfed_token = -1;

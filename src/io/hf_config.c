@@ -1,5 +1,7 @@
 #include "io/hf_config.h"
 
+#include "model/arch/gemma3.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -99,6 +101,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
         {"llama", "LlamaForCausalLM", KITE_ARCH_LLAMA},
         {"qwen2", "Qwen2ForCausalLM", KITE_ARCH_QWEN2},
         {"qwen3", "Qwen3ForCausalLM", KITE_ARCH_QWEN3},
+        {"gemma3_text", "Gemma3ForCausalLM", KITE_ARCH_GEMMA3},
     };
     const size_t n_known = sizeof known / sizeof known[0];
     const json_t *mt = field(root, "model_type");
@@ -107,7 +110,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
         for (size_t i = 0; i < n_known; i++)
             if (strcmp(s, known[i].model_type) == 0) { *arch = known[i].arch; return KITE_OK; }
         return kite_fail(e, KITE_ERR_UNSUPPORTED,
-                         "%s: unsupported architecture '%.64s' (model_type in config.json); kite runs llama, qwen2, qwen3",
+                         "%s: unsupported architecture '%.64s' (model_type in config.json); kite runs llama, qwen2, qwen3, gemma3_text",
                          label, s);
     }
     if (mt) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"model_type\" is not a string", label);
@@ -119,7 +122,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
     for (size_t i = 0; i < n_known; i++)
         if (strcmp(s, known[i].class_name) == 0) { *arch = known[i].arch; return KITE_OK; }
     return kite_fail(e, KITE_ERR_UNSUPPORTED,
-                     "%s: unsupported architecture '%.64s' (architectures in config.json); kite runs llama, qwen2, qwen3",
+                     "%s: unsupported architecture '%.64s' (architectures in config.json); kite runs llama, qwen2, qwen3, gemma3_text",
                      label, s);
 }
 
@@ -172,6 +175,72 @@ static int parse_rope_scaling(const json_t *root, kite_hparams *hp, const char *
                      "%s: unsupported rope_scaling type '%.32s'; kite supports llama3 and linear", label, name);
 }
 
+/* Gemma 3's keys, as transformers' Gemma3TextConfig reads them (its defaults where absent), after the
+ * common fields are in *hp: hidden_activation gelu_pytorch_tanh, query_pre_attn_scalar (256),
+ * sliding_window (4096), layer_types or sliding_window_pattern (6: five sliding layers, then a full one),
+ * rope_local_base_freq (10000), final_logit_softcapping (none), attn_logit_softcapping (must be none),
+ * head_dim 256, rope_theta 1e6 and tie_word_embeddings true. The RMSNorm weights are stored as w for
+ * x * (1 + w): norm_weight_offset 1. */
+static int parse_gemma3(const json_t *root, kite_hparams *hp, const char *label, kite_error *e) {
+    int rc;
+    const json_t *act = field(root, "hidden_activation");
+    if (!act) act = field(root, "hidden_act");
+    if (act && (!json_is_string(act) || (strcmp(json_string_value(act), "gelu_pytorch_tanh") != 0 &&
+                                         strcmp(json_string_value(act), "gelu_tanh") != 0)))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: hidden_activation '%.32s' is not supported; kite runs gelu_pytorch_tanh",
+                         label, json_is_string(act) ? json_string_value(act) : "?");
+    if (field(root, "attn_logit_softcapping"))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: \"attn_logit_softcapping\" is not supported (Gemma 3 has none)", label);
+    int64_t head_dim = 0, window = 0, period = 6;
+    double scalar = 0.0, local_base = 0.0, cap = 0.0, theta = 0.0;
+    if (!field(root, "head_dim")) {
+        if ((rc = get_int(root, "head_dim", 2, MAX_HEAD_DIM, false, 256, &head_dim, label, e))) return rc;
+        hp->head_dim = (int32_t)head_dim;
+    }
+    if (!field(root, "rope_theta")) {
+        if ((rc = get_num(root, "rope_theta", 0.0, false, 1e12, 1e6, &theta, NULL, label, e))) return rc;
+        hp->rope_theta = (float)theta;
+    }
+    if (!field(root, "tie_word_embeddings")) hp->tied_embeddings = true;
+    if ((rc = get_num(root, "query_pre_attn_scalar", 0.0, false, 1e9, 256.0, &scalar, NULL, label, e))) return rc;
+    if ((rc = get_int(root, "sliding_window", 1, 1 << 24, false, 4096, &window, label, e))) return rc;
+    if ((rc = get_num(root, "rope_local_base_freq", 0.0, false, 1e12, 10000.0, &local_base, NULL, label, e))) return rc;
+    if ((rc = get_num(root, "final_logit_softcapping", 0.0, false, 1e9, 0.0, &cap, NULL, label, e))) return rc;
+    const json_t *types = field(root, "layer_types");
+    if (types) {
+        /* Kite runs a periodic pattern: layer l global iff l % period == period - 1. */
+        if (!json_is_array(types) || (int64_t)json_array_size(types) != hp->n_layers)
+            return kite_fail(e, KITE_ERR_FORMAT, "%s: \"layer_types\" is not a list of %d strings", label, hp->n_layers);
+        period = 0;
+        for (size_t l = 0; l < json_array_size(types); l++) {
+            const json_t *t = json_array_get(types, l);
+            const char *name = json_is_string(t) ? json_string_value(t) : "";
+            if (strcmp(name, "full_attention") == 0) { period = (int64_t)l + 1; break; }
+            if (strcmp(name, "sliding_attention") != 0)
+                return kite_fail(e, KITE_ERR_FORMAT, "%s: layer_types[%zu] is neither \"sliding_attention\" nor "
+                                 "\"full_attention\"", label, l);
+        }
+        for (size_t l = 0; l < json_array_size(types); l++) {
+            const char *name = json_string_value(json_array_get(types, l));
+            bool local = period == 0 || (int64_t)l % period < period - 1;
+            if (!name || strcmp(name, local ? "sliding_attention" : "full_attention") != 0)
+                return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: layer_types[%zu] breaks the periodic pattern of %lld layers kite "
+                                 "supports", label, l, (long long)period);
+        }
+    } else {
+        if ((rc = get_int(root, "sliding_window_pattern", 0, 4096, false, 6, &period, label, e))) return rc;
+    }
+    hp->ffn_act = KITE_FFN_GELU_TANH;
+    hp->embd_scale = sqrtf((float)hp->dim);
+    hp->attn_scale = (float)(1.0 / sqrt(scalar));
+    hp->final_logit_softcap = (float)cap;
+    hp->norm_weight_offset = 1.0f;
+    hp->sliding_window = (int32_t)window;
+    hp->swa_period = (int32_t)period;
+    hp->rope_theta_local = (float)local_base;
+    return KITE_OK;
+}
+
 int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_hparams *hp, int32_t *bos_id,
                          int32_t *eos_id, kite_error *e) {
     memset(hp, 0, sizeof *hp);
@@ -185,7 +254,7 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
     if ((rc = parse_arch(root, &hp->arch, label, e))) goto done;
 
     const json_t *act = field(root, "hidden_act");
-    if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
+    if (act && hp->arch != KITE_ARCH_GEMMA3 && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
         rc = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: hidden_act '%.32s' is not supported; kite runs silu", label,
                        json_is_string(act) ? json_string_value(act) : "?");
         goto done;
@@ -247,6 +316,7 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
     hp->rope_theta = (float)theta;
     hp->rope_layout = KITE_ROPE_HALF;
     hp->tied_embeddings = json_is_true(tie);
+    if (hp->arch == KITE_ARCH_GEMMA3 && (rc = parse_gemma3(root, hp, label, e))) goto done;
     if ((rc = parse_rope_scaling(root, hp, label, e))) goto done;
 
     bool given;
@@ -320,6 +390,10 @@ static bool parse_layer(const char *s, const char **rest, int64_t *layer) {
 }
 
 int kite_hf_canonical_name(const char *hf_name, int32_t n_layers, char *out, size_t out_size) {
+    return kite_hf_canonical_name_arch(KITE_ARCH_LLAMA, hf_name, n_layers, out, out_size);
+}
+
+int kite_hf_canonical_name_arch(kite_arch arch, const char *hf_name, int32_t n_layers, char *out, size_t out_size) {
     static const struct { const char *hf, *canon; } globals[] = {
         {"model.embed_tokens.weight", "token_embd.weight"},
         {"model.norm.weight", "output_norm.weight"},
@@ -353,6 +427,12 @@ int kite_hf_canonical_name(const char *hf_name, int32_t n_layers, char *out, siz
     const char *rest;
     int64_t layer;
     if (!parse_layer(hf_name + strlen(prefix), &rest, &layer)) return -1;
+    const char *gemma = arch == KITE_ARCH_GEMMA3 ? kite_gemma3_hf_layer_name(rest) : NULL;
+    if (gemma) {
+        if (layer >= n_layers) return -1;
+        int n = snprintf(out, out_size, "blk.%d.%s", (int)layer, gemma);
+        return n > 0 && (size_t)n < out_size ? 1 : -1;
+    }
     for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; i++) {
         if (strcmp(rest, per_layer[i].hf) != 0) continue;
         if (layer >= n_layers) return -1;

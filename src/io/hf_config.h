@@ -36,5 +36,8 @@ int kite_hf_parse_generation_config(const char *text, size_t len, const char *la
  * (e.g. rotary_emb.inv_freq), -1 when the layer number is not a plain integer below n_layers, -2 for
  * a weight kite cannot run (o_proj or MLP biases), which must not be silently dropped. */
 int kite_hf_canonical_name(const char *hf_name, int32_t n_layers, char *out, size_t out_size);
+/* The same for architecture arch: Gemma 3's norms around attention and FFN have names of their own
+ * (kite_gemma3_hf_layer_name). */
+int kite_hf_canonical_name_arch(kite_arch arch, const char *hf_name, int32_t n_layers, char *out, size_t out_size);
 
 #endif

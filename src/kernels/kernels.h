@@ -116,6 +116,10 @@ typedef struct kite_kernel_set {
     /* gate[i] = silu(gate[i]) * up[i] for i in [0, n), silu(x) = x * sigmoid(x) through kite_silu's
      * steps (kernels_internal.h); levels agree within the bound tests/kernels states. */
     void (*silu_mul)(float *gate, const float *up, int64_t n);
+    /* gate[i] = gelu(gate[i]) * up[i] (GeGLU, Gemma), gelu with the tanh approximation
+     * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed as x * sigmoid(2 sqrt(2/pi) x (1 + 0.044715 x^2))
+     * with kite_silu's sigmoid steps. Each element's result depends only on its inputs (batch-invariant). */
+    void (*gelu_mul)(float *gate, const float *up, int64_t n);
 
     /* y[i] = x[i] as IEEE half, rounded to nearest even (kite_f32_to_fp16's bits; a NaN stays a NaN),
      * for the f16 KV cache. */

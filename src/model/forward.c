@@ -1,4 +1,5 @@
-/* The batched forward pass for the Llama family (Llama 1/2/3, Qwen2 with QKV bias, Qwen3 with QK-norm).
+/* The batched forward pass for the Llama family (Llama 1/2/3, Qwen2 with QKV bias, Qwen3 with QK-norm)
+ * and Gemma 3 (scaled embedding, post-norms, GeGLU, sliding-window layers, soft-capped logits).
  * One code path for prefill (n = chunk), decode (n = 1) and, later, verification of drafted tokens.
  * Plain C, multi-threaded over output rows and attention heads. Every reduction runs in a fixed
  * order that does not depend on n or on a row's slot, so results are batch-invariant. */
@@ -207,11 +208,33 @@ static void residual_norm(kite_pool *pool, float *x, float *xn, const float *wei
     run_each(pool, residual_norm_task, &j, count);
 }
 
+/* xn[b] = rmsnorm(xn[b]) * weight in place: Gemma's norms of the attention and FFN outputs before they
+ * join the residual stream. */
+typedef struct post_norm_job {
+    float *xn;             /* [n][dim] */
+    const float *weight;   /* [dim] */
+    int64_t dim;
+    float eps;
+} post_norm_job;
+
+static void post_norm_task(void *ctx, int64_t b, int thread) {
+    (void)thread;
+    const post_norm_job *j = ctx;
+    rmsnorm(j->xn + b * j->dim, j->xn + b * j->dim, j->weight, j->dim, j->eps);
+}
+
+static void post_norm(kite_pool *pool, float *xn, const float *weight, int64_t dim, float eps, int32_t n) {
+    if (!weight) return;
+    post_norm_job j = {.xn = xn, .weight = weight, .dim = dim, .eps = eps};
+    run_each(pool, post_norm_task, &j, n);
+}
+
 /* gate = silu(gate) * up over [n * ffn) by the kernel set, in chunks of SILU_CHUNK elements (so the
  * ffn elements of a single decoded row are shared between the threads too). */
 #define SILU_CHUNK 2048
 typedef struct silu_job {
     const kite_kernel_set *ks;
+    bool gelu;      /* GeGLU (Gemma) instead of SwiGLU */
     float *gate;
     const float *up;
     int64_t count;
@@ -221,7 +244,8 @@ static void silu_task(void *ctx, int64_t t, int thread) {
     (void)thread;
     const silu_job *j = ctx;
     int64_t i0 = t * SILU_CHUNK, i1 = (t + 1) * SILU_CHUNK < j->count ? (t + 1) * SILU_CHUNK : j->count;
-    j->ks->silu_mul(j->gate + i0, j->up + i0, i1 - i0);
+    if (j->gelu) j->ks->gelu_mul(j->gate + i0, j->up + i0, i1 - i0);
+    else j->ks->silu_mul(j->gate + i0, j->up + i0, i1 - i0);
 }
 
 typedef struct attention_job {
@@ -236,6 +260,8 @@ typedef struct attention_job {
     int32_t *slots;          /* [n_threads][n_ctx] cache rows a tree node attends to, in position order */
     int32_t n_ctx;
     int32_t n;               /* batch rows */
+    int32_t window;          /* a sliding-window layer: positions seen, the row's own included; 0 = all */
+    float scale;             /* score scale */
 } attention_job;
 
 /* The cache rows tree node `node` of sequence q sees, in position order: the committed prefix, then
@@ -271,14 +297,32 @@ static void attention_task(void *ctx, int64_t task, int thread) {
     const size_t head_base = kite_kv_offset(q->kv, job->layer, kvh, 0);
     kite_attn_query a = {
         .head_dim = hd, .k = (const char *)q->kv->k + head_base, .v = (const char *)q->kv->v + head_base,
-        .kv_type = q->kv->type, .row_bytes = q->kv->row_bytes, .scale = 1.0f / sqrtf((float)hd),
+        .kv_type = q->kv->type, .row_bytes = q->kv->row_bytes, .scale = job->scale,
     };
-    if (q->parent) {
+    /* Either way the visible rows are listed in position order, entry i at position i, so a window keeps
+     * the last `window` entries: a drafted node and plain decoding see the same rows in the same order. */
+    if (kite_kv_is_ring(q->kv, job->layer)) {
+        /* A ring: the window's positions, each at its row. */
+        int32_t *slots = job->slots + (int64_t)thread * job->n_ctx;
+        int32_t n_vis = q->parent ? tree_visible_rows(q, q->first + b, slots) : q->pos0 + q->first + b + 1;
+        int32_t skip = job->window > 0 && n_vis > job->window ? n_vis - job->window : 0;
+        const int32_t ring = q->kv->layer_rows[job->layer];
+        for (int32_t i = skip; i < n_vis; i++) slots[i - skip] = (q->parent ? slots[i] : i) % ring;
+        a.rows = slots;
+        a.n_visible = n_vis - skip;
+    } else if (q->parent) {
         int32_t *slots = job->slots + (int64_t)thread * job->n_ctx;
         a.n_visible = tree_visible_rows(q, q->first + b, slots);
-        a.rows = slots;
+        int32_t skip = job->window > 0 && a.n_visible > job->window ? a.n_visible - job->window : 0;
+        a.rows = slots + skip;
+        a.n_visible -= skip;
     } else {
         a.n_visible = q->pos0 + q->first + b + 1; /* a chain: rows 0 .. its own, contiguous */
+        int32_t skip = job->window > 0 && a.n_visible > job->window ? a.n_visible - job->window : 0;
+        size_t skip_bytes = (size_t)skip * q->kv->row_bytes;
+        a.k = (const char *)a.k + skip_bytes;
+        a.v = (const char *)a.v + skip_bytes;
+        a.n_visible -= skip;
     }
     for (int32_t h0 = 0; h0 < group; h0 += KITE_ATTN_MAX_Q) {
         int64_t at = (int64_t)row * q_width + (int64_t)(kvh * group + h0) * hd;
@@ -327,7 +371,7 @@ static void qkv_row_task(void *ctx, int64_t b, int thread) {
     const int32_t si = j->row_seq[b];
     const kite_forward_seq *sq = &j->seqs[si];
     const kite_kv_cache *kv = sq->kv;
-    const int32_t cache_row = sq->pos0 + sq->first + ((int32_t)b - j->row0[si]);
+    const int32_t cache_row = kite_kv_row(kv, j->layer, sq->pos0 + sq->first + ((int32_t)b - j->row0[si]));
     for (int32_t h = 0; h < hp->n_kv_heads; h++) {
         size_t at = kite_kv_offset(kv, j->layer, h, cache_row);
         if (kv->type == KITE_TYPE_F32) {
@@ -367,6 +411,7 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
             row_seq[n] = si;
             if (q->want_logits == KITE_LOGITS_ALL || (q->want_logits == KITE_LOGITS_LAST && b == q->n - 1)) out_rows[n_out++] = n;
         }
+        if (q->kv->ring_rows > 0 && q->pos0 + q->first + q->n > q->kv->ring_high) q->kv->ring_high = q->pos0 + q->first + q->n;
         /* QK and AV over up to pos0 + first + n positions (a tree sees fewer). */
         attn_macs += 2 * (int64_t)q->n * hp->n_heads * hd * (q->pos0 + q->first + q->n);
     }
@@ -379,6 +424,8 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
         for (int32_t b = 0; b < seqs[si].n; b++, r++)
             et->to_float((const unsigned char *)w->tok_embd->data + (size_t)seqs[si].tokens[b] * erow, s->x + (int64_t)r * dim,
                          dim);
+    if (hp->embd_scale != 0.0f)
+        for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] *= hp->embd_scale;
 
     for (int32_t l = 0; l < hp->n_layers; l++) {
         const kite_layer_weights *L = &w->layers[l];
@@ -393,17 +440,21 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
             observe(s, l, "attn_v", s->xn, n, dim);
         }
         matmul_shared_input(pool, s, w->kernels, qkv, 3, s->xn, n);
-        qkv_row_job qj = {.hp = hp, .L = L, .rope_inv_freq = w->rope_inv_freq, .pos = pos, .q = s->q, .k = s->k,
+        const bool local = kite_layer_is_local(hp, l);
+        qkv_row_job qj = {.hp = hp, .L = L, .rope_inv_freq = local ? w->rope_inv_freq_local : w->rope_inv_freq, .pos = pos, .q = s->q, .k = s->k,
                           .v = s->v, .seqs = seqs, .row_seq = row_seq, .row0 = row0, .ks = w->kernels, .layer = l};
         run_each(pool, qkv_row_task, &qj, n);
         attention_job aj = {
             .ks = w->kernels, .hp = hp, .seqs = seqs, .row_seq = row_seq, .row0 = row0, .layer = l,
             .q = s->q, .out = s->att_out, .slots = s->slots, .n_ctx = s->n_ctx, .n = n,
+            .window = local ? hp->sliding_window : 0,
+            .scale = hp->attn_scale > 0.0f ? hp->attn_scale : 1.0f / sqrtf((float)hd),
         };
         run_sized(pool, attention_task, &aj, (int64_t)n * hp->n_kv_heads, attn_macs);
         /* Output projection into xn, then the residual add and the FFN norm. */
         if (s->act_hook) observe(s, l, "attn_output", s->att_out, n, q_width);
         matmul(pool, s, w->kernels, &L->wo, s->att_out, s->xn, dim, n);
+        post_norm(pool, s->xn, L->post_attn_norm, dim, hp->rms_eps, n);
         residual_norm(pool, s->x, s->xn, L->ffn_norm, dim, hp->rms_eps, true, NULL, n);
         const matmul_part gate_up[2] = {{.w = &L->w_gate, .y = s->gate, .y_stride = ffn},
                                         {.w = &L->w_up, .y = s->up, .y_stride = ffn}};
@@ -412,10 +463,11 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
             observe(s, l, "ffn_up", s->xn, n, dim);
         }
         matmul_shared_input(pool, s, w->kernels, gate_up, 2, s->xn, n);
-        silu_job sj = {.ks = w->kernels, .gate = s->gate, .up = s->up, .count = (int64_t)n * ffn};
+        silu_job sj = {.ks = w->kernels, .gelu = hp->ffn_act == KITE_FFN_GELU_TANH, .gate = s->gate, .up = s->up, .count = (int64_t)n * ffn};
         run_each(pool, silu_task, &sj, (sj.count + SILU_CHUNK - 1) / SILU_CHUNK);
         if (s->act_hook) observe(s, l, "ffn_down", s->gate, n, ffn);
         matmul(pool, s, w->kernels, &L->w_down, s->gate, s->xn, dim, n);
+        post_norm(pool, s->xn, L->post_ffn_norm, dim, hp->rms_eps, n);
     }
 
     /* The last down projection joins the residual stream of the rows whose logits are wanted (the
@@ -426,6 +478,11 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
     residual_norm(pool, s->x, s->xn, w->output_norm, dim, hp->rms_eps, hp->n_layers > 0, identity ? NULL : out_rows, n_out);
     if (s->act_hook) observe(s, -1, hp->tied_embeddings ? "token_embd" : "output", s->xn, n_out, dim);
     matmul(pool, s, w->kernels, &w->output, s->xn, logits, hp->n_vocab, n_out);
+    if (hp->final_logit_softcap > 0.0f) {
+        /* As llama.cpp: scale by 1/c, tanh, scale by c (Gemma 2; Gemma 3 configs have none). */
+        const float c = hp->final_logit_softcap, inv_c = 1.0f / c;
+        for (int64_t i = 0; i < (int64_t)n_out * hp->n_vocab; i++) logits[i] = c * tanhf(logits[i] * inv_c);
+    }
     return n_out;
 }
 
@@ -508,9 +565,25 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
     kv->type = kv_element_type[type];
     kv->kv_type = type;
     kv->row_bytes = row_bytes;
-    size_t rows = (size_t)hp->n_layers * (size_t)hp->n_kv_heads * (size_t)n_ctx;
-    kv->k = calloc(rows, row_bytes);
-    kv->v = calloc(rows, row_bytes);
+    kv->n_layers = hp->n_layers;
+    kv->window = hp->sliding_window;
+    int64_t ring = hp->sliding_window > 0 ? (int64_t)hp->sliding_window - 1 + KITE_KV_MAX_PASS : 0;
+    kv->ring_rows = ring > 0 && ring < n_ctx ? (int32_t)ring : 0;
+    kv->layer_rows = calloc((size_t)hp->n_layers, sizeof *kv->layer_rows);
+    kv->layer_base = calloc((size_t)hp->n_layers, sizeof *kv->layer_base);
+    if (!kv->layer_rows || !kv->layer_base) {
+        kite_kv_cache_free(kv);
+        return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    }
+    size_t rows = 0; /* rows of row_bytes over all layers and heads */
+    for (int32_t l = 0; l < hp->n_layers; l++) {
+        kv->layer_rows[l] = kv->ring_rows > 0 && kite_layer_is_local(hp, l) ? kv->ring_rows : n_ctx;
+        kv->layer_base[l] = rows;
+        rows += (size_t)hp->n_kv_heads * (size_t)kv->layer_rows[l];
+    }
+    kv->bytes = 2 * rows * row_bytes;
+    kv->k = calloc(rows ? rows : 1, row_bytes);
+    kv->v = calloc(rows ? rows : 1, row_bytes);
     if (!kv->k || !kv->v) {
         kite_kv_cache_free(kv);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for a KV cache of %d tokens (%.1f MiB)", n_ctx,
@@ -522,20 +595,60 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
 void kite_kv_commit(kite_kv_cache *kv, int32_t n_layers, int32_t pos0, const int32_t *nodes, int32_t n_nodes) {
     size_t head_bytes = kv->row_bytes;
     char *k = kv->k, *v = kv->v;
+    /* A ring maps the pass's rows pos0 .. pos0 + KITE_KV_MAX_PASS - 1 to distinct rows, so the moves are
+     * the same as in a flat layer. */
     for (int32_t i = 0; i < n_nodes; i++) {
         int32_t from = pos0 + nodes[i], to = pos0 + i;
         if (from == to) continue;
         for (int32_t l = 0; l < n_layers; l++)
             for (int32_t h = 0; h < kv->n_kv_heads; h++) {
-                size_t at_to = kite_kv_offset(kv, l, h, to), at_from = kite_kv_offset(kv, l, h, from);
+                size_t at_to = kite_kv_offset(kv, l, h, kite_kv_row(kv, l, to));
+                size_t at_from = kite_kv_offset(kv, l, h, kite_kv_row(kv, l, from));
                 memmove(k + at_to, k + at_from, head_bytes);
                 memmove(v + at_to, v + at_from, head_bytes);
             }
     }
 }
 
+bool kite_kv_can_rewind(kite_kv_cache *kv, int32_t n_past) {
+    if (kv->ring_rows == 0) return true;
+    if (n_past <= 0) {
+        kv->ring_high = 0;
+        return true;
+    }
+    int32_t first_needed = n_past - kv->window + 1 > 0 ? n_past - kv->window + 1 : 0;
+    return first_needed >= kv->ring_high - kv->ring_rows;
+}
+
+void kite_kv_copy_prefix(kite_kv_cache *dst, const kite_kv_cache *src, int32_t n) {
+    size_t head_bytes = src->row_bytes;
+    for (int32_t l = 0; l < src->n_layers; l++) {
+        bool ring = kite_kv_is_ring(src, l) || kite_kv_is_ring(dst, l);
+        int32_t keep = kite_kv_is_ring(dst, l) ? dst->layer_rows[l] : n;
+        if (kite_kv_is_ring(src, l) && src->layer_rows[l] < keep) keep = src->layer_rows[l];
+        int32_t p0 = ring && n > keep ? n - keep : 0;
+        for (int32_t h = 0; h < src->n_kv_heads; h++) {
+            if (!ring) { /* flat to flat: one block */
+                memcpy((char *)dst->k + kite_kv_offset(dst, l, h, 0), (const char *)src->k + kite_kv_offset(src, l, h, 0),
+                       head_bytes * (size_t)n);
+                memcpy((char *)dst->v + kite_kv_offset(dst, l, h, 0), (const char *)src->v + kite_kv_offset(src, l, h, 0),
+                       head_bytes * (size_t)n);
+                continue;
+            }
+            for (int32_t p = p0; p < n; p++) {
+                size_t to = kite_kv_offset(dst, l, h, kite_kv_row(dst, l, p)), from = kite_kv_offset(src, l, h, kite_kv_row(src, l, p));
+                memcpy((char *)dst->k + to, (const char *)src->k + from, head_bytes);
+                memcpy((char *)dst->v + to, (const char *)src->v + from, head_bytes);
+            }
+        }
+    }
+    dst->ring_high = n;
+}
+
 void kite_kv_cache_free(kite_kv_cache *kv) {
     free(kv->k);
     free(kv->v);
+    free(kv->layer_rows);
+    free(kv->layer_base);
     memset(kv, 0, sizeof *kv);
 }

@@ -15,6 +15,8 @@ typedef struct kite_layer_weights {
     float *v_bias;      /* [n_kv_heads * head_dim] or NULL */
     float *q_norm;      /* [head_dim] or NULL (Qwen3 per-head RMSNorm) */
     float *k_norm;      /* [head_dim] or NULL */
+    float *post_attn_norm; /* [dim] or NULL (Gemma 3: RMSNorm of the attention output before the residual add) */
+    float *post_ffn_norm;  /* [dim] or NULL (Gemma 3: RMSNorm of the FFN output before the residual add) */
     /* Matrices packed at load for the kernel set in kite_weights.kernels (rows x cols = output x input). */
     kite_packed_matrix wq;      /* [n_heads*head_dim rows, dim] */
     kite_packed_matrix wk;      /* [n_kv_heads*head_dim rows, dim] */
@@ -33,6 +35,8 @@ typedef struct kite_weights {
     float *output_norm;           /* [dim] */
     kite_layer_weights *layers;   /* [n_layers] */
     float *rope_inv_freq;         /* [head_dim / 2] radians per position, scaling applied */
+    float *rope_inv_freq_local;   /* [head_dim / 2] for sliding-window layers (base rope_theta_local, unscaled), or
+                                     NULL when there are none */
     kite_weight_arena arena;      /* the packed matrices' memory (kernels.h) */
 } kite_weights;
 
@@ -45,9 +49,15 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
                       kite_error *e);
 void kite_weights_free(kite_weights *w);
 
-/* Key/value cache of one session, [n_layers][n_kv_heads][n_ctx] rows of head_dim elements: IEEE f16 (as
- * llama.cpp keeps it by default; rounded to nearest even from the f32 projections), f32, or Q8_0 / Q4_0
- * blocks of 32 (quantized by the reference quantizers of quant/types.c, row by row). Head-major,
+/* Rows one forward pass may add past a sequence's committed context (first + n of kite_forward): a
+ * prompt chunk (KITE_PREFILL_CHUNK), a draft tree (1 + KITE_MAX_DRAFT nodes), a batch's prompt chunk
+ * (kite_batch caps it here). A sliding-window layer's ring holds window - 1 + this many rows, so a pass
+ * never overwrites a row that one of its own nodes still sees. */
+enum { KITE_KV_MAX_PASS = 64 };
+
+/* Key/value cache of one session, [n_layers][n_kv_heads][rows of the layer] rows of head_dim elements:
+ * IEEE f16 (as llama.cpp keeps it by default; rounded to nearest even from the f32 projections), f32, or
+ * Q8_0 / Q4_0 blocks of 32 (quantized by the reference quantizers of quant/types.c, row by row). Head-major,
  * so that one attention task (a KV head) streams its rows contiguously: with all heads of a position
  * side by side, a head's 128-byte slices sat 1 KiB apart and attention after 1000 positions ran at a
  * third of its in-cache speed. */
@@ -60,18 +70,46 @@ typedef struct kite_kv_cache {
     size_t row_bytes;    /* bytes of one head's row of head_dim elements */
     void *k;
     void *v;
+    /* Sliding-window layers (Gemma 3) keep a ring: position p lives in row p % ring_rows, so their memory
+     * follows the window, not the context. Global layers keep n_ctx rows, position p in row p. */
+    int32_t n_layers;
+    int32_t *layer_rows;  /* [n_layers] n_ctx, or ring_rows for a sliding-window layer */
+    size_t *layer_base;   /* [n_layers] the layer's first row (rows of row_bytes, all heads before it) */
+    int32_t window;       /* the model's sliding window (0: none) */
+    int32_t ring_rows;    /* window - 1 + KITE_KV_MAX_PASS when that is below n_ctx, else 0 (no ring) */
+    int32_t ring_high;    /* 1 + the highest position written to the rings: a position p is still held iff
+                             p >= ring_high - ring_rows */
+    size_t bytes;         /* k and v together */
 } kite_kv_cache;
 
-/* Byte offset of (layer, KV head, cache row) in k or v. */
+/* Byte offset of (layer, KV head, cache row) in k or v; row from kite_kv_row. */
 static inline size_t kite_kv_offset(const kite_kv_cache *kv, int32_t layer, int32_t head, int32_t row) {
-    return (((size_t)layer * (size_t)kv->n_kv_heads + (size_t)head) * (size_t)kv->n_ctx + (size_t)row) * kv->row_bytes;
+    return (kv->layer_base[layer] + (size_t)head * (size_t)kv->layer_rows[layer] + (size_t)row) * kv->row_bytes;
 }
+
+/* Whether layer's rows are a ring (kite_kv_cache). */
+static inline bool kite_kv_is_ring(const kite_kv_cache *kv, int32_t layer) { return kv->layer_rows[layer] < kv->n_ctx; }
+
+/* The cache row of position pos in layer. */
+static inline int32_t kite_kv_row(const kite_kv_cache *kv, int32_t layer, int32_t pos) {
+    return kite_kv_is_ring(kv, layer) ? pos % kv->layer_rows[layer] : pos;
+}
+
+/* Whether a context of n_past positions can continue from the cache (and so a session may rewind to
+ * it): every ring still holds the window before n_past. Rewinding to 0 always can (and forgets the
+ * rings' history). */
+bool kite_kv_can_rewind(kite_kv_cache *kv, int32_t n_past);
+
+/* Copies the rows of positions [0, n) from src to dst (same model and type), as far as dst's rings keep
+ * them; src must hold them (kite_kv_can_rewind(src, n)). */
+void kite_kv_copy_prefix(kite_kv_cache *dst, const kite_kv_cache *src, int32_t n);
 
 /* Bytes of one head's row of head_dim elements in a cache of the type; 0 for an unknown type or a
  * quantized one and a head size that is not a multiple of 32. */
 size_t kite_kv_row_bytes(kite_kv_type type, int32_t head_dim);
 
-/* Fails with KITE_ERR_INVALID_ARG for a quantized type and a head size that is not a multiple of 32. */
+/* Sliding-window layers get rings when the window is smaller than the context (kite_kv_cache). Fails
+ * with KITE_ERR_INVALID_ARG for a quantized type and a head size that is not a multiple of 32. */
 int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx, kite_kv_type type, kite_error *e);
 void kite_kv_cache_free(kite_kv_cache *kv);
 

@@ -150,7 +150,7 @@ static int collect(loader *ld, const char *hf_name, const kite_safetensors_tenso
                    int64_t *n_out, kite_error *e) {
     const kite_hparams *hp = &ld->src->hp;
     entry *en = &out[*n_out];
-    int r = kite_hf_canonical_name(hf_name, hp->n_layers, en->canon, sizeof en->canon);
+    int r = kite_hf_canonical_name_arch(hp->arch, hf_name, hp->n_layers, en->canon, sizeof en->canon);
     if (r == 0) {
         kite_log(KITE_LOG_DEBUG, "%s: ignoring tensor %s", file, hf_name);
         return KITE_OK;

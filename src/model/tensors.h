@@ -1,7 +1,8 @@
 /* What every loader produces: named tensors (views into mapped files) plus hyper-parameters.
  * Names are canonical, in GGUF's spelling: token_embd.weight, output_norm.weight, output.weight,
  * blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,attn_q_norm,attn_k_norm,ffn_norm,ffn_gate,
- * ffn_up,ffn_down}.weight and blk.N.attn_{q,k,v}.bias. Loaders of other formats translate. */
+ * ffn_up,ffn_down}.weight and blk.N.attn_{q,k,v}.bias; Gemma 3 adds blk.N.post_attention_norm.weight and
+ * blk.N.post_ffw_norm.weight. Loaders of other formats translate. */
 #ifndef KITE_MODEL_TENSORS_H
 #define KITE_MODEL_TENSORS_H
 
@@ -10,7 +11,10 @@
 
 #include "base/error.h"
 
-typedef enum kite_arch { KITE_ARCH_LLAMA = 0, KITE_ARCH_QWEN2 = 1, KITE_ARCH_QWEN3 = 2 } kite_arch;
+typedef enum kite_arch { KITE_ARCH_LLAMA = 0, KITE_ARCH_QWEN2 = 1, KITE_ARCH_QWEN3 = 2, KITE_ARCH_GEMMA3 = 3 } kite_arch;
+
+/* The FFN's gate activation: SiLU (SwiGLU: Llama, Qwen) or GELU with the tanh approximation (GeGLU: Gemma). */
+typedef enum kite_ffn_act { KITE_FFN_SILU = 0, KITE_FFN_GELU_TANH = 1 } kite_ffn_act;
 
 /* How RoPE pairs the dimensions of a head:
  *   INTERLEAVED: (x[2i], x[2i+1]) rotate together (llama2.c, llama.cpp's "norm" type, Llama GGUF
@@ -40,7 +44,23 @@ typedef struct kite_hparams {
     float rope_high_freq_factor;  /* llama3 */
     int32_t rope_orig_ctx;        /* llama3: original_max_position_embeddings */
     bool tied_embeddings;         /* output.weight absent: the embedding is reused */
+    /* Gemma 3 (zero elsewhere: each 0 means "as Llama does"). */
+    kite_ffn_act ffn_act;
+    float embd_scale;             /* embedding rows are multiplied by this (Gemma: sqrt(dim)); 0 = 1 */
+    float attn_scale;             /* attention scores' scale (Gemma: query_pre_attn_scalar^-1/2); 0 = head_dim^-1/2 */
+    float final_logit_softcap;    /* logits = c * tanh(logits / c) with c this; 0 = none (Gemma 2 had it, Gemma 3 not) */
+    float norm_weight_offset;     /* added to every RMSNorm weight at load: 1 for Hugging Face Gemma's x * (1 + w);
+                                     0 for GGUF, whose converter stored w + 1 */
+    int32_t sliding_window;       /* positions a local layer attends to, its own included; 0 = every layer global */
+    int32_t swa_period;           /* layer l is local iff l % swa_period < swa_period - 1 (Gemma 3: 6, five local then one
+                                     global); used only when sliding_window > 0 */
+    float rope_theta_local;       /* RoPE base of local layers, which take no RoPE scaling (Gemma 3: 10000) */
 } kite_hparams;
+
+/* Whether layer l attends over a sliding window (a local layer) rather than the whole context. */
+static inline bool kite_layer_is_local(const kite_hparams *hp, int32_t l) {
+    return hp->sliding_window > 0 && hp->swa_period > 0 && l % hp->swa_period < hp->swa_period - 1;
+}
 
 typedef struct kite_tensor {
     char name[96];       /* canonical name, NUL-terminated */

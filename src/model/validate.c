@@ -69,6 +69,14 @@ static int check_hparams(const kite_source *src, kite_error *e) {
     if (hp->rope_scaling != KITE_ROPE_SCALING_NONE && (!(hp->rope_factor > 0.0f) || !isfinite(hp->rope_factor)))
         return kite_fail(e, KITE_ERR_FORMAT, "%s: rope scaling factor %g must be positive", src->format,
                          (double)hp->rope_factor);
+    if (hp->sliding_window < 0 || hp->swa_period < 0 ||
+        (hp->sliding_window > 0 && (!(hp->rope_theta_local > 0.0f) || !isfinite(hp->rope_theta_local))))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: sliding window %d, pattern %d, local RoPE base %g are inconsistent",
+                         src->format, hp->sliding_window, hp->swa_period, (double)hp->rope_theta_local);
+    if (!(hp->final_logit_softcap >= 0.0f) || !isfinite(hp->final_logit_softcap) || !(hp->attn_scale >= 0.0f) ||
+        !isfinite(hp->attn_scale) || !(hp->embd_scale >= 0.0f) || !isfinite(hp->embd_scale))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: soft-cap %g, attention scale %g or embedding scale %g is invalid",
+                         src->format, (double)hp->final_logit_softcap, (double)hp->attn_scale, (double)hp->embd_scale);
     return KITE_OK;
 }
 
@@ -83,7 +91,8 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
     if (!kite_source_find(src, "output.weight") && !hp->tied_embeddings)
         return kite_fail(e, KITE_ERR_FORMAT, "%s: output.weight is missing and the embeddings are not tied", src->format);
 
-    const bool need_bias = hp->arch == KITE_ARCH_QWEN2, need_qk_norm = hp->arch == KITE_ARCH_QWEN3;
+    const bool gemma3 = hp->arch == KITE_ARCH_GEMMA3;
+    const bool need_bias = hp->arch == KITE_ARCH_QWEN2, need_qk_norm = hp->arch == KITE_ARCH_QWEN3 || gemma3;
     char name[96];
 #define CHECK(suffix, required, n_dims, ne0, ne1)                                              \
     do {                                                                                       \
@@ -105,6 +114,8 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
         CHECK("ffn_gate.weight", true, 2, hp->dim, hp->ffn_dim);
         CHECK("ffn_up.weight", true, 2, hp->dim, hp->ffn_dim);
         CHECK("ffn_down.weight", true, 2, hp->ffn_dim, hp->dim);
+        CHECK("post_attention_norm.weight", gemma3, 1, hp->dim, 1);
+        CHECK("post_ffw_norm.weight", gemma3, 1, hp->dim, 1);
     }
 #undef CHECK
     return KITE_OK;

@@ -30,6 +30,15 @@ static int vector_f32(const kite_source *src, const char *name, int64_t expect_l
     return KITE_OK;
 }
 
+/* An RMSNorm weight: as vector_f32, plus the format's offset (Hugging Face Gemma stores w for 1 + w). */
+static int norm_f32(const kite_source *src, const char *name, int64_t expect_len, bool required, float **out,
+                    kite_error *e) {
+    int st = vector_f32(src, name, expect_len, required, out, e);
+    if (st || !*out || src->hp.norm_weight_offset == 0.0f) return st;
+    for (int64_t i = 0; i < expect_len; i++) (*out)[i] += src->hp.norm_weight_offset;
+    return KITE_OK;
+}
+
 static const kite_tensor *matrix(const kite_source *src, const char *name, int64_t rows, int64_t cols, kite_error *e) {
     const kite_tensor *t = kite_source_find(src, name);
     if (!t) {
@@ -126,6 +135,16 @@ static int rope_table(kite_weights *w, const kite_source *src, kite_error *e) {
         w->rope_inv_freq[i] = (float)freq;
     }
     free(freq_factors);
+    /* Sliding-window layers (Gemma 3) rotate with their own base and no scaling, as llama.cpp's
+     * rope_freq_base_train_swa / rope_freq_scale_train_swa = 1 and transformers' rope_local_base_freq. */
+    bool any_local = false;
+    for (int32_t l = 0; l < hp->n_layers; l++) any_local = any_local || kite_layer_is_local(hp, l);
+    if (any_local) {
+        w->rope_inv_freq_local = malloc(sizeof(float) * (size_t)half);
+        if (!w->rope_inv_freq_local) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+        for (int32_t i = 0; i < half; i++)
+            w->rope_inv_freq_local[i] = (float)pow((double)hp->rope_theta_local, -2.0 * i / (double)hp->head_dim);
+    }
     return KITE_OK;
 }
 
@@ -148,7 +167,7 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
     } else {
         jobs[n_jobs++] = (pack_job){w->tok_embd, &w->output, true};
     }
-    if ((st = vector_f32(src, "output_norm.weight", dim, true, &w->output_norm, e))) goto fail;
+    if ((st = norm_f32(src, "output_norm.weight", dim, true, &w->output_norm, e))) goto fail;
     w->layers = calloc((size_t)hp->n_layers, sizeof *w->layers);
     if (!w->layers) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
     for (int32_t l = 0; l < hp->n_layers; l++) {
@@ -169,14 +188,17 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
         MATRIX(w_up, "ffn_up.weight", hp->ffn_dim, dim);
         MATRIX(w_down, "ffn_down.weight", dim, hp->ffn_dim);
 #undef MATRIX
-        bool qwen3 = hp->arch == KITE_ARCH_QWEN3;
-        if ((st = vector_f32(src, NAME("attn_norm.weight"), dim, true, &L->attn_norm, e))) goto fail;
-        if ((st = vector_f32(src, NAME("ffn_norm.weight"), dim, true, &L->ffn_norm, e))) goto fail;
+        bool qk_norm = hp->arch == KITE_ARCH_QWEN3 || hp->arch == KITE_ARCH_GEMMA3;
+        bool gemma3 = hp->arch == KITE_ARCH_GEMMA3;
+        if ((st = norm_f32(src, NAME("attn_norm.weight"), dim, true, &L->attn_norm, e))) goto fail;
+        if ((st = norm_f32(src, NAME("ffn_norm.weight"), dim, true, &L->ffn_norm, e))) goto fail;
+        if ((st = norm_f32(src, NAME("post_attention_norm.weight"), dim, gemma3, &L->post_attn_norm, e))) goto fail;
+        if ((st = norm_f32(src, NAME("post_ffw_norm.weight"), dim, gemma3, &L->post_ffn_norm, e))) goto fail;
         if ((st = vector_f32(src, NAME("attn_q.bias"), q_width, false, &L->q_bias, e))) goto fail;
         if ((st = vector_f32(src, NAME("attn_k.bias"), kv_dim, false, &L->k_bias, e))) goto fail;
         if ((st = vector_f32(src, NAME("attn_v.bias"), kv_dim, false, &L->v_bias, e))) goto fail;
-        if ((st = vector_f32(src, NAME("attn_q_norm.weight"), hp->head_dim, qwen3, &L->q_norm, e))) goto fail;
-        if ((st = vector_f32(src, NAME("attn_k_norm.weight"), hp->head_dim, qwen3, &L->k_norm, e))) goto fail;
+        if ((st = norm_f32(src, NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm, e))) goto fail;
+        if ((st = norm_f32(src, NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm, e))) goto fail;
 #undef NAME
     }
     if ((st = pack_matrices(w, src, jobs, n_jobs, progress, progress_user_data, e))) goto fail;
@@ -198,7 +220,7 @@ void kite_weights_free(kite_weights *w) {
             kite_packed_matrix_free(&L->wo); kite_packed_matrix_free(&L->w_gate); kite_packed_matrix_free(&L->w_up);
             kite_packed_matrix_free(&L->w_down);
             free(L->attn_norm); free(L->ffn_norm); free(L->q_bias); free(L->k_bias); free(L->v_bias);
-            free(L->q_norm); free(L->k_norm);
+            free(L->q_norm); free(L->k_norm); free(L->post_attn_norm); free(L->post_ffn_norm);
         }
     }
     free(w->layers);
@@ -206,5 +228,6 @@ void kite_weights_free(kite_weights *w) {
     kite_weight_arena_free(&w->arena); /* after the matrices carved from it */
     free(w->output_norm);
     free(w->rope_inv_freq);
+    free(w->rope_inv_freq_local);
     memset(w, 0, sizeof *w);
 }

@@ -482,6 +482,8 @@ int kite_spec_catch_up(kite_spec_state *st, kite_session *s, kite_error *e) {
     int32_t P = s->n_past, common = 0;
     int32_t limit = d->n_past < P ? d->n_past : P;
     while (common < limit && d->history[common] == s->history[common]) common++;
+    if (!kite_kv_can_rewind(&d->kv, common)) common = 0; /* its rings lost the window: run it all again */
+    if (common == 0) (void)kite_kv_can_rewind(&d->kv, 0);
     d->n_past = common;
     d->unfed_token = -1;
     return common < P ? kite_session_run_chain(d, s->history + common, (size_t)(P - common), NULL, e) : KITE_OK;

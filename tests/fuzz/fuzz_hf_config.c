@@ -17,6 +17,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             hp.head_dim < 2 || hp.head_dim % 2 != 0 || hp.n_vocab < 1 || !(hp.rms_eps > 0) || !(hp.rope_theta > 0) ||
             bos >= hp.n_vocab || eos >= hp.n_vocab)
             abort();
+        /* Gemma 3's: a positive window and finite scales */
+        if (hp.arch == KITE_ARCH_GEMMA3 &&
+            (hp.sliding_window < 1 || hp.swa_period < 0 || !(hp.attn_scale > 0) || !(hp.rope_theta_local > 0) ||
+             !(hp.final_logit_softcap >= 0) || !(hp.embd_scale > 0)))
+            abort();
     }
     kite_gen_params p = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .repeat_penalty = 1.0f};
     if (kite_hf_parse_generation_config((const char *)data, size, "generation_config.json", &p, &bos, &eos, &e) ==
@@ -30,5 +35,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     name[n] = 0;
     char out[96];
     kite_hf_canonical_name(name, 64, out, sizeof out);
+    kite_hf_canonical_name_arch(KITE_ARCH_GEMMA3, name, 64, out, sizeof out);
     return 0;
 }

@@ -116,13 +116,70 @@ static void test_arch_and_defaults(void **state) {
     assert_int_equal(eos, 7); /* a list: the first */
 
     expect_fail("{\"model_type\":\"gemma3\",\"hidden_size\":64}", KITE_ERR_UNSUPPORTED,
-                "unsupported architecture 'gemma3' (model_type in config.json); kite runs llama, qwen2, qwen3");
+                "unsupported architecture 'gemma3' (model_type in config.json); kite runs llama, qwen2, qwen3, gemma3_text");
     expect_fail("{\"architectures\":[\"MistralForCausalLM\"]}", KITE_ERR_UNSUPPORTED, "'MistralForCausalLM' (architectures");
     expect_fail("{\"hidden_size\":64}", KITE_ERR_FORMAT, "architecture");
     expect_fail("{\"model_type\":5}", KITE_ERR_FORMAT, "model_type");
     expect_fail("not json", KITE_ERR_FORMAT, "invalid JSON");
     expect_fail("[]", KITE_ERR_FORMAT, "not a JSON object");
     expect_fail("", KITE_ERR_FORMAT, "invalid JSON");
+}
+
+/* Gemma 3's text config: transformers' defaults, the periodic layer pattern from layer_types or
+ * sliding_window_pattern, and the names of its norms. */
+static void test_gemma3(void **state) {
+    (void)state;
+    kite_hparams hp;
+    int32_t bos, eos;
+    kite_error e;
+#define G3 "\"model_type\":\"gemma3_text\",\"hidden_size\":64,\"intermediate_size\":100,\"num_hidden_layers\":6," \
+           "\"num_attention_heads\":4,\"num_key_value_heads\":1,\"vocab_size\":300"
+    assert_int_equal(parse("{" G3 "}", &hp, &bos, &eos, &e), KITE_OK);
+    assert_int_equal(hp.arch, KITE_ARCH_GEMMA3);
+    assert_int_equal(hp.head_dim, 256);          /* Gemma3TextConfig's default, not hidden / heads */
+    assert_float_equal(hp.rope_theta, 1e6f, 0.0f);
+    assert_true(hp.tied_embeddings);
+    assert_int_equal(hp.ffn_act, KITE_FFN_GELU_TANH);
+    assert_float_equal(hp.embd_scale, 8.0f, 1e-6f);
+    assert_float_equal(hp.attn_scale, 1.0f / 16.0f, 1e-7f); /* query_pre_attn_scalar 256 */
+    assert_float_equal(hp.norm_weight_offset, 1.0f, 0.0f);
+    assert_int_equal(hp.sliding_window, 4096);
+    assert_int_equal(hp.swa_period, 6);
+    assert_float_equal(hp.rope_theta_local, 10000.0f, 0.0f);
+    assert_float_equal(hp.final_logit_softcap, 0.0f, 0.0f);
+    for (int l = 0; l < 6; l++) assert_int_equal(kite_layer_is_local(&hp, l), l != 5);
+    assert_int_equal(parse("{" G3 ",\"head_dim\":16,\"query_pre_attn_scalar\":64,\"sliding_window\":32,"
+                           "\"rope_local_base_freq\":5000,\"final_logit_softcapping\":30.0,\"tie_word_embeddings\":false,"
+                           "\"layer_types\":[\"sliding_attention\",\"full_attention\",\"sliding_attention\",\"full_attention\","
+                           "\"sliding_attention\",\"full_attention\"]}", &hp, &bos, &eos, &e), KITE_OK);
+    assert_int_equal(hp.head_dim, 16);
+    assert_float_equal(hp.attn_scale, 0.125f, 1e-7f);
+    assert_int_equal(hp.sliding_window, 32);
+    assert_int_equal(hp.swa_period, 2);
+    assert_float_equal(hp.rope_theta_local, 5000.0f, 0.0f);
+    assert_float_equal(hp.final_logit_softcap, 30.0f, 0.0f);
+    assert_false(hp.tied_embeddings);
+    expect_fail("{" G3 ",\"layer_types\":[\"sliding_attention\",\"full_attention\",\"full_attention\",\"full_attention\","
+                "\"sliding_attention\",\"full_attention\"]}", KITE_ERR_UNSUPPORTED, "layer_types[2] breaks the periodic pattern");
+    expect_fail("{" G3 ",\"layer_types\":[\"sliding_attention\"]}", KITE_ERR_FORMAT, "list of 6 strings");
+    expect_fail("{" G3 ",\"layer_types\":[1,2,3,4,5,6]}", KITE_ERR_FORMAT, "layer_types[0] is neither");
+    expect_fail("{" G3 ",\"hidden_activation\":\"relu\"}", KITE_ERR_UNSUPPORTED, "hidden_activation 'relu'");
+    expect_fail("{" G3 ",\"attn_logit_softcapping\":50.0}", KITE_ERR_UNSUPPORTED, "attn_logit_softcapping");
+    expect_fail("{" G3 ",\"sliding_window\":0}", KITE_ERR_FORMAT, "sliding_window");
+#undef G3
+    char out[96];
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_GEMMA3, "model.layers.2.post_attention_layernorm.weight", 6, out, sizeof out), 1);
+    assert_string_equal(out, "blk.2.post_attention_norm.weight");
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_GEMMA3, "model.layers.0.pre_feedforward_layernorm.weight", 6, out, sizeof out), 1);
+    assert_string_equal(out, "blk.0.ffn_norm.weight");
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_GEMMA3, "model.layers.5.post_feedforward_layernorm.weight", 6, out, sizeof out), 1);
+    assert_string_equal(out, "blk.5.post_ffw_norm.weight");
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_GEMMA3, "model.layers.6.post_feedforward_layernorm.weight", 6, out, sizeof out), -1);
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_GEMMA3, "model.layers.1.self_attn.q_norm.weight", 6, out, sizeof out), 1);
+    assert_string_equal(out, "blk.1.attn_q_norm.weight");
+    /* Llama's post_attention_layernorm is the FFN's pre-norm */
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_LLAMA, "model.layers.2.post_attention_layernorm.weight", 6, out, sizeof out), 1);
+    assert_string_equal(out, "blk.2.ffn_norm.weight");
 }
 
 #define BASE "\"model_type\":\"llama\",\"intermediate_size\":100,\"num_hidden_layers\":2,\"vocab_size\":300"
@@ -291,7 +348,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_tinystories), cmocka_unit_test(test_qwen3), cmocka_unit_test(test_arch_and_defaults),
         cmocka_unit_test(test_ranges), cmocka_unit_test(test_rope_scaling), cmocka_unit_test(test_generation_config),
-        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_names), cmocka_unit_test(test_gemma3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

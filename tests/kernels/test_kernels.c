@@ -642,6 +642,80 @@ static void test_silu_mul(void **state) {
     }
 }
 
+/* gelu_mul (GeGLU) on every level against gelu-tanh in double precision, written as x * sigmoid(z) with
+ * z = 2 sqrt(2/pi) x (1 + 0.044715 x^2) (the same function as 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))),
+ * checked against that form too where it does not cancel). Bound: z carries a few ulp of relative error,
+ * which the sigmoid turns into about |z| times as much where it is e^z-like, so the relative error of the
+ * product is at most 2e-6 + 4e-7 |z| (plus 1e-33 where the exponential flushes to 0); odd lengths (bodies
+ * and tails), batch invariance across call splits, +inf and NaN. */
+#define GELU_BOUND 2e-6
+#define GELU_Z_BOUND 4e-7
+static void test_gelu_mul(void **state) {
+    (void)state;
+    static const int64_t lengths[] = {1, 3, 4, 7, 8, 15, 16, 17, 33, 1000};
+    static const float edges[] = {0.0f, -0.0f, 10.0f, -10.0f, 5.0f, -5.0f, 200.0f, -200.0f, 1e-30f, -1e-30f, 0.5f, -0.5f};
+    rng_state = 77;
+    for (size_t li = 0; li < sizeof all_levels / sizeof all_levels[0]; li++) {
+        const kite_kernel_set *ks = kite_kernels_for(all_levels[li]);
+        if (!ks) continue;
+        assert_non_null(ks->gelu_mul);
+        double worst = 0.0;
+        for (size_t c = 0; c < sizeof lengths / sizeof lengths[0]; c++) {
+            const int64_t n = lengths[c];
+            float *gate = malloc(sizeof(float) * (size_t)n), *up = malloc(sizeof(float) * (size_t)n);
+            float *orig = malloc(sizeof(float) * (size_t)n);
+            assert_non_null(gate); assert_non_null(up); assert_non_null(orig);
+            for (int64_t i = 0; i < n; i++) {
+                gate[i] = i < (int64_t)(sizeof edges / sizeof edges[0]) && n >= 16 ? edges[i] : rng_uniform() * 8.0f;
+                up[i] = rng_normalish();
+                orig[i] = gate[i];
+            }
+            ks->gelu_mul(gate, up, n);
+            for (int64_t i = 0; i < n; i++) {
+                const double x = orig[i], z = 1.5957691216057308 * x * (1.0 + 0.044715 * x * x);
+                const double exact = x / (1.0 + exp(-z)) * (double)up[i];
+                if (fabs(x) < 3.0) { /* the tanh form agrees where neither cancels */
+                    const double tanh_form = 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))) * up[i];
+                    assert_true(fabs(tanh_form - exact) <= 1e-12 * (fabs(exact) + 1e-300) + 1e-300);
+                }
+                const double err = fabs((double)gate[i] - exact), bound = GELU_BOUND + GELU_Z_BOUND * fabs(z);
+                if (!(err <= bound * fabs(exact) + 1e-33))
+                    fail_msg("%s: gelu(%g) * %g = %.9g, exact %.9g (n %lld, i %lld)", ks->name, x, up[i], gate[i], exact,
+                             (long long)n, (long long)i);
+                if (fabs(z) < 87.0 && exact != 0.0 && err / fabs(exact) / bound > worst) worst = err / fabs(exact) / bound;
+            }
+            free(gate); free(up); free(orig);
+        }
+        {
+            enum { N = 1000 };
+            static float g_whole[N], g_pieces[N], u[N];
+            for (int i = 0; i < N; i++) {
+                g_whole[i] = g_pieces[i] = rng_uniform() * 6.0f;
+                u[i] = rng_normalish();
+            }
+            ks->gelu_mul(g_whole, u, N);
+            for (int i = 0; i < N;) {
+                int len = 1 + (int)((rng_uniform() + 1.0f) * 18.0f); /* 1 .. 37 */
+                if (len > N - i) len = N - i;
+                ks->gelu_mul(g_pieces + i, u + i, len);
+                i += len;
+            }
+            for (int i = 0; i < N; i++)
+                if (memcmp(&g_whole[i], &g_pieces[i], sizeof(float)))
+                    fail_msg("%s: gelu_mul of element %d differs between one call and calls of odd lengths", ks->name, i);
+        }
+        float special[19], up1[19];
+        for (int i = 0; i < 19; i++) special[i] = 1.0f, up1[i] = 1.0f;
+        special[0] = INFINITY, special[1] = NAN, special[17] = NAN, special[18] = INFINITY;
+        ks->gelu_mul(special, up1, 19);
+        assert_true(isinf(special[0]) && special[0] > 0);
+        assert_true(isnan(special[1]) && isnan(special[17]));
+        assert_true(isinf(special[18]) && special[18] > 0);
+        print_message("gelu_mul  %-12s worst error %.3g of the bound (relative %g + %g |z|)\n", ks->name, worst, GELU_BOUND,
+                      GELU_Z_BOUND);
+    }
+}
+
 /* f32_to_f16 on every level gives kite_f32_to_fp16's bits (the KV cache must not depend on the level):
  * random values over the half range and beyond, every rounding tie, subnormals, overflow to inf, +-0,
  * +-inf; a NaN stays a NaN (hardware keeps payload bits the scalar code drops). Odd lengths cover the
@@ -814,6 +888,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_silu_mul),
+        cmocka_unit_test(test_gelu_mul),
         cmocka_unit_test(test_f32_to_f16),
         cmocka_unit_test(test_pack_rejects),
         cmocka_unit_test(test_simd_levels_pack_their_own_layout),

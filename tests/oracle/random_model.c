@@ -50,6 +50,21 @@ bool oracle_default_spec(const char *arch, oracle_spec *s) {
         };
         return true;
     }
+    if (strcmp(arch, "gemma3") == 0) {
+        /* Gemma 3 in miniature: layer 0 local (window 16, RoPE base 10000), layer 1 global (base 1e6 with
+         * linear scaling 8, as Gemma 3 4B), head_dim 32 given explicitly (4 x 32 != dim 64), tied. The
+         * prompts run to ~90 positions, far past the window. The Qwen3 tokenizer stands in for Gemma's
+         * SentencePiece one (the architecture does not depend on the vocabulary). */
+        *s = (oracle_spec){
+            .arch = "gemma3", .hf_model_type = "gemma3_text", .hf_class = "Gemma3ForCausalLM", .tokenizer_pre = "qwen2",
+            .bos_text = "<|endoftext|>", .eos_text = "<|im_end|>", .add_bos = false,
+            .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32, .explicit_head_dim = true,
+            .ffn_dim = 192, .n_vocab = 151936, .n_ctx_train = 512, .rms_eps = 1e-6f, .rope_theta = 1000000.0f,
+            .qk_norm = true, .tied_embeddings = true, .sliding_window = 16, .swa_period = 2, .rope_linear_factor = 8.0f,
+            .seed = 0x6e3a3ull,
+        };
+        return true;
+    }
     if (strcmp(arch, "qwen3") == 0) {
         /* Qwen3: QK-norm, head_dim 32 given explicitly (4 heads x 32 = 128 != dim 64), tied embeddings. */
         *s = (oracle_spec){
@@ -112,6 +127,7 @@ typedef struct hf_tensor {
     int32_t rows, cols;     /* a vector has rows = 0 */
     bool f16;               /* stored as F16 in both files */
     int permute_heads;      /* > 0: Llama q/k, permuted for the GGUF with this many heads */
+    bool hf_minus_one;      /* a Gemma norm weight: data is the GGUF's w + 1, the HF file gets data - 1 */
     float *data;            /* [rows or 1][cols], already rounded to F16 when f16 */
 } hf_tensor;
 
@@ -167,6 +183,7 @@ static int make_weights(const oracle_spec *s, model_weights *w, errbuf *e) {
     const double embd_std = 2.5 / sqrt(dim);
     const int32_t q_rows = s->n_heads * s->head_dim, kv_rows = s->n_kv_heads * s->head_dim;
     const bool llama = strcmp(s->arch, "llama") == 0; /* q/k permuted for interleaved RoPE in the GGUF */
+    const bool gemma = strcmp(s->arch, "gemma3") == 0;
     char hf[96], gg[96];
     hf_tensor *t;
     if (!(t = add_tensor(w, s->seed, "model.embed_tokens.weight", "token_embd.weight", s->n_vocab, s->dim, 0.0, embd_std, e)))
@@ -178,6 +195,7 @@ static int make_weights(const oracle_spec *s, model_weights *w, errbuf *e) {
          snprintf(gg, sizeof gg, "blk.%d.%s", l, gguf_suffix),                                               \
          (t = add_tensor(w, s->seed, hf, gg, rows, cols, mean, std, e)))
         if (!ADD("input_layernorm.weight", "attn_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
+        t->hf_minus_one = gemma;
         /* Raw q/k have unit-ish variance per component; with QK-norm the norm weights (about 1.6)
          * set the scale instead, so skipping the norm changes the attention temperature. */
         double qk_std = (s->qk_norm ? 1.0 : 1.5) / sqrt(dim);
@@ -195,16 +213,29 @@ static int make_weights(const oracle_spec *s, model_weights *w, errbuf *e) {
         if (s->qk_norm) {
             bool unit = s->variant == ORACLE_VARIANT_UNIT_QK_NORM;
             if (!ADD("self_attn.q_norm.weight", "attn_q_norm.weight", 0, s->head_dim, unit ? 1.0 : 1.6, unit ? 0.0 : 0.2)) return -1;
+            t->hf_minus_one = gemma;
             if (!ADD("self_attn.k_norm.weight", "attn_k_norm.weight", 0, s->head_dim, unit ? 1.0 : 1.6, unit ? 0.0 : 0.2)) return -1;
+            t->hf_minus_one = gemma;
         }
         if (!ADD("self_attn.o_proj.weight", "attn_output.weight", s->dim, q_rows, 0.0, 1.5 * embd_std / sqrt(qw))) return -1;
-        if (!ADD("post_attention_layernorm.weight", "ffn_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
+        if (gemma) {
+            /* Gemma's norms of the attention output, the FFN input and the FFN output. */
+            if (!ADD("post_attention_layernorm.weight", "post_attention_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
+            t->hf_minus_one = true;
+            if (!ADD("pre_feedforward_layernorm.weight", "ffn_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
+            t->hf_minus_one = true;
+            if (!ADD("post_feedforward_layernorm.weight", "post_ffw_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
+            t->hf_minus_one = true;
+        } else if (!ADD("post_attention_layernorm.weight", "ffn_norm.weight", 0, s->dim, 1.0, 0.1)) {
+            return -1;
+        }
         if (!ADD("mlp.gate_proj.weight", "ffn_gate.weight", s->ffn_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
         if (!ADD("mlp.up_proj.weight", "ffn_up.weight", s->ffn_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
         if (!ADD("mlp.down_proj.weight", "ffn_down.weight", s->dim, s->ffn_dim, 0.0, 2.5 * embd_std / sqrt(ffn))) return -1;
 #undef ADD
     }
-    if (!add_tensor(w, s->seed, "model.norm.weight", "output_norm.weight", 0, s->dim, 1.0, 0.1, e)) return -1;
+    if (!(t = add_tensor(w, s->seed, "model.norm.weight", "output_norm.weight", 0, s->dim, 1.0, 0.1, e))) return -1;
+    t->hf_minus_one = gemma;
     if (!s->tied_embeddings && !add_tensor(w, s->seed, "lm_head.weight", "output.weight", s->n_vocab, s->dim, 0.0, embd_std, e))
         return -1;
     return 0;
@@ -384,6 +415,17 @@ static int write_gguf(const oracle_spec *s, const model_weights *w, const vocab 
         kite_gguf_w_u32(g, KEY("rope.dimension_count"), (uint32_t)s->head_dim);
         kite_gguf_w_u32(g, KEY("vocab_size"), (uint32_t)s->n_vocab);
     }
+    if (strcmp(s->arch, "gemma3") == 0) {
+        /* As Gemma3Model.set_gguf_parameters: the window (its pattern is llama.cpp's default 6 unless given,
+         * so a model of another period must say it) and linear scaling of the global layers. */
+        uint32_t window = s->variant == ORACLE_VARIANT_WIDE_WINDOW ? 4096u : (uint32_t)s->sliding_window;
+        if (window) kite_gguf_w_u32(g, KEY("attention.sliding_window"), window);
+        if (s->swa_period != 6) kite_gguf_w_u32(g, KEY("attention.sliding_window_pattern"), (uint32_t)s->swa_period);
+        if (s->rope_linear_factor > 0.0f) {
+            kite_gguf_w_str(g, KEY("rope.scaling.type"), "linear");
+            kite_gguf_w_f32(g, KEY("rope.scaling.factor"), s->rope_linear_factor);
+        }
+    }
 #undef KEY
     kite_gguf_w_str(g, "tokenizer.ggml.model", "gpt2");
     kite_gguf_w_str(g, "tokenizer.ggml.pre", s->tokenizer_pre);
@@ -470,7 +512,9 @@ static int write_config(const oracle_spec *s, const vocab *v, const char *dir, e
     /* float -> double is exact, and jansson prints round-trip digits, so the reader gets the same float. */
     json_object_set_new(c, "rms_norm_eps", json_real((double)s->rms_eps));
     json_object_set_new(c, "rope_theta", json_real((double)s->rope_theta));
-    if (s->llama3_rope && s->variant != ORACLE_VARIANT_NO_ROPE_SCALING)
+    if (s->rope_linear_factor > 0.0f)
+        json_object_set_new(c, "rope_scaling", json_pack("{s:s, s:f}", "rope_type", "linear", "factor", (double)s->rope_linear_factor));
+    else if (s->llama3_rope && s->variant != ORACLE_VARIANT_NO_ROPE_SCALING)
         json_object_set_new(c, "rope_scaling",
                             json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", (double)s->rope_factor,
                                       "low_freq_factor", (double)s->rope_low_freq_factor, "high_freq_factor",
@@ -481,7 +525,18 @@ static int write_config(const oracle_spec *s, const vocab *v, const char *dir, e
     json_object_set_new(c, "tie_word_embeddings", json_boolean(s->tied_embeddings));
     json_object_set_new(c, "bos_token_id", json_integer(v->bos));
     json_object_set_new(c, "eos_token_id", json_integer(v->eos));
-    json_object_set_new(c, "hidden_act", json_string("silu"));
+    if (strcmp(s->arch, "gemma3") == 0) {
+        /* transformers' Gemma3TextConfig keys; query_pre_attn_scalar = head_dim, as llama.cpp assumes. */
+        json_object_set_new(c, "hidden_activation", json_string("gelu_pytorch_tanh"));
+        json_object_set_new(c, "query_pre_attn_scalar", json_integer(s->head_dim));
+        json_object_set_new(c, "sliding_window", json_integer(s->sliding_window));
+        json_object_set_new(c, "sliding_window_pattern", json_integer(s->swa_period));
+        json_object_set_new(c, "rope_local_base_freq", json_real(10000.0));
+        json_object_set_new(c, "final_logit_softcapping", json_null());
+        json_object_set_new(c, "attn_logit_softcapping", json_null());
+    } else {
+        json_object_set_new(c, "hidden_act", json_string("silu"));
+    }
     json_object_set_new(c, "torch_dtype", json_string("float32"));
     if (strcmp(s->arch, "llama") == 0) {
         json_object_set_new(c, "attention_bias", json_false());
@@ -538,6 +593,12 @@ static int write_safetensors(const model_weights *w, const char *dir, errbuf *e)
             for (size_t k = 0; k < count; k++) half[k] = kite_f32_to_fp16(t->data[k]);
             ok = fwrite(half, sizeof *half, count, f) == count;
             free(half);
+        } else if (t->hf_minus_one) {
+            float *shifted = malloc(count * sizeof *shifted);
+            if (!shifted) { ok = false; break; }
+            for (size_t k = 0; k < count; k++) shifted[k] = t->data[k] - 1.0f; /* exact for w in [0.5, 2] */
+            ok = fwrite(shifted, sizeof(float), count, f) == count;
+            free(shifted);
         } else {
             ok = fwrite(t->data, sizeof(float), count, f) == count;
         }

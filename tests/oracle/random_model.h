@@ -21,6 +21,7 @@ typedef enum oracle_variant {
     ORACLE_VARIANT_NO_ROPE_SCALING = 1, /* llama: rope_freqs.weight left out (Llama-3 scaling ignored) */
     ORACLE_VARIANT_ZERO_QKV_BIAS = 2,   /* qwen2: q/k/v biases all zero (as if the bias were dropped) */
     ORACLE_VARIANT_UNIT_QK_NORM = 3,    /* qwen3: q_norm/k_norm weights all one (norm weights ignored) */
+    ORACLE_VARIANT_WIDE_WINDOW = 4,     /* gemma3: sliding window 4096 (the window ignored, all else intact) */
 } oracle_variant;
 
 typedef struct oracle_spec {
@@ -52,6 +53,11 @@ typedef struct oracle_spec {
     bool tied_embeddings;      /* no output.weight / lm_head.weight */
     bool f16_embeddings;       /* token_embd / embed_tokens stored as F16 (only when not tied, so the
                                   output matmul stays F32 in both engines) */
+    /* Gemma 3 (arch "gemma3"): GeGLU, post-norms, embedding scale, QK-norm; norm weights written as w + 1
+     * in the GGUF (as the converter does) and as w in the HF folder (for x * (1 + w)). */
+    int32_t sliding_window;    /* local layers' window, 0 = none */
+    int32_t swa_period;        /* sliding_window_pattern: period - 1 local layers, then a global one */
+    float rope_linear_factor;  /* global layers' linear RoPE scaling factor, 0 = none */
     uint64_t seed;
     oracle_variant variant;
 } oracle_spec;

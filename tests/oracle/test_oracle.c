@@ -69,8 +69,14 @@
  * so the order of the q.k sums) and the source of the RoPE divisors (rope_freqs.weight vs config.json's
  * rope_scaling) differ. */
 #define HF_LOGIT_BOUND 2e-4
+/* Gemma 3's GeGLU: llama.cpp's CPU GELU (ggml_vec_geglu_f32 with GGML_GELU_FP16) rounds its input to f16
+ * and reads the activation from an f16 table, a relative error up to 2^-11 on every FFN activation that
+ * kite (gelu-tanh in f32) does not make. Measured over the gemma3 case: TV 2.8e-4, |dp| 1.2e-4,
+ * |dlog p| 2.7e-3. Its bounds (TV, |dp|, |dlog p|) are these times GEMMA3_BOUND_SCALE (1e-3, 3e-4, 1e-2:
+ * 2.5-3.7x above the measurement) and its negative control must exceed 100x the scaled TV bound. */
+#define GEMMA3_BOUND_SCALE 10.0
 
-enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 3 };
+enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 4 };
 
 /* node-llama-cpp hands over each position's distribution as a Map of the whole vocabulary, about 0.15 s
  * of CPU per position, so llama.cpp returns every position of the short prompts but only every third
@@ -134,6 +140,8 @@ static arch_case CASES[N_ARCHS] = {
      .control_what = "q/k/v biases zeroed", .prompts = QWEN_PROMPTS},
     {.arch = "qwen3", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_UNIT_QK_NORM,
      .control_what = "QK-norm weights set to one", .prompts = QWEN_PROMPTS},
+    {.arch = "gemma3", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_WIDE_WINDOW,
+     .control_what = "sliding window 4096 instead of 16", .prompts = QWEN_PROMPTS},
 };
 
 static char TMP_DIR[4096];
@@ -546,9 +554,12 @@ static void compare_probs(const float *logits, const float *probs, int prompt, c
     free(p);
 }
 
-static bool within_bounds(const diff_stats *d) {
-    return d->max_tv <= TV_BOUND && d->max_dp <= DP_BOUND && d->max_logp <= LOGP_BOUND && d->top1_disagree == 0 &&
-           d->max_sum_dev <= SUM_BOUND;
+static double bound_scale(const arch_case *c) { return strcmp(c->arch, "gemma3") == 0 ? GEMMA3_BOUND_SCALE : 1.0; }
+
+static bool within_bounds(const arch_case *c, const diff_stats *d) {
+    const double k = bound_scale(c);
+    return d->max_tv <= k * TV_BOUND && d->max_dp <= k * DP_BOUND && d->max_logp <= k * LOGP_BOUND &&
+           d->top1_disagree == 0 && d->max_sum_dev <= SUM_BOUND;
 }
 
 /* ---- tests --------------------------------------------------------------------------------------- */
@@ -572,10 +583,11 @@ static void matches_llamacpp(int index) {
     assert_true(d.n_positions >= 32);
     /* A distribution close to one-hot would make the comparison weak. */
     assert_true(d.llama_entropy_sum / d.n_positions > 1.0);
-    if (!within_bounds(&d))
+    if (!within_bounds(c, &d))
         fail_msg("%s: kite disagrees with llama.cpp beyond the bounds (TV %g > %g, |dp| %g > %g, |dlog p| %g > %g, "
-                 "top-1 disagreements %d, or row sums off by %g > %g)", c->arch, d.max_tv, TV_BOUND, d.max_dp, DP_BOUND,
-                 d.max_logp, LOGP_BOUND, d.top1_disagree, d.max_sum_dev, SUM_BOUND);
+                 "top-1 disagreements %d, or row sums off by %g > %g)", c->arch, d.max_tv, bound_scale(c) * TV_BOUND,
+                 d.max_dp, bound_scale(c) * DP_BOUND, d.max_logp, bound_scale(c) * LOGP_BOUND, d.top1_disagree,
+                 d.max_sum_dev, SUM_BOUND);
 }
 
 /* kite's default f16 KV cache against the same f32 llama.cpp run: the cache's rounding (relative 2^-11
@@ -648,8 +660,8 @@ static void control_detected(int index) {
     }
     kite_model_free(broken);
     print_message("%s control (%s) vs llama.cpp: max TV %.3g (mean %.3g), max |dp| %.3g: %.0fx the TV bound\n", c->arch,
-                  c->control_what, d.max_tv, d.sum_tv / d.n_positions, d.max_dp, d.max_tv / TV_BOUND);
-    if (!(d.max_tv > CONTROL_MARGIN * TV_BOUND))
+                  c->control_what, d.max_tv, d.sum_tv / d.n_positions, d.max_dp, d.max_tv / (bound_scale(c) * TV_BOUND));
+    if (!(d.max_tv > CONTROL_MARGIN * bound_scale(c) * TV_BOUND))
         fail_msg("%s: with %s kite still agrees with llama.cpp (max TV %g): the comparison is too weak to catch it",
                  c->arch, c->control_what, d.max_tv);
 }
@@ -682,6 +694,7 @@ static void tokenizer_matches_llamacpp(int index) {
 ARCH_TESTS(0, llama)
 ARCH_TESTS(1, qwen2)
 ARCH_TESTS(2, qwen3)
+ARCH_TESTS(3, gemma3)
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -691,6 +704,8 @@ int main(void) {
         cmocka_unit_test(test_qwen2_control_detected),   cmocka_unit_test(test_qwen2_f16_cache_matches_llamacpp),   cmocka_unit_test(test_qwen2_tokenizer_matches_llamacpp),
         cmocka_unit_test(test_qwen3_matches_llamacpp),   cmocka_unit_test(test_qwen3_hf_matches_gguf),
         cmocka_unit_test(test_qwen3_control_detected),   cmocka_unit_test(test_qwen3_f16_cache_matches_llamacpp),   cmocka_unit_test(test_qwen3_tokenizer_matches_llamacpp),
+        cmocka_unit_test(test_gemma3_matches_llamacpp),  cmocka_unit_test(test_gemma3_hf_matches_gguf),
+        cmocka_unit_test(test_gemma3_control_detected),  cmocka_unit_test(test_gemma3_f16_cache_matches_llamacpp),  cmocka_unit_test(test_gemma3_tokenizer_matches_llamacpp),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

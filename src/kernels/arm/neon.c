@@ -361,6 +361,28 @@ static void neon_silu_mul(float *gate, const float *up, int64_t n) {
     }
 }
 
+/* kite_gelu_tanh on 4 lanes; the tail on a padded copy with the same steps (as neon_silu_mul). */
+static inline float32x4_t gelu_mul4(float32x4_t x, float32x4_t up) {
+    const float32x4_t one = vdupq_n_f32(1.0f);
+    const float32x4_t z = vmulq_f32(vmulq_f32(vdupq_n_f32(KITE_GELU_2C), x),
+                                    vaddq_f32(one, vmulq_f32(vdupq_n_f32(KITE_GELU_A), vmulq_f32(x, x))));
+    const float32x4_t e = exp4(vnegq_f32(vabsq_f32(z)));
+    const float32x4_t num = vbslq_f32(vcgeq_f32(z, vdupq_n_f32(0.0f)), one, e);
+    return vmulq_f32(vmulq_f32(x, vdivq_f32(num, vaddq_f32(one, e))), up);
+}
+
+static void neon_gelu_mul(float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(gate + i, gelu_mul4(vld1q_f32(gate + i), vld1q_f32(up + i)));
+    if (i < n) {
+        float g[4] = {0}, u[4] = {0};
+        memcpy(g, gate + i, sizeof(float) * (size_t)(n - i));
+        memcpy(u, up + i, sizeof(float) * (size_t)(n - i));
+        vst1q_f32(g, gelu_mul4(vld1q_f32(g), vld1q_f32(u)));
+        memcpy(gate + i, g, sizeof(float) * (size_t)(n - i));
+    }
+}
+
 /* FCVTN rounds by FPCR, nearest even unless a caller changed it; the tail in scalar steps. */
 static void neon_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
     int64_t i = 0;
@@ -378,6 +400,7 @@ static const kite_kernel_set neon_set = {
     .matmul = neon_matmul,
     .attend = neon_attend,
     .silu_mul = neon_silu_mul,
+    .gelu_mul = neon_gelu_mul,
     .f32_to_f16 = neon_f32_to_f16,
     .row_block = 32,
 };

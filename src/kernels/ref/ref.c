@@ -296,6 +296,10 @@ void kite_ref_silu_mul(float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) gate[i] = kite_silu(gate[i]) * up[i];
 }
 
+void kite_ref_gelu_mul(float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) gate[i] = kite_gelu_tanh(gate[i]) * up[i];
+}
+
 void kite_ref_f32_to_f16(const float *x, uint16_t *y, int64_t n) { kite_type_get(KITE_TYPE_F16)->from_float(x, y, n); }
 
 static const kite_kernel_set ref_set = {
@@ -308,6 +312,7 @@ static const kite_kernel_set ref_set = {
     .matmul = kite_ref_matmul,
     .attend = kite_ref_attend,
     .silu_mul = kite_ref_silu_mul,
+    .gelu_mul = kite_ref_gelu_mul,
     .f32_to_f16 = kite_ref_f32_to_f16,
     .row_block = 16,
 };

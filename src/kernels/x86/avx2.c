@@ -596,6 +596,29 @@ static void avx2_silu_mul(float *gate, const float *up, int64_t n) {
     }
 }
 
+/* kite_gelu_tanh on 8 lanes (x * sigmoid(z) with silu_mul8's sigmoid); the tail on a padded copy, as there. */
+static inline __m256 gelu_mul8(__m256 x, __m256 up) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    const __m256 x2 = _mm256_mul_ps(x, x);
+    const __m256 z = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(KITE_GELU_2C), x),
+                                   _mm256_add_ps(one, _mm256_mul_ps(_mm256_set1_ps(KITE_GELU_A), x2)));
+    const __m256 e = exp8(_mm256_or_ps(z, sign)); /* -|z| */
+    const __m256 num = _mm256_blendv_ps(e, one, _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_GE_OQ));
+    return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_div_ps(num, _mm256_add_ps(one, e))), up);
+}
+
+static void avx2_gelu_mul(float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(gate + i, gelu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        float g[8] = {0}, u[8] = {0};
+        memcpy(g, gate + i, sizeof(float) * (size_t)(n - i));
+        memcpy(u, up + i, sizeof(float) * (size_t)(n - i));
+        _mm256_storeu_ps(g, gelu_mul8(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
+        memcpy(gate + i, g, sizeof(float) * (size_t)(n - i));
+    }
+}
+
 /* F16C's vcvtps2ph rounds to nearest even like kite_f32_to_fp16; the tail in scalar steps. */
 static void avx2_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
     int64_t i = 0;
@@ -614,6 +637,7 @@ static const kite_kernel_set avx2_set = {
     .matmul = avx2_matmul,
     .attend = avx2_attend,
     .silu_mul = avx2_silu_mul,
+    .gelu_mul = avx2_gelu_mul,
     .f32_to_f16 = avx2_f32_to_f16,
     .row_block = 32,
 };

@@ -614,6 +614,21 @@ static void avx512_silu_mul(float *gate, const float *up, int64_t n) {
     }
 }
 
+/* kite_gelu_tanh on 16 lanes (the tail under a mask). */
+static void avx512_gelu_mul(float *gate, const float *up, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = first_lanes(n - i);
+        const __m512 x = _mm512_maskz_loadu_ps(m, gate + i);
+        const __m512 z = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(KITE_GELU_2C), x),
+                                       _mm512_add_ps(one, _mm512_mul_ps(_mm512_set1_ps(KITE_GELU_A), _mm512_mul_ps(x, x))));
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(z)));
+        const __m512 num = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GE_OQ), e, one);
+        const __m512 s = _mm512_mul_ps(x, _mm512_div_ps(num, _mm512_add_ps(one, e)));
+        _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up + i)));
+    }
+}
+
 /* vcvtps2ph rounds to nearest even like kite_f32_to_fp16 (the tail under a mask). */
 static void avx512_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
@@ -633,6 +648,7 @@ static const kite_kernel_set avx512_set = {
     .matmul = avx512_matmul,
     .attend = avx512_attend,
     .silu_mul = avx512_silu_mul,
+    .gelu_mul = avx512_gelu_mul,
     .f32_to_f16 = avx512_f32_to_f16,
     .row_block = 64,
 };
