@@ -52,8 +52,9 @@ done:
     return st;
 }
 
-int kite_tool_grammar(kite_tool_format format, const char *tools_json, const char *force_name, char **gbnf,
-                      size_t *gbnf_len, kite_error *e) {
+/* One call (or, with many, one or more separated by a newline) of force_name or any tool. */
+static int tool_grammar(kite_tool_format format, const char *tools_json, const char *force_name, bool many, char **gbnf,
+                        size_t *gbnf_len, kite_error *e) {
     *gbnf = NULL;
     if (gbnf_len) *gbnf_len = 0;
     json_error_t jerr;
@@ -78,7 +79,8 @@ int kite_tool_grammar(kite_tool_format format, const char *tools_json, const cha
     if (!st && alts.len == 0)
         st = kite_fail(e, KITE_ERR_INVALID_ARG, force_name ? "no tool is named '%s'" : "there are no tools%s", force_name ? force_name : "");
     if (!st) {
-        gtext_printf(&out, "root ::= %s\n", alts.buf);
+        if (many) gtext_printf(&out, "root ::= call ( \"\\n\" call )*\ncall ::= %s\n", alts.buf);
+        else gtext_printf(&out, "root ::= %s\n", alts.buf);
         st = gtext_check(&out, "tool-call grammar", e);
     }
     gtext_free(&alts);
@@ -88,4 +90,49 @@ int kite_tool_grammar(kite_tool_format format, const char *tools_json, const cha
     }
     *gbnf = gtext_take(&out, gbnf_len);
     return KITE_OK;
+}
+
+int kite_tool_grammar(kite_tool_format format, const char *tools_json, const char *force_name, char **gbnf,
+                      size_t *gbnf_len, kite_error *e) {
+    return tool_grammar(format, tools_json, force_name, false, gbnf, gbnf_len, e);
+}
+
+/* What starts a call in each format's text, as the parser (tool_calls.c) recognizes it. */
+static size_t call_triggers(kite_tool_format format, const char **triggers, bool *at_start) {
+    *at_start = false;
+    switch (format) {
+    case KITE_TOOL_FORMAT_HERMES: triggers[0] = "<tool_call>"; return 1;
+    case KITE_TOOL_FORMAT_MISTRAL:
+    case KITE_TOOL_FORMAT_MISTRAL_ARGS: triggers[0] = "[TOOL_CALLS]"; return 1;
+    case KITE_TOOL_FORMAT_GRANITE: triggers[0] = "<|tool_call|>"; return 1;
+    case KITE_TOOL_FORMAT_DEEPSEEK:
+    case KITE_TOOL_FORMAT_DEEPSEEK_V3_1:
+        /* a call block may also open with its first call's marker alone */
+        triggers[0] = "<\xef\xbd\x9ctool\xe2\x96\x81""calls\xe2\x96\x81""begin\xef\xbd\x9c>";
+        triggers[1] = "<\xef\xbd\x9ctool\xe2\x96\x81""call\xe2\x96\x81""begin\xef\xbd\x9c>";
+        return 2;
+    case KITE_TOOL_FORMAT_LLAMA3:
+    case KITE_TOOL_FORMAT_GENERIC:
+        /* the reply is a call when it is a JSON object: any object at its start, whatever its first key */
+        *at_start = true;
+        triggers[0] = "{";
+        return 1;
+    default: return 0;
+    }
+}
+
+int kite_tool_grammar_lazy(kite_tool_format format, const char *tools_json, char **gbnf, size_t *gbnf_len, kite_error *e) {
+    *gbnf = NULL;
+    if (gbnf_len) *gbnf_len = 0;
+    const char *triggers[2];
+    bool at_start;
+    size_t n_triggers = call_triggers(format, triggers, &at_start);
+    if (!n_triggers)
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "tool-call format '%s' has no lazy grammar", kite_tool_format_name(format));
+    char *calls = NULL;
+    size_t calls_len = 0;
+    int st = tool_grammar(format, tools_json, NULL, format == KITE_TOOL_FORMAT_HERMES, &calls, &calls_len, e);
+    if (!st) st = kite_gbnf_lazy(calls, calls_len, triggers, n_triggers, at_start, gbnf, gbnf_len, e);
+    free(calls);
+    return st;
 }
