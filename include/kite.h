@@ -570,11 +570,11 @@ int kite_grammar_open_tool_call(kite_grammar **out, const kite_model *model, con
 /* tool_choice "auto" under a grammar: the reply is free text until it starts a call in tmpl's markup
  * (Hermes/Qwen <tool_call>, Mistral [TOOL_CALLS], Granite <|tool_call|>, DeepSeek's call markers; for
  * Llama-3.x and the generic JSON format, a '{' at the start of the reply), and from there calls whose
- * arguments the tools' schemas allow (Hermes: one or more; the others: one) to the end of the reply
+ * arguments the tools' schemas allow (Hermes with parallel_calls: one or more; else one) to the end of the reply
  * (kite_grammar_open_lazy). KITE_ERR_UNSUPPORTED for templates without a text trigger (gpt-oss
  * harmony, no tool format): generate without a grammar then; the reply still parses. */
 int kite_grammar_open_tool_auto(kite_grammar **out, const kite_model *model, const kite_chat_template *tmpl,
-                                const char *tools_json, char *err, size_t err_size);
+                                const char *tools_json, bool parallel_calls, char *err, size_t err_size);
 
 /* ---- hybrid router (device / cloud) ------------------------------------------------------------ */
 /* Backends (a local model, OpenAI-compatible remotes) and ordered rules from a JSON config (README

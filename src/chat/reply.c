@@ -247,7 +247,7 @@ int kite_grammar_open_tool_call(kite_grammar **out, const kite_model *model, con
 }
 
 int kite_grammar_open_tool_auto(kite_grammar **out, const kite_model *model, const kite_chat_template *tmpl,
-                                const char *tools_json, char *err, size_t err_size) {
+                                const char *tools_json, bool parallel_calls, char *err, size_t err_size) {
     kite_error e = {0};
     if (out) *out = NULL;
     if (!out || !model || !tmpl) {
@@ -256,7 +256,7 @@ int kite_grammar_open_tool_auto(kite_grammar **out, const kite_model *model, con
     }
     char *gbnf = NULL;
     size_t n = 0;
-    if (kite_tool_grammar_lazy(kite_chat_template_tool_info(tmpl).format, tools_json, &gbnf, &n, &e))
+    if (kite_tool_grammar_lazy(kite_chat_template_tool_info(tmpl).format, tools_json, parallel_calls, &gbnf, &n, &e))
         return kite_error_export(&e, err, err_size);
     int st = kite_grammar_open(out, model, KITE_GRAMMAR_GBNF, gbnf, n, err, err_size);
     free(gbnf);

@@ -121,7 +121,8 @@ static size_t call_triggers(kite_tool_format format, const char **triggers, bool
     }
 }
 
-int kite_tool_grammar_lazy(kite_tool_format format, const char *tools_json, char **gbnf, size_t *gbnf_len, kite_error *e) {
+int kite_tool_grammar_lazy(kite_tool_format format, const char *tools_json, bool parallel, char **gbnf, size_t *gbnf_len,
+                           kite_error *e) {
     *gbnf = NULL;
     if (gbnf_len) *gbnf_len = 0;
     const char *triggers[2];
@@ -131,7 +132,7 @@ int kite_tool_grammar_lazy(kite_tool_format format, const char *tools_json, char
         return kite_fail(e, KITE_ERR_UNSUPPORTED, "tool-call format '%s' has no lazy grammar", kite_tool_format_name(format));
     char *calls = NULL;
     size_t calls_len = 0;
-    int st = tool_grammar(format, tools_json, NULL, format == KITE_TOOL_FORMAT_HERMES, &calls, &calls_len, e);
+    int st = tool_grammar(format, tools_json, NULL, parallel && format == KITE_TOOL_FORMAT_HERMES, &calls, &calls_len, e);
     if (!st) st = kite_gbnf_lazy(calls, calls_len, triggers, n_triggers, at_start, gbnf, gbnf_len, e);
     free(calls);
     return st;
