@@ -324,7 +324,9 @@ int kite_batch_step(kite_batch *batch, kite_session *const *sessions, size_t n, 
 
 /* ---- grammars (constrained decoding) ---------------------------------------------------------- */
 typedef enum kite_grammar_kind {
-    KITE_GRAMMAR_GBNF = 0,         /* llama.cpp GBNF text, start rule "root" */
+    KITE_GRAMMAR_GBNF = 0,         /* llama.cpp GBNF text, start rule "root"; token references <[id]> and
+                                      <text> (one token of the model spelled text, e.g. <|channel|>) match
+                                      that token, control tokens included; !<...> is not supported */
     KITE_GRAMMAR_JSON_SCHEMA = 1,  /* a JSON Schema (text): output is JSON that validates against it */
     KITE_GRAMMAR_REGEX = 2,        /* a regular expression the whole output must match */
     KITE_GRAMMAR_JSON = 3,         /* any JSON object (response_format json_object); text ignored */
@@ -563,8 +565,9 @@ int kite_chat_parse_reply(const kite_chat_template *tmpl, const kite_chat_reply_
  * NULL: any of the tools) or a named function (tool_name). tools_json is the tools array in OpenAI form
  * ([{"type": "function", "function": {"name", "parameters"?}}]; no parameters: any JSON object). The
  * reply then parses (kite_chat_reply) into that call. Errors name the tool ("tools[1].function.parameters:
- * ..."); KITE_ERR_UNSUPPORTED for a template whose markup a grammar over text cannot write (gpt-oss
- * harmony's control tokens). */
+ * ..."); KITE_ERR_UNSUPPORTED for a template without tool-call markup. gpt-oss harmony's markers
+ * (<|channel|>, <|message|>, <|call|> ...) are written as the control tokens themselves (grammar token
+ * references) where the vocabulary has them, else as text. */
 int kite_grammar_open_tool_call(kite_grammar **out, const kite_model *model, const kite_chat_template *tmpl,
                                 const char *tools_json, const char *tool_name, char *err, size_t err_size);
 /* tool_choice "auto" under a grammar: the reply is free text until it starts a call in tmpl's markup

@@ -17,6 +17,12 @@
 int kite_tool_grammar(kite_tool_format format, const char *tools_json, const char *force_name, char **gbnf,
                       size_t *gbnf_len, kite_error *e);
 
+/* kite_tool_grammar with control_markers: the markup's <|name|> markers (gpt-oss harmony's <|channel|>,
+ * <|constrain|>, <|message|>, <|call|>) written as GBNF token references, for a vocabulary where they
+ * are control tokens (kite_grammar_open resolves them; it fails when one is not a token). */
+int kite_tool_grammar_marked(kite_tool_format format, const char *tools_json, const char *force_name, bool control_markers,
+                             char **gbnf, size_t *gbnf_len, kite_error *e);
+
 /* GBNF for tool_choice "auto": free text until the text starts a call in format's markup (the
  * format's trigger: <tool_call>, [TOOL_CALLS], <|tool_call|>, DeepSeek's call markers anywhere; for
  * LLAMA3 and GENERIC, whose replies are calls when they are a JSON object, a '{' at the start), then

@@ -73,12 +73,25 @@ int kite_grammar_to_gbnf(kite_grammar_kind kind, const char *text, size_t len, c
     return kite_error_export(&e, err, err_size);
 }
 
-/* Binds GBNF text to the model's vocabulary. */
+static int32_t token_by_text(void *user, const char *text, size_t n) {
+    return kite_tokenizer_token_id((const kite_tokenizer *)user, text, n);
+}
+
+/* Binds GBNF text to the model's vocabulary (token references by text resolved against it). */
 static int open_gbnf(kite_grammar **out, const kite_model *model, const char *gbnf, size_t gbnf_len, kite_error *e) {
+    char *resolved = NULL;
+    size_t resolved_len = 0;
+    if (memchr(gbnf, '<', gbnf_len)) {
+        int st = kite_gbnf_resolve_tokens(gbnf, gbnf_len, token_by_text, (void *)model->tokenizer, &resolved, &resolved_len, e);
+        if (st) return st;
+        gbnf = resolved;
+        gbnf_len = resolved_len;
+    }
     kite_grammar *g = calloc(1, sizeof *g);
-    if (!g) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    if (!g) return free(resolved), kite_fail(e, KITE_ERR_NOMEM, "out of memory");
     g->model = model;
     int st = kite_gbnf_parse(gbnf, gbnf_len, NULL, &g->gbnf, e);
+    free(resolved);
     /* The index is a cache inside the model, which is otherwise immutable: building it under the
      * model's lock does not change what the model computes. */
     if (!st) st = model_vocab_index((kite_model *)model, &g->vocab, e);

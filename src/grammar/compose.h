@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/error.h"
 
@@ -30,6 +31,13 @@ char *kite_gbnf_literal(const char *s, size_t n);
  * trigger), so the matcher's states stay few and their masks are cached like any others. Triggers:
  * 1..KITE_LAZY_MAX_TRIGGERS non-empty UTF-8 strings of at most KITE_LAZY_MAX_TRIGGER_CHARS characters.
  * The grammar's rules are renamed under "lazy-g-". *out is malloc'd and NUL-terminated. */
+/* Token references spelled by text (llama.cpp's <think>, <|channel|>) rewritten as <[id]>: lookup gives
+ * the id of the one token whose text is text[0..n) (the brackets included), or -1, which fails naming
+ * the reference and its byte offset. Literals, classes and comments are left alone. */
+typedef int32_t (*kite_token_lookup_fn)(void *user, const char *text, size_t n);
+int kite_gbnf_resolve_tokens(const char *gbnf, size_t len, kite_token_lookup_fn lookup, void *user, char **out,
+                             size_t *out_len, kite_error *e);
+
 enum { KITE_LAZY_MAX_TRIGGERS = 16, KITE_LAZY_MAX_TRIGGER_CHARS = 64 };
 int kite_gbnf_lazy(const char *gbnf, size_t len, const char *const *triggers, size_t n_triggers, bool at_start, char **out,
                    size_t *out_len, kite_error *e);
