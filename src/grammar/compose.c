@@ -100,8 +100,12 @@ int kite_gbnf_resolve_tokens(const char *gbnf, size_t len, kite_token_lookup_fn 
                 int32_t id = lookup(user, gbnf + i, end - i);
                 if (id < 0) {
                     gtext_free(&t);
+                    bool printable = end - i <= 64;
+                    for (size_t k = i; k < end && printable; k++) printable = gbnf[k] >= 0x20 && gbnf[k] < 0x7F;
+                    if (!printable) /* an error stays one line */
+                        return kite_fail(e, KITE_ERR_FORMAT, "grammar: the token reference at byte %zu is not a token of this model's vocabulary", i);
                     return kite_fail(e, KITE_ERR_FORMAT, "grammar: %.*s at byte %zu is not a token of this model's vocabulary",
-                                     (int)(end - i > 64 ? 64 : end - i), gbnf + i, i);
+                                     (int)(end - i), gbnf + i, i);
                 }
                 gtext_printf(&t, "<[%d]>", (int)id);
                 i = end;

@@ -693,10 +693,13 @@ done:
 static int parse_token_ref(gparser *p, ivec *out) {
     size_t open = p->pos++;
     if (peek(p) != '[') {
+        /* quoted when it is a short printable <...> (an error stays one line) */
         size_t end = open + 1;
-        while (end < p->len && p->text[end] != '>' && p->text[end] != '\n') end++;
-        return fail_at(p, open, "token reference %.*s: only <[id]> is understood without a vocabulary", (int)(end - open + 1 > 48 ? 48 : end - open + 1),
-                       p->text + open);
+        while (end < p->len && end - open < 48 && p->text[end] >= 0x20 && p->text[end] < 0x7F && p->text[end] != '>') end++;
+        if (end < p->len && p->text[end] == '>')
+            return fail_at(p, open, "token reference %.*s: only <[id]> is understood without a vocabulary", (int)(end - open + 1),
+                           p->text + open);
+        return fail_at(p, open, "token reference: only <[id]> is understood without a vocabulary");
     }
     p->pos++;
     long id = 0;
