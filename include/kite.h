@@ -344,7 +344,9 @@ int kite_batch_step(kite_batch *batch, kite_session *const *sessions, size_t n, 
 
 /* ---- grammars (constrained decoding) ---------------------------------------------------------- */
 typedef enum kite_grammar_kind {
-    KITE_GRAMMAR_GBNF = 0,         /* llama.cpp GBNF text, start rule "root" */
+    KITE_GRAMMAR_GBNF = 0,         /* llama.cpp GBNF text, start rule "root"; token references <[id]> and
+                                      <text> (one token of the model spelled text, e.g. <|channel|>) match
+                                      that token, control tokens included; !<...> is not supported */
     KITE_GRAMMAR_JSON_SCHEMA = 1,  /* a JSON Schema (text): output is JSON that validates against it */
     KITE_GRAMMAR_REGEX = 2,        /* a regular expression the whole output must match */
     KITE_GRAMMAR_JSON = 3,         /* any JSON object (response_format json_object); text ignored */
@@ -358,6 +360,18 @@ typedef enum kite_grammar_kind {
 int kite_grammar_open(kite_grammar **out, const kite_model *model, kite_grammar_kind kind, const char *text, size_t len,
                       char *err, size_t err_size);
 void kite_grammar_free(kite_grammar *grammar);
+/* ---- lazy grammars (tool_choice "auto"; llama.cpp's grammar_lazy with trigger words) ---- */
+/* A grammar that leaves the text free until it reaches one of the trigger words (UTF-8, 1..16 of them,
+ * each at most 64 characters), and from the trigger on makes it follow the grammar of kind: the output
+ * is free text in which no trigger occurs, optionally followed by a sentence of the grammar that begins
+ * with a trigger (so write the grammar to begin with one). at_start: a trigger counts only at the start
+ * of the text, after whitespace; text that begins otherwise is free to its end. Being one grammar, it
+ * stays exact under speculation and batching, and a token that holds text and the trigger's start
+ * together is judged as a whole. Free text is any valid UTF-8 without control tokens (end tokens end
+ * it, as usual). */
+int kite_grammar_open_lazy(kite_grammar **out, const kite_model *model, kite_grammar_kind kind, const char *text,
+                           size_t len, const char *const *triggers, size_t n_triggers, bool at_start, char *err,
+                           size_t err_size);
 /* The GBNF a schema or regex compiles to (the text itself for KITE_GRAMMAR_GBNF), for `kite grammar`
  * and debugging: *gbnf (NUL-terminated, *gbnf_len bytes) is the caller's, freed with kite_free. */
 int kite_grammar_to_gbnf(kite_grammar_kind kind, const char *text, size_t len, char **gbnf, size_t *gbnf_len, char *err,
@@ -571,10 +585,19 @@ int kite_chat_parse_reply(const kite_chat_template *tmpl, const kite_chat_reply_
  * NULL: any of the tools) or a named function (tool_name). tools_json is the tools array in OpenAI form
  * ([{"type": "function", "function": {"name", "parameters"?}}]; no parameters: any JSON object). The
  * reply then parses (kite_chat_reply) into that call. Errors name the tool ("tools[1].function.parameters:
- * ..."); KITE_ERR_UNSUPPORTED for a template whose markup a grammar over text cannot write (gpt-oss
- * harmony's control tokens). */
+ * ..."); KITE_ERR_UNSUPPORTED for a template without tool-call markup. gpt-oss harmony's markers
+ * (<|channel|>, <|message|>, <|call|> ...) are written as the control tokens themselves (grammar token
+ * references) where the vocabulary has them, else as text. */
 int kite_grammar_open_tool_call(kite_grammar **out, const kite_model *model, const kite_chat_template *tmpl,
                                 const char *tools_json, const char *tool_name, char *err, size_t err_size);
+/* tool_choice "auto" under a grammar: the reply is free text until it starts a call in tmpl's markup
+ * (Hermes/Qwen <tool_call>, Mistral [TOOL_CALLS], Granite <|tool_call|>, DeepSeek's call markers; for
+ * Llama-3.x and the generic JSON format, a '{' at the start of the reply), and from there calls whose
+ * arguments the tools' schemas allow (Hermes with parallel_calls: one or more; else one) to the end of the reply
+ * (kite_grammar_open_lazy). KITE_ERR_UNSUPPORTED for templates without a text trigger (gpt-oss
+ * harmony, no tool format): generate without a grammar then; the reply still parses. */
+int kite_grammar_open_tool_auto(kite_grammar **out, const kite_model *model, const kite_chat_template *tmpl,
+                                const char *tools_json, bool parallel_calls, char *err, size_t err_size);
 
 /* ---- hybrid router (device / cloud) ------------------------------------------------------------ */
 /* Backends (a local model, OpenAI-compatible remotes) and ordered rules from a JSON config (README

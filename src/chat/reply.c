@@ -232,15 +232,45 @@ int kite_grammar_open_tool_call(kite_grammar **out, const kite_model *model, con
         return kite_error_export(&e, err, err_size);
     }
     kite_tool_format format = kite_chat_template_tool_info(tmpl).format;
-    if (format == KITE_TOOL_FORMAT_NONE || format == KITE_TOOL_FORMAT_HARMONY) {
-        /* harmony's markup is control tokens, which a byte grammar cannot write */
+    if (format == KITE_TOOL_FORMAT_NONE) {
         kite_fail(&e, KITE_ERR_UNSUPPORTED, "this model's chat template (tool-call format '%s') cannot be made to call a tool",
                   kite_tool_format_name(format));
         return kite_error_export(&e, err, err_size);
     }
     char *gbnf = NULL;
     size_t n = 0;
-    if (kite_tool_grammar(format, tools_json, tool_name, &gbnf, &n, &e)) return kite_error_export(&e, err, err_size);
+    /* harmony's markers are control tokens in gpt-oss's vocabulary: token references; in a vocabulary
+     * without them (a test model's), text, which the parser reads the same */
+    bool markers = format == KITE_TOOL_FORMAT_HARMONY;
+    if (kite_tool_grammar_marked(format, tools_json, tool_name, markers, &gbnf, &n, &e)) return kite_error_export(&e, err, err_size);
+    char msg[512];
+    int st = kite_grammar_open(out, model, KITE_GRAMMAR_GBNF, gbnf, n, msg, sizeof msg);
+    free(gbnf);
+    if (st && !(st == KITE_ERR_FORMAT && markers && strstr(msg, "is not a token of this model"))) {
+        kite_fail(&e, st, "%s", msg);
+        return kite_error_export(&e, err, err_size);
+    }
+    if (st) {
+        gbnf = NULL;
+        if (kite_tool_grammar_marked(format, tools_json, tool_name, false, &gbnf, &n, &e)) return kite_error_export(&e, err, err_size);
+        st = kite_grammar_open(out, model, KITE_GRAMMAR_GBNF, gbnf, n, err, err_size);
+        free(gbnf);
+    }
+    return st;
+}
+
+int kite_grammar_open_tool_auto(kite_grammar **out, const kite_model *model, const kite_chat_template *tmpl,
+                                const char *tools_json, bool parallel_calls, char *err, size_t err_size) {
+    kite_error e = {0};
+    if (out) *out = NULL;
+    if (!out || !model || !tmpl) {
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_grammar_open_tool_auto: out, model and tmpl are required");
+        return kite_error_export(&e, err, err_size);
+    }
+    char *gbnf = NULL;
+    size_t n = 0;
+    if (kite_tool_grammar_lazy(kite_chat_template_tool_info(tmpl).format, tools_json, parallel_calls, &gbnf, &n, &e))
+        return kite_error_export(&e, err, err_size);
     int st = kite_grammar_open(out, model, KITE_GRAMMAR_GBNF, gbnf, n, err, err_size);
     free(gbnf);
     return st;

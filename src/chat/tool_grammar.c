@@ -11,8 +11,32 @@
 #include "grammar/compile_internal.h"
 #include "grammar/compose.h"
 
+/* GBNF for the markup text s: literals, and with control_markers each <|name|> as a token reference
+ * (resolved against the vocabulary when the grammar is opened). NULL when s is not UTF-8. */
+static char *markup_gbnf(const char *s, bool control_markers) {
+    if (!control_markers) return kite_gbnf_literal(s, strlen(s));
+    gtext t = {0};
+    const char *at = s;
+    while (*at) {
+        const char *open = strstr(at, "<|"), *close = open ? strstr(open + 2, "|>") : NULL;
+        const char *text_end = close ? open : at + strlen(at);
+        if (text_end > at) {
+            char *lit = kite_gbnf_literal(at, (size_t)(text_end - at));
+            if (!lit) return gtext_free(&t), NULL;
+            gtext_printf(&t, "%s%s", t.len ? " " : "", lit);
+            free(lit);
+        }
+        if (!close) break;
+        gtext_printf(&t, "%s%.*s", t.len ? " " : "", (int)(close + 2 - open), open);
+        at = close + 2;
+    }
+    if (!t.len) gtext_puts(&t, "\"\"");
+    if (t.failed) return gtext_free(&t), NULL;
+    return gtext_take(&t, NULL);
+}
+
 /* Appends "call-<i> ::= PREFIX t<i>-root SUFFIX" and tool i's rules to out. */
-static int add_tool(kite_tool_format format, json_t *fn, size_t i, gtext *out, gtext *alts, kite_error *e) {
+static int add_tool(kite_tool_format format, json_t *fn, size_t i, bool control_markers, gtext *out, gtext *alts, kite_error *e) {
     const char *name = json_string_value(json_object_get(fn, "name"));
     json_t *params = json_object_get(fn, "parameters");
     char *schema = params && !json_is_null(params) ? json_dumps(params, JSON_COMPACT | JSON_ENCODE_ANY)
@@ -34,8 +58,8 @@ static int add_tool(kite_tool_format format, json_t *fn, size_t i, gtext *out, g
         kite_fail(e, st, "tools[%zu].function.name: %s", i, inner.msg);
         goto done;
     }
-    open_lit = kite_gbnf_literal(open, strlen(open));
-    close_lit = kite_gbnf_literal(close, strlen(close));
+    open_lit = markup_gbnf(open, control_markers);
+    close_lit = markup_gbnf(close, control_markers);
     if (!open_lit || !close_lit) {
         st = kite_fail(e, KITE_ERR_INVALID_ARG, "tools[%zu]: the call markup is not valid UTF-8", i);
         goto done;
@@ -52,8 +76,9 @@ done:
     return st;
 }
 
-int kite_tool_grammar(kite_tool_format format, const char *tools_json, const char *force_name, char **gbnf,
-                      size_t *gbnf_len, kite_error *e) {
+/* One call (or, with many, one or more separated by a newline) of force_name or any tool. */
+static int tool_grammar(kite_tool_format format, const char *tools_json, const char *force_name, bool many,
+                        bool control_markers, char **gbnf, size_t *gbnf_len, kite_error *e) {
     *gbnf = NULL;
     if (gbnf_len) *gbnf_len = 0;
     json_error_t jerr;
@@ -72,13 +97,14 @@ int kite_tool_grammar(kite_tool_format format, const char *tools_json, const cha
             break;
         }
         if (force_name && strcmp(force_name, name)) continue;
-        st = add_tool(format, fn, i, &out, &alts, e);
+        st = add_tool(format, fn, i, control_markers, &out, &alts, e);
     }
     json_decref(tools);
     if (!st && alts.len == 0)
         st = kite_fail(e, KITE_ERR_INVALID_ARG, force_name ? "no tool is named '%s'" : "there are no tools%s", force_name ? force_name : "");
     if (!st) {
-        gtext_printf(&out, "root ::= %s\n", alts.buf);
+        if (many) gtext_printf(&out, "root ::= call ( \"\\n\" call )*\ncall ::= %s\n", alts.buf);
+        else gtext_printf(&out, "root ::= %s\n", alts.buf);
         st = gtext_check(&out, "tool-call grammar", e);
     }
     gtext_free(&alts);
@@ -88,4 +114,55 @@ int kite_tool_grammar(kite_tool_format format, const char *tools_json, const cha
     }
     *gbnf = gtext_take(&out, gbnf_len);
     return KITE_OK;
+}
+
+int kite_tool_grammar(kite_tool_format format, const char *tools_json, const char *force_name, char **gbnf,
+                      size_t *gbnf_len, kite_error *e) {
+    return tool_grammar(format, tools_json, force_name, false, false, gbnf, gbnf_len, e);
+}
+
+int kite_tool_grammar_marked(kite_tool_format format, const char *tools_json, const char *force_name, bool control_markers,
+                             char **gbnf, size_t *gbnf_len, kite_error *e) {
+    return tool_grammar(format, tools_json, force_name, false, control_markers, gbnf, gbnf_len, e);
+}
+
+/* What starts a call in each format's text, as the parser (tool_calls.c) recognizes it. */
+static size_t call_triggers(kite_tool_format format, const char **triggers, bool *at_start) {
+    *at_start = false;
+    switch (format) {
+    case KITE_TOOL_FORMAT_HERMES: triggers[0] = "<tool_call>"; return 1;
+    case KITE_TOOL_FORMAT_MISTRAL:
+    case KITE_TOOL_FORMAT_MISTRAL_ARGS: triggers[0] = "[TOOL_CALLS]"; return 1;
+    case KITE_TOOL_FORMAT_GRANITE: triggers[0] = "<|tool_call|>"; return 1;
+    case KITE_TOOL_FORMAT_DEEPSEEK:
+    case KITE_TOOL_FORMAT_DEEPSEEK_V3_1:
+        /* a call block may also open with its first call's marker alone */
+        triggers[0] = "<\xef\xbd\x9ctool\xe2\x96\x81""calls\xe2\x96\x81""begin\xef\xbd\x9c>";
+        triggers[1] = "<\xef\xbd\x9ctool\xe2\x96\x81""call\xe2\x96\x81""begin\xef\xbd\x9c>";
+        return 2;
+    case KITE_TOOL_FORMAT_LLAMA3:
+    case KITE_TOOL_FORMAT_GENERIC:
+        /* the reply is a call when it is a JSON object: any object at its start, whatever its first key */
+        *at_start = true;
+        triggers[0] = "{";
+        return 1;
+    default: return 0;
+    }
+}
+
+int kite_tool_grammar_lazy(kite_tool_format format, const char *tools_json, bool parallel, char **gbnf, size_t *gbnf_len,
+                           kite_error *e) {
+    *gbnf = NULL;
+    if (gbnf_len) *gbnf_len = 0;
+    const char *triggers[2];
+    bool at_start;
+    size_t n_triggers = call_triggers(format, triggers, &at_start);
+    if (!n_triggers)
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "tool-call format '%s' has no lazy grammar", kite_tool_format_name(format));
+    char *calls = NULL;
+    size_t calls_len = 0;
+    int st = tool_grammar(format, tools_json, NULL, parallel && format == KITE_TOOL_FORMAT_HERMES, false, &calls, &calls_len, e);
+    if (!st) st = kite_gbnf_lazy(calls, calls_len, triggers, n_triggers, at_start, gbnf, gbnf_len, e);
+    free(calls);
+    return st;
 }

@@ -3,6 +3,7 @@
 #ifndef KITE_CHAT_TOOL_GRAMMAR_H
 #define KITE_CHAT_TOOL_GRAMMAR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "base/error.h"
@@ -15,5 +16,20 @@
  * rejects, a name the format cannot carry, no such tool. */
 int kite_tool_grammar(kite_tool_format format, const char *tools_json, const char *force_name, char **gbnf,
                       size_t *gbnf_len, kite_error *e);
+
+/* kite_tool_grammar with control_markers: the markup's <|name|> markers (gpt-oss harmony's <|channel|>,
+ * <|constrain|>, <|message|>, <|call|>) written as GBNF token references, for a vocabulary where they
+ * are control tokens (kite_grammar_open resolves them; it fails when one is not a token). */
+int kite_tool_grammar_marked(kite_tool_format format, const char *tools_json, const char *force_name, bool control_markers,
+                             char **gbnf, size_t *gbnf_len, kite_error *e);
+
+/* GBNF for tool_choice "auto": free text until the text starts a call in format's markup (the
+ * format's trigger: <tool_call>, [TOOL_CALLS], <|tool_call|>, DeepSeek's call markers anywhere; for
+ * LLAMA3 and GENERIC, whose replies are calls when they are a JSON object, a '{' at the start), then
+ * calls as kite_tool_grammar writes them (HERMES with parallel: one or more, a newline apart; else one) to the
+ * end of the reply (kite_gbnf_lazy). KITE_ERR_UNSUPPORTED for formats without a text trigger (NONE,
+ * HARMONY, whose markers are control tokens). */
+int kite_tool_grammar_lazy(kite_tool_format format, const char *tools_json, bool parallel, char **gbnf, size_t *gbnf_len,
+                           kite_error *e);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include "engine/engine.h"
 #include "grammar/compile.h"
+#include "grammar/compose.h"
 #include "grammar/grammar.h"
 #include "grammar/mask.h"
 
@@ -72,35 +73,66 @@ int kite_grammar_to_gbnf(kite_grammar_kind kind, const char *text, size_t len, c
     return kite_error_export(&e, err, err_size);
 }
 
-int kite_grammar_open(kite_grammar **out, const kite_model *model, kite_grammar_kind kind, const char *text, size_t len,
-                      char *err, size_t err_size) {
-    kite_error e = {0};
-    if (out) *out = NULL;
-    if (!out || !model)
-        return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_grammar_open: grammar and model must not be NULL"),
-               kite_error_export(&e, err, err_size);
-    if (!model->tokenizer)
-        return kite_fail(&e, KITE_ERR_TOKENIZER, "kite_grammar_open: the model has no tokenizer"), kite_error_export(&e, err, err_size);
-    char *gbnf = NULL;
-    size_t gbnf_len = 0;
-    if (grammar_text(kind, text, len, &gbnf, &gbnf_len, &e)) return kite_error_export(&e, err, err_size);
-    kite_grammar *g = calloc(1, sizeof *g);
-    if (!g) {
-        free(gbnf);
-        return kite_fail(&e, KITE_ERR_NOMEM, "out of memory"), kite_error_export(&e, err, err_size);
+static int32_t token_by_text(void *user, const char *text, size_t n) {
+    return kite_tokenizer_token_id((const kite_tokenizer *)user, text, n);
+}
+
+/* Binds GBNF text to the model's vocabulary (token references by text resolved against it). */
+static int open_gbnf(kite_grammar **out, const kite_model *model, const char *gbnf, size_t gbnf_len, kite_error *e) {
+    char *resolved = NULL;
+    size_t resolved_len = 0;
+    if (memchr(gbnf, '<', gbnf_len)) {
+        int st = kite_gbnf_resolve_tokens(gbnf, gbnf_len, token_by_text, (void *)model->tokenizer, &resolved, &resolved_len, e);
+        if (st) return st;
+        gbnf = resolved;
+        gbnf_len = resolved_len;
     }
+    kite_grammar *g = calloc(1, sizeof *g);
+    if (!g) return free(resolved), kite_fail(e, KITE_ERR_NOMEM, "out of memory");
     g->model = model;
-    int st = kite_gbnf_parse(gbnf, gbnf_len, NULL, &g->gbnf, &e);
-    free(gbnf);
+    int st = kite_gbnf_parse(gbnf, gbnf_len, NULL, &g->gbnf, e);
+    free(resolved);
     /* The index is a cache inside the model, which is otherwise immutable: building it under the
      * model's lock does not change what the model computes. */
-    if (!st) st = model_vocab_index((kite_model *)model, &g->vocab, &e);
+    if (!st) st = model_vocab_index((kite_model *)model, &g->vocab, e);
     if (st) {
         kite_grammar_free(g);
-        return kite_error_export(&e, err, err_size);
+        return st;
     }
     *out = g;
     return KITE_OK;
+}
+
+static int check_open_args(kite_grammar **out, const kite_model *model, const char *what, kite_error *e) {
+    if (out) *out = NULL;
+    if (!out || !model) return kite_fail(e, KITE_ERR_INVALID_ARG, "%s: grammar and model must not be NULL", what);
+    if (!model->tokenizer) return kite_fail(e, KITE_ERR_TOKENIZER, "%s: the model has no tokenizer", what);
+    return KITE_OK;
+}
+
+int kite_grammar_open(kite_grammar **out, const kite_model *model, kite_grammar_kind kind, const char *text, size_t len,
+                      char *err, size_t err_size) {
+    kite_error e = {0};
+    if (check_open_args(out, model, "kite_grammar_open", &e)) return kite_error_export(&e, err, err_size);
+    char *gbnf = NULL;
+    size_t gbnf_len = 0;
+    if (!grammar_text(kind, text, len, &gbnf, &gbnf_len, &e)) open_gbnf(out, model, gbnf, gbnf_len, &e);
+    free(gbnf);
+    return kite_error_export(&e, err, err_size);
+}
+
+int kite_grammar_open_lazy(kite_grammar **out, const kite_model *model, kite_grammar_kind kind, const char *text, size_t len,
+                           const char *const *triggers, size_t n_triggers, bool at_start, char *err, size_t err_size) {
+    kite_error e = {0};
+    if (check_open_args(out, model, "kite_grammar_open_lazy", &e)) return kite_error_export(&e, err, err_size);
+    char *gbnf = NULL, *lazy = NULL;
+    size_t gbnf_len = 0, lazy_len = 0;
+    if (!grammar_text(kind, text, len, &gbnf, &gbnf_len, &e) &&
+        !kite_gbnf_lazy(gbnf, gbnf_len, triggers, n_triggers, at_start, &lazy, &lazy_len, &e))
+        open_gbnf(out, model, lazy, lazy_len, &e);
+    free(gbnf);
+    free(lazy);
+    return kite_error_export(&e, err, err_size);
 }
 
 void kite_grammar_free(kite_grammar *g) {

@@ -39,6 +39,9 @@ int kite_gbnf_prefix_rules(const char *gbnf, size_t len, const char *prefix, cha
                 gtext_free(&t);
                 return kite_fail(e, KITE_ERR_FORMAT, "grammar: unterminated %s at byte %zu", c == '"' ? "literal" : "class", i);
             }
+        } else if (c == '<') { /* a token reference <[id]> or <text>: not a rule name */
+            while (end < len && gbnf[end] != '>' && gbnf[end] != '\n') end++;
+            if (end < len && gbnf[end] == '>') end++;
         } else if (c == '{') {
             while (end < len && gbnf[end] != '}') end++;
             if (end < len) end++;
@@ -75,4 +78,48 @@ char *kite_gbnf_literal(const char *s, size_t n) {
         return NULL;
     }
     return gtext_take(&t, NULL);
+}
+
+int kite_gbnf_resolve_tokens(const char *gbnf, size_t len, kite_token_lookup_fn lookup, void *user, char **out,
+                             size_t *out_len, kite_error *e) {
+    *out = NULL;
+    if (out_len) *out_len = 0;
+    gtext t = {0};
+    for (size_t i = 0; i < len;) {
+        unsigned char c = (unsigned char)gbnf[i];
+        size_t end = i + 1;
+        if (c == '#') {
+            while (end < len && gbnf[end] != '\n' && gbnf[end] != '\r') end++;
+        } else if (c == '"' || c == '[') {
+            end = span_end(gbnf, len, i, c == '"' ? '"' : ']');
+            if (!end) end = len; /* the parser names the unterminated span */
+        } else if (c == '<' && i + 1 < len && gbnf[i + 1] != '[') {
+            while (end < len && gbnf[end] != '>' && gbnf[end] != '\n') end++;
+            if (end < len && gbnf[end] == '>') {
+                end++;
+                int32_t id = lookup(user, gbnf + i, end - i);
+                if (id < 0) {
+                    gtext_free(&t);
+                    bool printable = end - i <= 64;
+                    for (size_t k = i; k < end && printable; k++) printable = gbnf[k] >= 0x20 && gbnf[k] < 0x7F;
+                    if (!printable) /* an error stays one line */
+                        return kite_fail(e, KITE_ERR_FORMAT, "grammar: the token reference at byte %zu is not a token of this model's vocabulary", i);
+                    return kite_fail(e, KITE_ERR_FORMAT, "grammar: %.*s at byte %zu is not a token of this model's vocabulary",
+                                     (int)(end - i), gbnf + i, i);
+                }
+                gtext_printf(&t, "<[%d]>", (int)id);
+                i = end;
+                continue;
+            }
+        }
+        gtext_putn(&t, gbnf + i, end - i);
+        i = end;
+    }
+    int st = gtext_check(&t, "grammar", e);
+    if (st) {
+        gtext_free(&t);
+        return st;
+    }
+    *out = gtext_take(&t, out_len);
+    return KITE_OK;
 }

@@ -64,6 +64,8 @@ typedef struct gparser {
     int depth;            /* open groups */
     int32_t any_char_rule; /* the helper for `.`, made once (-1 until then) */
     uint32_t current;     /* the user rule being parsed */
+    int32_t *refs;        /* distinct token ids referenced by <[id]> */
+    size_t n_refs, cap_refs;
 } gparser;
 
 /* 1-based line and column (in code points) of byte offset off. */
@@ -685,6 +687,52 @@ done:
     return rc;
 }
 
+/* <[id]>: a token by id, spelled as 0xFF and the id's three bytes (big-endian). No UTF-8 text holds
+ * 0xFF, so text never matches it: masks allow the token itself there (mask.c). <text> is a token
+ * spelled by its text, which only a vocabulary resolves (kite_gbnf_resolve_tokens). */
+static int parse_token_ref(gparser *p, ivec *out) {
+    size_t open = p->pos++;
+    if (peek(p) != '[') {
+        /* quoted when it is a short printable <...> (an error stays one line) */
+        size_t end = open + 1;
+        while (end < p->len && end - open < 48 && p->text[end] >= 0x20 && p->text[end] < 0x7F && p->text[end] != '>') end++;
+        if (end < p->len && p->text[end] == '>')
+            return fail_at(p, open, "token reference %.*s: only <[id]> is understood without a vocabulary", (int)(end - open + 1),
+                           p->text + open);
+        return fail_at(p, open, "token reference: only <[id]> is understood without a vocabulary");
+    }
+    p->pos++;
+    long id = 0;
+    size_t digits = 0;
+    while (p->pos < p->len && p->text[p->pos] >= '0' && p->text[p->pos] <= '9') {
+        if (id < (1L << 24)) id = id * 10 + (p->text[p->pos] - '0');
+        p->pos++;
+        digits++;
+    }
+    if (!digits || peek(p) != ']') return fail_at(p, open, "token reference: expected <[id]> with a decimal id");
+    p->pos++;
+    if (peek(p) != '>') return fail_at(p, open, "token reference: expected '>' after <[id]");
+    p->pos++;
+    if (id >= (1L << 24)) return fail_at(p, open, "token reference: id %ld is past the largest vocabulary (2^24)", id);
+    const uint8_t bytes[4] = {0xFF, (uint8_t)(id >> 16), (uint8_t)(id >> 8), (uint8_t)id};
+    for (int i = 0; i < 4; i++) {
+        int32_t elem;
+        int rc = byte_elem(p, bytes[i], bytes[i], &elem);
+        if (rc || (rc = push_elem(p, out, elem, open))) return rc;
+    }
+    for (size_t i = 0; i < p->n_refs; i++)
+        if (p->refs[i] == (int32_t)id) return KITE_OK;
+    if (p->n_refs == p->cap_refs) {
+        size_t cap = p->cap_refs ? p->cap_refs * 2 : 8;
+        int32_t *grown = realloc(p->refs, cap * sizeof *grown);
+        if (!grown) return nomem(p);
+        p->refs = grown;
+        p->cap_refs = cap;
+    }
+    p->refs[p->n_refs++] = (int32_t)id;
+    return KITE_OK;
+}
+
 static int parse_sequence(gparser *p, ivec *out, bool nested) {
     size_t last_start = out->n; /* where the last symbol began, for a following repetition */
     bool has_symbol = false;
@@ -793,8 +841,10 @@ static int parse_sequence(gparser *p, ivec *out, bool nested) {
             }
             rc = repeat_symbol(p, out, last_start, min, max, at);
             sym_start = last_start; /* a further repetition applies to the whole result */
-        } else if (c == '<' || c == '!') {
-            return fail_at(p, at, "token references (<...>, !<...>) are not supported: kite grammars match bytes");
+        } else if (c == '<') {
+            rc = parse_token_ref(p, out);
+        } else if (c == '!') {
+            return fail_at(p, at, "negated token references (!<...>) are not supported");
         } else {
             break;
         }
@@ -1054,6 +1104,7 @@ static void free_parser(gparser *p) {
     free(p->name_slots);
     free(p->sets);
     free(p->set_slots);
+    free(p->refs);
 }
 
 void kite_gbnf_free(kite_gbnf *g) {
@@ -1065,6 +1116,7 @@ void kite_gbnf_free(kite_gbnf *g) {
     free(g->alt_first);
     free(g->rule_alt);
     free(g->sets);
+    free(g->token_refs);
     free(g);
 }
 
@@ -1186,8 +1238,16 @@ done:
             g->names[r] = p.rules[r].name;
             p.rules[r].name = NULL;
         }
+        g->token_refs = p.refs;
+        g->n_token_refs = p.n_refs;
+        p.refs = NULL;
         *out = g;
     }
     free_parser(&p);
     return rc;
+}
+
+size_t kite_gbnf_token_refs(const kite_gbnf *g, const int32_t **ids) {
+    if (ids) *ids = g ? g->token_refs : NULL;
+    return g ? g->n_token_refs : 0;
 }

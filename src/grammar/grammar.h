@@ -61,6 +61,12 @@ bool kite_gmatch_accepting(const kite_gmatch *m, int32_t state);  /* the bytes s
 bool kite_gmatch_can_continue(kite_gmatch *m, int32_t state);     /* at least one byte may follow */
 const kite_error *kite_gmatch_error(const kite_gmatch *m);        /* why the last KITE_GSTATE_LIMIT */
 
+/* Token references (llama.cpp's <[id]>): a terminal matched by a token, not by text. The matcher sees
+ * it as the bytes 0xFF, id >> 16, id >> 8, id (no UTF-8 text holds 0xFF); token masks (mask.h) allow
+ * the token itself where those bytes may follow, and never a text token whose bytes spell them. The
+ * distinct ids a grammar references: */
+size_t kite_gbnf_token_refs(const kite_gbnf *g, const int32_t **ids);
+
 /* Additions beyond the fixed API (for the token-mask builder and tests). */
 
 /* The bytes that may follow `state`: bit b of bits[b >> 6] is set when byte b is allowed (every allowed

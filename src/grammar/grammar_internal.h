@@ -33,6 +33,8 @@ struct kite_gbnf {
     uint32_t n_sets;
     uint32_t root;       /* the start rule */
     char **names;        /* [n_rules] a user rule's name; NULL for helper rules (groups, repetitions, classes) */
+    int32_t *token_refs; /* [n_token_refs] distinct token ids the grammar references (<[id]>) */
+    size_t n_token_refs;
 };
 
 #endif

@@ -180,6 +180,8 @@ struct kite_gmask {
     uint32_t n_buckets;         /* power of two */
     uint64_t tick;
     int32_t *walk;              /* [max_depth + 1] matcher state at each depth of the walk */
+    const int32_t *refs;        /* [n_refs] the tokens the grammar references by id (<[id]>), the grammar's */
+    size_t n_refs;
     kite_gmask_stats stats;
 };
 
@@ -196,6 +198,7 @@ int kite_gmask_new(const kite_gbnf *g, const kite_vocab_index *vi, const kite_to
     gm->vi = vi;
     gm->t = t;
     gm->allow_eog = allow_eog;
+    gm->n_refs = kite_gbnf_token_refs(g, &gm->refs);
     gm->words = ((size_t)vi->n_vocab + 63) / 64;
     if (!cache_bytes) cache_bytes = (size_t)32 << 20;
     size_t cap = cache_bytes / (gm->words * 8);
@@ -238,6 +241,18 @@ static double now_ms(void) {
 
 static inline void set_bit(uint64_t *bits, int32_t id) { bits[id >> 6] |= (uint64_t)1 << (id & 63); }
 
+/* The state after token id as a token reference (<[id]>) in state, or < 0. */
+static int32_t ref_step(kite_gmask *gm, int32_t state, int32_t id) {
+    const uint8_t bytes[4] = {0xFF, (uint8_t)(id >> 16), (uint8_t)(id >> 8), (uint8_t)id};
+    return kite_gmatch_step_bytes(gm->m, state, bytes, 4);
+}
+
+static bool is_ref(const kite_gmask *gm, int32_t id) {
+    for (size_t r = 0; r < gm->n_refs; r++)
+        if (gm->refs[r] == id) return true;
+    return false;
+}
+
 /* The trie walk: bits gets every token allowed after state (drop: the previous token makes the next
  * one lose its leading space). Returns the count, or -1 on a matcher limit. */
 static int32_t compute_mask(kite_gmask *gm, int32_t state, bool drop, uint64_t *bits) {
@@ -261,6 +276,10 @@ static int32_t compute_mask(kite_gmask *gm, int32_t state, bool drop, uint64_t *
             i++;
             continue;
         }
+        if (nd->byte == 0xFF) { /* a token reference's first byte: text may never spell one */
+            i = nd->end;
+            continue;
+        }
         int32_t to = kite_gmatch_step(gm->m, from, nd->byte);
         steps++;
         if (to < 0) {
@@ -277,6 +296,14 @@ static int32_t compute_mask(kite_gmask *gm, int32_t state, bool drop, uint64_t *
         i++;
     }
     gm->stats.steps += steps;
+    /* the tokens referenced by id, where their reference may follow */
+    for (size_t r = 0; r < gm->n_refs; r++) {
+        int32_t id = gm->refs[r];
+        if (id >= vi->n_vocab || kite_gmask_bit(bits, id)) continue;
+        int32_t to = ref_step(gm, state, id);
+        if (to == KITE_GSTATE_LIMIT) return -1;
+        if (to >= 0) set_bit(bits, id), count++;
+    }
     return count;
 }
 
@@ -368,12 +395,17 @@ void kite_gmask_apply(const uint64_t *bits, float *logits, int32_t n_vocab) {
 int32_t kite_gmask_advance(kite_gmask *gm, int32_t state, int32_t prev, int32_t id) {
     const kite_vocab_index *vi = gm->vi;
     if (state < 0 || id < 0 || id >= vi->n_vocab) return KITE_GSTATE_DEAD;
+    if (gm->n_refs && is_ref(gm, id)) {
+        /* referenced: the reference where it may follow, else (a text token) its text */
+        int32_t to = ref_step(gm, state, id);
+        if (to >= 0 || to == KITE_GSTATE_LIMIT || vi->cls[id] != TOKEN_TEXT) return to;
+    }
     if (vi->cls[id] == TOKEN_EOG)
         return gm->allow_eog && kite_gmatch_accepting(gm->m, state) ? KITE_GSTATE_ENDED : KITE_GSTATE_DEAD;
     if (vi->cls[id] != TOKEN_TEXT) return KITE_GSTATE_DEAD;
     char piece[MAX_PIECE];
     int32_t len = kite_tokenizer_piece(gm->t, prev, id, piece, sizeof piece);
-    if (len <= 0 || len > MAX_PIECE) return KITE_GSTATE_DEAD;
+    if (len <= 0 || len > MAX_PIECE || memchr(piece, 0xFF, (size_t)len)) return KITE_GSTATE_DEAD;
     return kite_gmatch_step_bytes(gm->m, state, (const uint8_t *)piece, (size_t)len);
 }
 
@@ -421,6 +453,26 @@ int32_t kite_gmask_forced_tokens(kite_gmask *gm, int32_t state, int32_t prev, in
         int byte = 0;
         for (int w = 0; w < 4; w++)
             if (bits[w]) byte = w * 64 + __builtin_ctzll(bits[w]);
+        if (byte == 0xFF) {
+            /* a token reference: drafted as that token when it comes first and its id is forced too */
+            if (n > 0 || cap <= 0) break;
+            int32_t id = 0, t = kite_gmatch_step(gm->m, s, 0xFF);
+            for (int b = 0; b < 3 && t >= 0; b++) {
+                uint64_t nb[4];
+                kite_gmatch_allowed_bytes(gm->m, t, nb);
+                if (__builtin_popcountll(nb[0]) + __builtin_popcountll(nb[1]) + __builtin_popcountll(nb[2]) +
+                        __builtin_popcountll(nb[3]) != 1)
+                    return 0;
+                int v = 0;
+                for (int w = 0; w < 4; w++)
+                    if (nb[w]) v = w * 64 + __builtin_ctzll(nb[w]);
+                id = id << 8 | v;
+                t = kite_gmatch_step(gm->m, t, (uint8_t)v);
+            }
+            if (t < 0 || id >= gm->vi->n_vocab || gm->vi->cls[id] == TOKEN_EOG || kite_gmask_advance(gm, state, prev, id) < 0) return 0;
+            ids[0] = id;
+            return 1;
+        }
         forced[n++] = (uint8_t)byte;
         s = kite_gmatch_step(gm->m, s, (uint8_t)byte);
     }

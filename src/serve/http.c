@@ -414,6 +414,15 @@ static int prepare_output(kite_server *s, serve_request *r, kite_openai_error *e
         param = "tool_choice";
         rc = kite_grammar_open_tool_call(&r->grammar, s->model, s->tmpl, oa->tools_json, oa->tool_choice_name, err, sizeof err);
     }
+    /* auto: the calls the model starts are held to the tools' schemas from their trigger on (a lazy
+     * grammar); a template without a text trigger (harmony) or a request with its own format answers
+     * as it is, its calls parsed; so does one whose tool schemas no grammar can hold (auto never
+     * refused them) */
+    if (!rc && calls && oa->tool_choice == KITE_OPENAI_TOOLS_AUTO && oa->format == KITE_OPENAI_FORMAT_TEXT) {
+        param = "tools";
+        rc = kite_grammar_open_tool_auto(&r->grammar, s->model, s->tmpl, oa->tools_json, oa->parallel_tool_calls, err, sizeof err);
+        if (rc != KITE_ERR_NOMEM) rc = KITE_OK;
+    }
     if (rc)
         return kite_openai_set_error(e, rc == KITE_ERR_NOMEM ? 500 : 400, rc == KITE_ERR_NOMEM ? "server_error" : "invalid_request_error",
                                      param, NULL, "%s", err);

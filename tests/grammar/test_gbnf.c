@@ -632,6 +632,34 @@ static void test_regular_grammars_against_pcre2(void **state) {
 
 /* ---- malformed grammars ------------------------------------------------------------------------ */
 
+/* Token references in llama.cpp's syntax (<[id]>, as in its tests/test-grammar-parser.cpp): the token's
+ * terminal is the 4 bytes 0xFF id>>16 id>>8 id, which no UTF-8 text holds; the grammar lists the ids. */
+static void test_token_references(void **state) {
+    (void)state;
+    compiled c = compile_ok("root ::= \"a\" <[151657]> (<[5]> | \"b\")* <[0]>?\n");
+    const uint8_t ref[] = {'a', 0xFF, 0x02, 0x50, 0x69, 0xFF, 0, 0, 5, 'b', 0xFF, 0, 0, 0};
+    assert_false(kite_gmatch_accepting(c.m, feed(c.m, ref, 1)));
+    assert_true(kite_gmatch_accepting(c.m, feed(c.m, ref, 5)));
+    assert_true(kite_gmatch_accepting(c.m, feed(c.m, ref, 9)));
+    assert_true(kite_gmatch_accepting(c.m, feed(c.m, ref, 10)));
+    assert_true(kite_gmatch_accepting(c.m, feed(c.m, ref, sizeof ref)));
+    assert_true(feed(c.m, ref, 3) >= 0);
+    const uint8_t wrong[] = {'a', 0xFF, 0x02, 0x50, 0x6A};
+    assert_true(feed(c.m, wrong, sizeof wrong) < 0);
+    assert_true(feed(c.m, "ab", 2) < 0); /* the token, not text, comes after "a" */
+    const int32_t *ids = NULL;
+    size_t n = kite_gbnf_token_refs(c.g, &ids);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], 151657);
+    assert_int_equal(ids[1], 5);
+    assert_int_equal(ids[2], 0);
+    compiled_free(&c);
+    compiled none = compile_ok("root ::= \"<[1]>\" [<>]\n"); /* in a literal or class: text */
+    assert_int_equal(kite_gbnf_token_refs(none.g, NULL), 0);
+    assert_true(accepts(none.m, "<[1]>>"));
+    compiled_free(&none);
+}
+
 static void test_bad_grammars(void **state) {
     (void)state;
     static const struct {
@@ -672,8 +700,12 @@ static void test_bad_grammars(void **state) {
         {"root ::= x\nx ::= \"(\" x \")\"", "rule 'x' can never finish", "2:1"},
         {"root ::= [^\\x00-\\U0010FFFF]", "character class matches no character", "1:10"},
         {"root ::= []", "character class matches no character", "1:10"},
-        {"root ::= <think>", "token references (<...>, !<...>) are not supported", "1:10"},
-        {"root ::= !<[12]>", "token references", "1:10"},
+        {"root ::= <think>", "token reference <think>: only <[id]> is understood without a vocabulary", "1:10"},
+        {"root ::= !<[12]>", "negated token references (!<...>) are not supported", "1:10"},
+        {"root ::= \"a\" <[12", "token reference: expected <[id]> with a decimal id", "1:14"},
+        {"root ::= <[]>", "token reference: expected <[id]> with a decimal id", "1:10"},
+        {"root ::= <[12]", "token reference: expected '>' after <[id]", "1:10"},
+        {"root ::= <[16777216]>", "token reference: id 16777216 is past the largest vocabulary", "1:10"},
         {"root ::= \"a\"\nroot ::= \"b\"", "rule 'root' is defined twice (first at 1:1)", "2:1"},
         {"root ::= \"\xff\"", "invalid UTF-8 byte 0xFF", "1:11"},
         {"root ::= [\xc3", "truncated UTF-8 character", "1:11"},
@@ -843,6 +875,7 @@ int main(void) {
         cmocka_unit_test(test_start_rule_and_states),
         cmocka_unit_test(test_transition_cache),
         cmocka_unit_test(test_regular_grammars_against_pcre2),
+        cmocka_unit_test(test_token_references),
         cmocka_unit_test(test_bad_grammars),
         cmocka_unit_test(test_parser_limits),
         cmocka_unit_test(test_matcher_limits),

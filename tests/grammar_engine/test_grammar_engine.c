@@ -177,15 +177,34 @@ static uint32_t next_random(void) {
 /* Whether token id may follow prev at state, worked out without the trie: its piece (as emit writes
  * it) stepped through the matcher byte by byte; end tokens where the text is complete; control and
  * unknown tokens and empty pieces never. */
+/* The state after token id as a token reference (<[id]>: the bytes 0xFF id>>16 id>>8 id), or < 0
+ * when the grammar does not reference it. */
+static int32_t ref_step(kite_gmatch *m, const kite_gbnf *g, int32_t state, int32_t id) {
+    const int32_t *refs = NULL;
+    size_t n = kite_gbnf_token_refs(g, &refs);
+    for (size_t i = 0; i < n; i++)
+        if (refs[i] == id) {
+            const uint8_t b[4] = {0xFF, (uint8_t)(id >> 16), (uint8_t)(id >> 8), (uint8_t)id};
+            return kite_gmatch_step_bytes(m, state, b, 4);
+        }
+    return KITE_GSTATE_DEAD;
+}
+
+static const kite_gbnf *g_brute_gbnf; /* the grammar the brute force works for (its token references) */
+
 static bool allowed_by_brute_force(kite_gmatch *m, const kite_tokenizer *t, int32_t state, int32_t prev, int32_t id) {
     if (id >= kite_tokenizer_n_vocab(t)) return false;
+    if (g_brute_gbnf && ref_step(m, g_brute_gbnf, state, id) >= 0) return true; /* a referenced token, any class */
     if (kite_tokenizer_is_eog(t, id)) return kite_gmatch_accepting(m, state);
     if (kite_tokenizer_is_special(t, id)) return false;
     char piece[512];
     int32_t len = kite_tokenizer_piece(t, prev, id, piece, sizeof piece);
     if (len <= 0 || len > 256) return false;
     int32_t s = state;
-    for (int32_t i = 0; i < len && s >= 0; i++) s = kite_gmatch_step(m, s, (uint8_t)piece[i]);
+    for (int32_t i = 0; i < len && s >= 0; i++) {
+        if ((uint8_t)piece[i] == 0xFF) return false; /* text never spells a token reference */
+        s = kite_gmatch_step(m, s, (uint8_t)piece[i]);
+    }
     return s >= 0;
 }
 
@@ -197,6 +216,7 @@ static void masks_match_brute_force(kite_model *model, const char *gbnf, int wal
     assert_int_equal(kite_gmask_new(g->gbnf, g->vocab, model->tokenizer, true, 0, &gm, &e), KITE_OK);
     kite_gmatch *ref = NULL;
     assert_int_equal(kite_gmatch_new(g->gbnf, &ref, &e), KITE_OK); /* a matcher of its own: nothing shared */
+    g_brute_gbnf = g->gbnf;
     int32_t V = model->n_vocab;
     int32_t *allowed = malloc(sizeof(int32_t) * (size_t)V);
     assert_non_null(allowed);
@@ -227,12 +247,14 @@ static void masks_match_brute_force(kite_model *model, const char *gbnf, int wal
             state = kite_gmask_advance(gm, state, prev, id);
             char piece[300];
             int32_t len = kite_tokenizer_piece(model->tokenizer, prev, id, piece, 256);
-            ref_state = kite_gmatch_step_bytes(ref, ref_state, (const uint8_t *)piece, (size_t)len);
+            int32_t as_ref = ref_step(ref, g->gbnf, ref_state, id);
+            ref_state = as_ref >= 0 ? as_ref : kite_gmatch_step_bytes(ref, ref_state, (const uint8_t *)piece, (size_t)len);
             assert_true(state >= 0 && ref_state >= 0);
             prev = id;
         }
     }
     assert_true(states >= walks);
+    g_brute_gbnf = NULL;
     free(allowed);
     kite_gmatch_free(ref);
     kite_gmask_free(gm);
@@ -371,6 +393,52 @@ static void conforms(kite_model *m, const char *prompt, const char *gbnf, check_
     }
     if (complete < min_complete) fail_msg("only %d of %d runs complete for %s", complete, seeds, gbnf);
     kite_grammar_free(g);
+}
+
+/* Token references by id and by text (llama.cpp's <[id]> and <|im_start|>): a control token (Qwen3's
+ * <|im_start|>, never allowed as text), an added text token (<tool_call>) and an end token (<|im_end|>)
+ * where the grammar names them, against the brute force; generation writes them; an unknown token
+ * text is refused naming its offset. Ids from Qwen3's tokenizer.json. */
+static const char TOKEN_REF_GRAMMAR[] = "root ::= ( [a-z]{1,3} | <|im_start|> | <tool_call> | <[151658]> )+ <|im_end|>\n";
+
+static void test_token_references(void **state) {
+    (void)state;
+    masks_match_brute_force(g_qwen, TOKEN_REF_GRAMMAR, 3, 8, 1000);
+    kite_grammar *g = open_grammar(g_qwen, "root ::= \"hi\" <|im_start|> <tool_call> \"ok\" <[151658]>\n");
+    kite_gmask *gm = NULL;
+    kite_error e = {0};
+    assert_int_equal(kite_gmask_new(g->gbnf, g->vocab, g_qwen->tokenizer, true, 0, &gm, &e), KITE_OK);
+    int32_t st = kite_gmatch_step_bytes(kite_gmask_matcher(gm), kite_gmask_start(gm), (const uint8_t *)"hi", 2);
+    int32_t n_allowed = 0;
+    const uint64_t *bits = kite_gmask_allowed(gm, st, 1000, &n_allowed, &e);
+    assert_non_null(bits);
+    assert_int_equal(n_allowed, 1);
+    assert_true(kite_gmask_bit(bits, 151644));
+    /* forced drafts write the referenced token itself */
+    int32_t ids[4];
+    assert_int_equal(kite_gmask_forced_tokens(gm, st, 1000, ids, 4), 1);
+    assert_int_equal(ids[0], 151644);
+    kite_gmask_free(gm);
+    /* generation at T = 1 writes exactly the grammar's tokens */
+    int32_t prompt[64];
+    size_t n_prompt = encode(g_qwen, "hello", prompt, 64);
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        kite_gen_params gp = kite_gen_default_params();
+        gp.temperature = 1.0f, gp.seed = seed, gp.max_tokens = 40, gp.grammar = g;
+        run_log r;
+        run(g_qwen, prompt, n_prompt, &gp, &r);
+        assert_int_equal(r.status, KITE_OK);
+        assert_int_equal(r.finish, KITE_FINISH_STOP);
+        int found = 0;
+        for (int i = 0; i < r.n; i++) found += r.ids[i] == 151644 || r.ids[i] == 151657 || r.ids[i] == 151658;
+        assert_int_equal(found, 3);
+    }
+    kite_grammar_free(g);
+    char err[512];
+    kite_grammar *bad = NULL;
+    static const char unknown[] = "root ::= \"a\" <|no_such_token|>\n";
+    assert_int_not_equal(kite_grammar_open(&bad, g_qwen, KITE_GRAMMAR_GBNF, unknown, strlen(unknown), err, sizeof err), KITE_OK);
+    assert_non_null(strstr(err, "<|no_such_token|> at byte 13 is not a token of this model's vocabulary"));
 }
 
 static void test_outputs_conform_stories(void **state) {
@@ -637,6 +705,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_masks_small_vocabularies),
         cmocka_unit_test(test_masks_large_vocabularies),
+        cmocka_unit_test(test_token_references),
         cmocka_unit_test(test_outputs_conform_stories),
         cmocka_unit_test(test_outputs_conform_qwen),
         cmocka_unit_test(test_rejection_conforms),

@@ -224,20 +224,20 @@ for (const [family, template, { toolTurns = true } = {}] of FAMILIES) {
   });
 }
 
-test('a template whose tool-call markup is control tokens (gpt-oss harmony): tool_choice required is a clear 400', async () => {
-  // the shape of gpt-oss's template: harmony messages, which a grammar over text cannot write
+test('gpt-oss harmony markup: tool_choice required forces a call (markers as text in a vocabulary without them)', async () => {
+  // the shape of gpt-oss's template: harmony messages; Qwen3's vocabulary has no <|channel|> token, so the
+  // grammar writes the markers as text (with gpt-oss's vocabulary they are token references)
   const harmony = path.join(work, 'harmony.jinja');
   fs.writeFileSync(harmony, '{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}' +
                             '{% if add_generation_prompt %}<|start|>assistant<|channel|>{% endif %}');
   const server = await startServer(harmony);
   try {
-    const r = await fetch(`${server.base}/v1/chat/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'tiny', messages, tools: [weather], tool_choice: 'required' }) });
-    const j = await r.json();
-    assert.equal(r.status, 400, JSON.stringify(j));
-    assert.equal(j.error.param, 'tool_choice');
-    assert.match(j.error.message, /tool-call format 'harmony'\) cannot be made to call a tool/);
+    const forced = await server.client.chat.completions.create({ model: 'tiny', messages, tools: [weather], tool_choice: 'required',
+                                                                 max_tokens: 160, temperature: 0 });
+    const call = forced.choices[0].message.tool_calls?.[0];
+    assert.ok(call, JSON.stringify(forced));
+    assert.equal(call.function.name, 'get_weather');
+    assert.ok(ajv.validate(weather.function.parameters, JSON.parse(call.function.arguments)), call.function.arguments);
     // tool_choice auto still works: the tools reach the template and the reply is parsed
     const ok = await server.client.chat.completions.create({ model: 'tiny', messages, tools: [weather], max_tokens: 4, temperature: 0 });
     assert.equal(ok.choices.length, 1);
@@ -245,3 +245,67 @@ test('a template whose tool-call markup is control tokens (gpt-oss harmony): too
     await stopServer(server);
   }
 });
+
+// tool_choice auto holds a call to the tools' schemas from its trigger on (a lazy grammar) and leaves the
+// text before it free. Free: greedy replies under auto are the replies under tool_choice none (no
+// grammar) as long as the model starts no call, which the random model does not do unbiased. Fired: a
+// logit bias on the trigger's token makes the model start calls at T=1, after some free text for
+// Hermes/Qwen's <tool_call> (anywhere) and at once for Llama-3.1's '{' (a reply is a call when it is a
+// JSON object); every call then validates (ajv) and the text before it holds no trigger.
+const AUTO_FAMILIES = [
+  // [family, template, the trigger's token, the trigger, a bias that starts calls soon but not always at once]
+  ['qwen3 (tokenizer_config)', qwen3Template, '151657', '<tool_call>', 3.5], // <tool_call> is one token
+  ['llama3 (3.1)', path.join(TEMPLATES, 'llama3.jinja'), '90', '{', 9],      // '{'
+];
+for (const [family, template, triggerToken, trigger, bias] of AUTO_FAMILIES) {
+  test(`tool_choice auto in ${family}'s markup: free text, then calls held to the schemas from the trigger on`, async () => {
+    const server = await startServer(template);
+    try {
+      const tools = [weather, search];
+      for (const question of ['What is the weather in Paris?', 'Tell me a story.', 'Search for cheap flights to Oslo.']) {
+        const base = { model: 'tiny', messages: [messages[0], { role: 'user', content: question }], tools, max_tokens: 24, temperature: 0 };
+        const auto = (await server.client.chat.completions.create({ ...base, tool_choice: 'auto' })).choices[0];
+        const none = (await server.client.chat.completions.create({ ...base, tool_choice: 'none' })).choices[0];
+        assert.equal(auto.message.tool_calls, undefined, JSON.stringify(auto));
+        assert.equal(auto.message.content, none.message.content, `${question}: free text under auto is the unconstrained text`);
+        assert.equal(auto.message.reasoning_content, none.message.reasoning_content);
+        assert.equal(auto.finish_reason, none.finish_reason);
+      }
+      let fired = 0, afterText = 0;
+      for (let seed = 1; seed <= 8; seed++) {
+        const req = { model: 'tiny', messages, tools, max_tokens: 200, temperature: 1, seed, logit_bias: { [triggerToken]: bias },
+                      parallel_tool_calls: seed % 2 === 0 };
+        const r = (await server.client.chat.completions.create(req)).choices[0];
+        const m = r.message;
+        assert.ok(!(m.content ?? '').includes(trigger) || trigger === '{', `no trigger in the free text: ${JSON.stringify(m)}`);
+        if (!m.tool_calls) continue;
+        if (r.finish_reason === 'length') { // parallel calls may go on to max_tokens: all but the cut last one validate
+          for (const call of m.tool_calls.slice(0, -1))
+            assert.ok(ajv.validate(tools.find((t) => t.function.name === call.function.name).function.parameters,
+                                   JSON.parse(call.function.arguments)), call.function.arguments);
+          continue;
+        }
+        fired++;
+        if ((m.content ?? '').length > 0 || (m.reasoning_content ?? '').length > 0) afterText++;
+        assert.equal(r.finish_reason, 'tool_calls', JSON.stringify(r));
+        if (!req.parallel_tool_calls) assert.equal(m.tool_calls.length, 1, 'parallel_tool_calls false: one call');
+        for (const call of m.tool_calls) {
+          const tool = tools.find((t) => t.function.name === call.function.name);
+          assert.ok(tool, `a call of one of the tools: ${JSON.stringify(call)}`);
+          assert.ok(ajv.validate(tool.function.parameters, JSON.parse(call.function.arguments)), call.function.arguments);
+        }
+        // streamed: the same reply, from argument deltas
+        const streamed = await collect(await server.client.chat.completions.create({ ...req, stream: true }));
+        assert.equal(streamed.finish, 'tool_calls');
+        assert.deepEqual(streamed.calls.map((c) => [c.function.name, c.function.arguments]),
+                         m.tool_calls.map((c) => [c.function.name, c.function.arguments]));
+        assert.equal(streamed.content, m.content ?? '');
+      }
+      console.log(`# ${family}: ${fired} of 8 replies called, ${afterText} after free text`);
+      assert.ok(fired >= 4, `the bias starts calls: ${fired} of 8`);
+      if (trigger !== '{') assert.ok(afterText >= 1, `some calls come after free text: ${afterText}`);
+    } finally {
+      await stopServer(server);
+    }
+  });
+}

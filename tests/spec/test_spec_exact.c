@@ -349,11 +349,36 @@ static const char STORY_GRAMMAR[] =
     "name ::= [A-Z] [a-z]{1,12}\n"
     "text ::= [A-Za-z] [a-zA-Z ,.!']{0,120}\n";
 
+/* A lazy grammar (kite_grammar_open_lazy): the story is free until it writes " the", then the grammar
+ * holds it to a few lower-case words and a full stop; the mask switches on at the trigger in every
+ * drafted path. */
+static const char LAZY_BODY[] = "root ::= \" the\" [a-z ]{1,24} \".\"\n";
+
+static void exact_under_grammar_of(pair *p, kite_grammar *g, const char *label, int64_t *triggered);
+
 static void exact_under_grammar(pair *p) {
     char err[512];
     kite_grammar *g = NULL;
     if (kite_grammar_open(&g, p->target, KITE_GRAMMAR_GBNF, STORY_GRAMMAR, strlen(STORY_GRAMMAR), err, sizeof err))
         fail_msg("%s: grammar: %s", p->name, err);
+    exact_under_grammar_of(p, g, "grammar", NULL);
+}
+
+static void exact_under_lazy_grammar(pair *p) {
+    char err[512];
+    kite_grammar *g = NULL;
+    const char *triggers[] = {" the"};
+    if (kite_grammar_open_lazy(&g, p->target, KITE_GRAMMAR_GBNF, LAZY_BODY, strlen(LAZY_BODY), triggers, 1, false, err, sizeof err))
+        fail_msg("%s: lazy grammar: %s", p->name, err);
+    int64_t triggered = 0;
+    exact_under_grammar_of(p, g, "lazy grammar", &triggered);
+    assert_true(triggered > 0);
+}
+
+/* Every drafter gives plain constrained decoding's tokens and finish under g (freed here). triggered
+ * (may be NULL) counts the plain runs whose text holds LAZY_BODY's trigger; for those, the text before
+ * the trigger is unconstrained decoding's text. */
+static void exact_under_grammar_of(pair *p, kite_grammar *g, const char *label, int64_t *triggered) {
     int64_t drafted = 0, accepted = 0, stops = 0;
     static const int32_t budgets[] = {1, 2, 5, 12, 32};
     for (int cfg = 0; cfg < N_CONFIGS; cfg++) {
@@ -364,8 +389,31 @@ static void exact_under_grammar(pair *p) {
         generate(p->target, NULL, p->prompt[0], p->n_prompt[0], &gp, 0, &plain);
         kite_finish_reason plain_finish = g_last_finish;
         assert_int_equal(plain.status, KITE_OK);
-        assert_true(plain.n > 10);
+        assert_true(plain.n > (triggered ? 0 : 10));
         stops += plain_finish == KITE_FINISH_STOP;
+        if (triggered) {
+            /* free text is free: greedy, up to the trigger, the text is the text without a grammar (the mask
+             * keeps out only what holds the trigger; sampling is left out, as a mask's renormalization moves
+             * its draws) */
+            kite_gen_params free_gp = gp;
+            free_gp.grammar = NULL;
+            run_result unconstrained;
+            generate(p->target, NULL, p->prompt[0], p->n_prompt[0], &free_gp, 0, &unconstrained);
+            char a[4096], b[4096];
+            size_t na = 0, nb = 0;
+            char e2[256];
+            assert_int_equal(kite_detokenize(p->target, plain.ids, (size_t)plain.n, a, sizeof a - 1, &na, e2, sizeof e2), KITE_OK);
+            assert_int_equal(kite_detokenize(p->target, unconstrained.ids, (size_t)unconstrained.n, b, sizeof b - 1, &nb, e2, sizeof e2), KITE_OK);
+            a[na < sizeof a ? na : sizeof a - 1] = '\0';
+            b[nb < sizeof b ? nb : sizeof b - 1] = '\0';
+            const char *at = strstr(a, " the");
+            if (at) {
+                (*triggered)++;
+                size_t free_len = (size_t)(at - a);
+                if (gp.temperature == 0.0f && (nb < free_len || memcmp(a, b, free_len)))
+                    fail_msg("%s cfg %d: the free text differs from unconstrained decoding:\n%.*s\n%s", p->name, cfg, (int)free_len, a, b);
+            }
+        }
         for (size_t bi = 0; bi < sizeof budgets / sizeof budgets[0]; bi++) {
             int32_t b = budgets[bi];
             for (int forced = 0; forced < 2; forced++) {
@@ -378,7 +426,7 @@ static void exact_under_grammar(pair *p) {
                     sp.no_forced_drafts = !forced;
                     generate(p->target, &sp, p->prompt[0], p->n_prompt[0], &gp, 0, &got);
                     char what[160];
-                    snprintf(what, sizeof what, "%s grammar cfg %d drafter %d budget %d forced %d", p->name, cfg, d, b, forced);
+                    snprintf(what, sizeof what, "%s %s cfg %d drafter %d budget %d forced %d", p->name, label, cfg, d, b, forced);
                     assert_prefix_ids(&plain, &got, plain.n, what);
                     if (g_last_finish != plain_finish) fail_msg("%s: finish %d, plain %d", what, g_last_finish, plain_finish);
                     /* A perfect oracle without forced drafts still needs exactly the passes of a free run. */
@@ -390,8 +438,8 @@ static void exact_under_grammar(pair *p) {
             }
         }
     }
-    print_message("%s under a grammar: %lld of %lld drafted tokens accepted, %lld of %d plain runs ended by the grammar\n",
-                  p->name, (long long)accepted, (long long)drafted, (long long)stops, N_CONFIGS);
+    print_message("%s under a %s: %lld of %lld drafted tokens accepted, %lld of %d plain runs ended by the grammar\n",
+                  p->name, label, (long long)accepted, (long long)drafted, (long long)stops, N_CONFIGS);
     assert_true(accepted > 0);
     kite_grammar_free(g);
 }
@@ -399,6 +447,11 @@ static void exact_under_grammar(pair *p) {
 static void test_exact_under_grammar(void **state) {
     (void)state;
     for (int i = 0; i < 2; i++) exact_under_grammar(&g_pairs[i]);
+}
+
+static void test_exact_under_lazy_grammar(void **state) {
+    (void)state;
+    for (int i = 0; i < 2; i++) exact_under_lazy_grammar(&g_pairs[i]);
 }
 
 /* ---- a model drafting for itself: q = p, so every drafted token is accepted ---------------------------- */
@@ -820,6 +873,7 @@ int main(void) {
         cmocka_unit_test(test_exact_656k),
         cmocka_unit_test(test_exact_quantized_cache),
         cmocka_unit_test(test_exact_under_grammar),
+        cmocka_unit_test(test_exact_under_lazy_grammar),
         cmocka_unit_test(test_self_draft_always_accepted),
         cmocka_unit_test(test_first_token_from_prompt),
         cmocka_unit_test(test_end_token_inside_accepted_path),

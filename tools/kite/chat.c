@@ -239,6 +239,7 @@ typedef struct chat {
     char *tools_text;         /* --tools: compact JSON array for the template, or NULL */
     bool parse_calls;         /* tools offered and --tool-choice is not none: replies are parsed for calls */
     kite_grammar *force_call; /* --tool-choice required|NAME: the answer to a message is one call */
+    kite_grammar *auto_calls; /* --tool-choice auto: free text, or calls the tools' schemas allow (lazy) */
     bool json_calls;          /* --json: calls printed as OpenAI JSON lines */
     uint64_t n_replies;       /* replies parsed so far: each gets its own call ids */
     bool color;               /* stdout is a terminal: reasoning is dimmed */
@@ -652,6 +653,7 @@ static json_t *answer_conversation(chat *c, size_t rollback, bool force_call) {
     int32_t room = n_ctx - (int32_t)n_ids;
     gp.max_tokens = c->max_answer_tokens > 0 && c->max_answer_tokens < room ? c->max_answer_tokens : room;
     if (force_call) gp.grammar = c->force_call;
+    else if (c->auto_calls) gp.grammar = c->auto_calls;
     st = kite_generate(c->session, &gp, on_answer_token, &a, err, sizeof err);
     g_generating = 0;
     json_t *reply = NULL;
@@ -1009,6 +1011,14 @@ static int open_chat(chat *c, const chat_options *o) {
                 fprintf(stderr, "kite: error: --tool-choice %s: %s\n", choice, err);
                 return 1;
             }
+        } else if (!strcmp(choice, "auto")) {
+            /* a template without a text trigger (harmony) answers unconstrained: its calls still parse */
+            int st = kite_grammar_open_tool_auto(&c->auto_calls, c->model, c->tmpl, c->tools_text, true, err, sizeof err);
+            if (st == KITE_ERR_NOMEM) {
+                fprintf(stderr, "kite: error: --tools: %s\n", err);
+                return 1;
+            }
+            if (st && st != KITE_ERR_UNSUPPORTED) fprintf(stderr, "kite: warning: --tools: calls are not held to their schemas: %s\n", err);
         }
     }
 
@@ -1077,6 +1087,7 @@ static void close_chat(chat *c) {
     free(c->kwargs_text);
     free(c->tools_text);
     kite_grammar_free(c->force_call);
+    kite_grammar_free(c->auto_calls);
     free(c->token_kind);
 }
 
