@@ -389,8 +389,10 @@ int kite_cli_resolve_models(int *argc, char **argv) {
             if (kite_store_open(&store, g_models_dir, err, sizeof err)) { fprintf(stderr, "kite: error: %s\n", err); return 1; }
             st = kite_store_resolve(store, val, path, sizeof paths[0], err, sizeof err);
         }
+        /* A missing path (not a name): the verb opens it and says what it was for. */
+        if (st == KITE_ERR_NOT_FOUND && !strstr(err, "kite pull")) continue;
         if (st) {
-            fprintf(stderr, "kite: error: %s\n", err);
+            fprintf(stderr, "kite: error: %s%s\n", draft ? "draft model: " : "", err);
             kite_store_free(store);
             return 1;
         }
