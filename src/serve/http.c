@@ -421,6 +421,7 @@ static int prepare_output(kite_server *s, serve_request *r, kite_openai_error *e
     if (!rc && calls && oa->tool_choice == KITE_OPENAI_TOOLS_AUTO && oa->format == KITE_OPENAI_FORMAT_TEXT) {
         param = "tools";
         rc = kite_grammar_open_tool_auto(&r->grammar, s->model, s->tmpl, oa->tools_json, oa->parallel_tool_calls, err, sizeof err);
+        if (rc && rc != KITE_ERR_NOMEM) kite_log(KITE_LOG_INFO, "serve: tool_choice auto without a grammar: %s", err);
         if (rc != KITE_ERR_NOMEM) rc = KITE_OK;
     }
     if (rc)
