@@ -660,7 +660,7 @@ static int parse_class(gparser *p, ivec *out) {
         }
         if (p->text[p->pos] == ']') break;
         size_t item = p->pos;
-        uint32_t lo, hi;
+        uint32_t lo = 0, hi = 0; /* (set by parse_char; initialised for compilers that cannot see it) */
         if ((rc = parse_char(p, &lo))) goto done;
         hi = lo;
         if (peek(p) == '-' && p->pos + 1 < p->len && p->text[p->pos + 1] != ']') {
