@@ -80,6 +80,27 @@ typedef struct kite_generation {
     bool need_first;            /* the first token is to be sampled from the existing logits */
 } kite_generation;
 
+/* Target hidden states a learned drafter reads (EAGLE-3, DFlash): for each committed position p in
+ * [pos0, pos0 + n), the captured inputs of the drafter's layers (kite_forward_scratch.capture_layer),
+ * width = n_capture * dim floats, capture k of a row at row + k * dim. Kept for the accepted path only:
+ * a verification pass appends the rows of the nodes the walk accepted, in order; a truncation below
+ * pos0 + n drops the rows past it. The drafter consumes rows with kite_features_drop_before. */
+typedef struct kite_features {
+    int32_t width;   /* floats per position; 0: nothing is captured (no learned drafter) */
+    int32_t pos0;    /* position of rows[0] */
+    int32_t n;       /* positions held */
+    int32_t cap;     /* positions rows has room for */
+    float *rows;     /* [cap][width] */
+} kite_features;
+
+/* Starts (n > 0) or stops capturing the inputs of the given target layers (kite_forward_scratch_set_capture)
+ * in every later pass of the session; the feature rows start empty at the current context length. */
+int kite_session_set_capture(struct kite_session *s, const int32_t *layers, int32_t n, kite_error *e);
+/* Forgets the feature rows of positions below pos (the drafter has consumed them). */
+void kite_features_drop_before(kite_features *f, int32_t pos);
+/* Forgets the feature rows of positions at or past n_past. */
+void kite_features_truncate(kite_features *f, int32_t n_past);
+
 /* One pass of a generating session: the drafted tree and its timing. */
 typedef struct kite_pass {
     kite_draft_tree tree;
@@ -87,6 +108,8 @@ typedef struct kite_pass {
     int32_t forced;             /* > 0: the tree is this many tokens of the grammar's forced text, not the drafter's */
     int32_t pos0;               /* committed context before the pass */
     double t0, t1;              /* drafting start and end, ms */
+    const float *captured;      /* the verification pass's captured hidden states (kite_forward_scratch.captured of
+                                   the scratch that ran it), or NULL: none (kite_batch's passes capture nothing) */
 } kite_pass;
 
 struct kite_session {
@@ -106,6 +129,7 @@ struct kite_session {
     double last_prompt_ms;   /* duration of the latest kite_prompt, counted into the next ttft */
     kite_spec_state spec;    /* drafter and budget controller (drafter NONE: plain decoding) */
     float *tree_logits;      /* [KITE_MAX_DRAFT + 1][n_vocab] target logits of a verification pass */
+    kite_features features;  /* target hidden states of committed positions, for a learned drafter */
     kite_generation gen;
 };
 

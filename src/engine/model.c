@@ -154,6 +154,11 @@ static const char *arch_name(kite_arch a) {
     case KITE_ARCH_QWEN2: return "qwen2";
     case KITE_ARCH_QWEN3: return "qwen3";
     case KITE_ARCH_GEMMA3: return "gemma3";
+    case KITE_ARCH_QWEN3MOE: return "qwen3moe";
+    case KITE_ARCH_LFM2: return "lfm2";
+    case KITE_ARCH_GEMMA4: return "gemma4";
+    case KITE_ARCH_MUSE_GLIMMER: return "muse-glimmer";
+    case KITE_ARCH_QWEN35: return "qwen35";
     }
     return "unknown";
 }

@@ -87,6 +87,7 @@ void kite_session_free(kite_session *s) {
     free(s->gen.held);
     free(s->gen.queue);
     kite_gmask_free(s->gen.gmask);
+    free(s->features.rows);
     free(s);
 }
 
@@ -95,6 +96,7 @@ void kite_session_reset(kite_session *s) {
     kite_spec_remember(&s->spec, s->history, (size_t)s->n_past);
     s->n_past = 0;
     (void)kite_kv_can_rewind(&s->kv, 0); /* forgets the rings' history */
+    kite_features_truncate(&s->features, 0);
     s->unfed_token = -1;
     s->have_logits = false;
     memset(&s->stats, 0, sizeof s->stats);
@@ -105,6 +107,66 @@ void kite_session_reset(kite_session *s) {
         kite_session_gen_end(s, e.status, &e);
     }
     s->gen.finish = KITE_FINISH_NONE;
+}
+
+/* Features (engine.h): rows of positions at or past n_past are forgotten. */
+void kite_features_truncate(kite_features *f, int32_t n_past) {
+    if (n_past <= f->pos0) {
+        f->pos0 = n_past;
+        f->n = 0;
+    } else if (n_past < f->pos0 + f->n) {
+        f->n = n_past - f->pos0;
+    }
+}
+
+void kite_features_drop_before(kite_features *f, int32_t pos) {
+    int32_t drop = pos - f->pos0;
+    if (drop <= 0) return;
+    if (drop >= f->n) {
+        f->pos0 = pos;
+        f->n = 0;
+        return;
+    }
+    memmove(f->rows, f->rows + (size_t)drop * (size_t)f->width, sizeof(float) * (size_t)(f->n - drop) * (size_t)f->width);
+    f->pos0 = pos;
+    f->n -= drop;
+}
+
+/* Appends captured rows (captured[r * width], as kite_forward_scratch.captured) of batch rows
+ * rows[0..count) (NULL: 0..count-1) as the positions from s->n_past on. Rows that do not follow the
+ * held ones (positions were run without capture in between) replace them. */
+static int features_append(kite_session *s, const float *captured, const int32_t *rows, int32_t count, kite_error *e) {
+    kite_features *f = &s->features;
+    if (f->width == 0 || count <= 0 || !captured) return KITE_OK;
+    if (f->n == 0 || f->pos0 + f->n != s->n_past) {
+        f->pos0 = s->n_past;
+        f->n = 0;
+    }
+    if (f->n + count > f->cap) {
+        int32_t cap = f->cap ? f->cap : 64;
+        while (cap < f->n + count) cap *= 2;
+        float *grown = realloc(f->rows, sizeof(float) * (size_t)cap * (size_t)f->width);
+        if (!grown) return kite_fail(e, KITE_ERR_NOMEM, "out of memory for %d positions of hidden states", (int)cap);
+        f->rows = grown;
+        f->cap = cap;
+    }
+    for (int32_t i = 0; i < count; i++)
+        memcpy(f->rows + (size_t)(f->n + i) * (size_t)f->width,
+               captured + (size_t)(rows ? rows[i] : i) * (size_t)f->width, sizeof(float) * (size_t)f->width);
+    f->n += count;
+    return KITE_OK;
+}
+
+int kite_session_set_capture(kite_session *s, const int32_t *layers, int32_t n, kite_error *e) {
+    int st = kite_forward_scratch_set_capture(&s->scratch, &s->model->weights.hp, layers, n, e);
+    if (st) return st;
+    s->features.width = n * s->model->weights.hp.dim;
+    s->features.pos0 = s->n_past;
+    s->features.n = 0;
+    free(s->features.rows);
+    s->features.rows = NULL;
+    s->features.cap = 0;
+    return KITE_OK;
 }
 
 /* Rebuilds the cache for s->history[0, n) by running it again from position 0 (the rings forgotten). */
@@ -129,6 +191,7 @@ int kite_session_truncate(kite_session *s, int32_t n_past, char *err, size_t err
                kite_error_export(&e, err, err_size);
     if (n_past == visible) return KITE_OK;
     s->unfed_token = -1;
+    kite_features_truncate(&s->features, n_past);
     /* The K/V rows past n_past stay in memory but are never read: attention only looks below the
      * current position, and new tokens overwrite them. A sliding-window ring that no longer holds the
      * window before n_past (the session went on for more than the ring's slack) is rebuilt by running
@@ -186,6 +249,8 @@ int kite_session_run_chain(kite_session *s, const int32_t *ids, size_t n, float 
         bool last = done + (size_t)chunk == n;
         float *out = all_logits ? all_logits + done * (size_t)n_vocab : (last ? s->logits : NULL);
         kite_forward(w, &s->kv, &s->scratch, s->pool, ids + done, NULL, 0, chunk, s->n_past, out, all_logits != NULL);
+        int st = features_append(s, s->scratch.captured, NULL, chunk, e);
+        if (st) return st;
         memcpy(s->history + s->n_past, ids + done, sizeof *ids * (size_t)chunk);
         s->n_past += chunk;
         done += (size_t)chunk;
@@ -508,6 +573,7 @@ static int pass_draft(kite_session *s, int32_t max_nodes, kite_pass *ps, kite_er
     }
     ps->t1 = kite_now_ms();
     ps->pos0 = P;
+    ps->captured = NULL;
     s->unfed_token = -1;
     return KITE_OK;
 }
@@ -525,6 +591,9 @@ static void pass_walk(kite_session *s, kite_pass *ps, const float *tree_logits) 
     int32_t n_path = kite_spec_walk(sp, &s->gen.params, tree, tree_logits, m->n_vocab, s->history, P, s->gen.sample_buf,
                                     emit_for_walk, s->gen.gmask ? mask_for_walk : NULL, s, path);
     kite_kv_commit(&s->kv, m->weights.hp.n_layers, P, path, n_path);
+    kite_error fe = {0};
+    if (features_append(s, ps->captured, path, n_path, &fe)) /* out of memory: the drafter finds its rows missing */
+        kite_log(KITE_LOG_WARN, "%s", fe.msg);
     s->n_past = P + n_path;
     s->have_logits = false; /* the logits of the new root are not computed yet */
     if (sp->params.drafter != KITE_DRAFT_NONE) {
@@ -691,6 +760,7 @@ int kite_generate(kite_session *s, const kite_gen_params *params, kite_token_fn 
         if ((st = pass_draft(s, KITE_MAX_DRAFT + 1, &ps, &e))) break;
         kite_forward(&s->model->weights, &s->kv, &s->scratch, s->pool, ps.tree.token, ps.tree.n > 1 ? ps.tree.parent : NULL, 0,
                      ps.tree.n, ps.pos0, s->tree_logits, true);
+        ps.captured = s->scratch.captured;
         pass_walk(s, &ps, s->tree_logits);
     }
     gen_end(s, st, &e);

@@ -389,6 +389,20 @@ static void qkv_row_task(void *ctx, int64_t b, int thread) {
     }
 }
 
+/* Capture k of every batch row: x (+ add, when not NULL), [n][dim] each. */
+static void capture_rows(kite_forward_scratch *s, int32_t k, const float *x, const float *add, int32_t n, int32_t dim) {
+    for (int32_t r = 0; r < n; r++) {
+        float *dst = s->captured + ((int64_t)r * s->n_capture + k) * dim;
+        const float *a = x + (int64_t)r * dim;
+        if (!add) {
+            memcpy(dst, a, sizeof(float) * (size_t)dim);
+            continue;
+        }
+        const float *b = add + (int64_t)r * dim;
+        for (int32_t i = 0; i < dim; i++) dst[i] = a[i] + b[i];
+    }
+}
+
 int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_pool *pool, const kite_forward_seq *seqs,
                            int32_t n_seqs, float *logits) {
     const kite_hparams *hp = &w->hp;
@@ -427,10 +441,12 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
     if (hp->embd_scale != 0.0f)
         for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] *= hp->embd_scale;
 
+    int32_t next_capture = 0; /* index into s->capture_layer of the next layer to capture */
     for (int32_t l = 0; l < hp->n_layers; l++) {
         const kite_layer_weights *L = &w->layers[l];
         /* The previous layer's down projection (in xn) joins the residual stream here. */
         residual_norm(pool, s->x, s->xn, L->attn_norm, dim, hp->rms_eps, l > 0, NULL, n);
+        if (next_capture < s->n_capture && s->capture_layer[next_capture] == l) capture_rows(s, next_capture++, s->x, NULL, n, dim);
         const matmul_part qkv[3] = {{.w = &L->wq, .y = s->q, .y_stride = q_width},
                                     {.w = &L->wk, .y = s->k, .y_stride = kv_dim},
                                     {.w = &L->wv, .y = s->v, .y_stride = kv_dim}};
@@ -469,6 +485,10 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
         matmul(pool, s, w->kernels, &L->w_down, s->gate, s->xn, dim, n);
         post_norm(pool, s->xn, L->post_ffn_norm, dim, hp->rms_eps, n);
     }
+
+    /* The last layer's output: x + xn, summed as residual_norm sums it (the same float additions). */
+    if (next_capture < s->n_capture && s->capture_layer[next_capture] == hp->n_layers)
+        capture_rows(s, next_capture, s->x, hp->n_layers > 0 ? s->xn : NULL, n, dim);
 
     /* The last down projection joins the residual stream of the rows whose logits are wanted (the
      * stream itself is not needed after this pass: the cache holds every row's K and V), gathered to
@@ -535,7 +555,28 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
     return KITE_OK;
 }
 
+int kite_forward_scratch_set_capture(kite_forward_scratch *s, const kite_hparams *hp, const int32_t *layers, int32_t n,
+                                     kite_error *e) {
+    if (n < 0 || n > KITE_MAX_CAPTURE)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "%d layers to capture: at most %d", (int)n, KITE_MAX_CAPTURE);
+    for (int32_t k = 0; k < n; k++)
+        if (layers[k] < 0 || layers[k] > hp->n_layers || (k > 0 && layers[k] <= layers[k - 1]))
+            return kite_fail(e, KITE_ERR_INVALID_ARG,
+                             "layer %d to capture: layers must increase and lie in 0..%d (the model's layer count)",
+                             (int)layers[k], (int)hp->n_layers);
+    free(s->captured);
+    s->captured = NULL;
+    s->n_capture = 0;
+    if (n == 0) return KITE_OK;
+    s->captured = calloc((size_t)s->max_batch * (size_t)n * (size_t)hp->dim, sizeof(float));
+    if (!s->captured) return kite_fail(e, KITE_ERR_NOMEM, "out of memory for captured hidden states");
+    memcpy(s->capture_layer, layers, sizeof *layers * (size_t)n);
+    s->n_capture = n;
+    return KITE_OK;
+}
+
 void kite_forward_scratch_free(kite_forward_scratch *s) {
+    free(s->captured);
     free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att_out);
     free(s->gate); free(s->up); free(s->slots); free(s->positions); free(s->act);
     free(s->row_seq); free(s->seq_row0); free(s->out_rows);

@@ -120,6 +120,9 @@ void kite_kv_cache_free(kite_kv_cache *kv);
 typedef void (*kite_act_hook_fn)(void *user_data, const char *weight_name, int32_t expert, const float *x, int32_t n_rows,
                                  int64_t n_cols);
 
+/* Layers whose inputs one pass can capture (kite_forward_scratch). */
+enum { KITE_MAX_CAPTURE = 8 };
+
 /* Scratch activations for batches of up to max_batch tokens. */
 typedef struct kite_forward_scratch {
     int32_t max_batch;
@@ -142,7 +145,22 @@ typedef struct kite_forward_scratch {
     size_t act_bytes; /* enough for max_batch rows of the widest matrix input, any weight type */
     kite_act_hook_fn act_hook; /* NULL (the default; costs one test per product) or the session's observer */
     void *act_hook_user_data;
+    /* Hidden-state capture for learned drafters (EAGLE-3, DFlash read the inputs of a few target layers,
+     * as llama.cpp's llama_set_embeddings_layer_inp). n_capture = 0 (the default) costs nothing. */
+    int32_t n_capture;
+    int32_t capture_layer[KITE_MAX_CAPTURE]; /* increasing, each in [0, n_layers]: the input of that layer (0: the
+                                                scaled embedding; n_layers: the last layer's output, before the
+                                                final norm) */
+    float *captured; /* [max_batch][n_capture][dim]: after a pass, batch row r's capture k at
+                        captured + (r * n_capture + k) * dim, for every row of the pass (not only the
+                        rows whose logits were wanted) */
 } kite_forward_scratch;
+
+/* Starts (n > 0) or stops (n = 0) capturing the inputs of the given layers in every later pass on this
+ * scratch. Fails with KITE_ERR_INVALID_ARG for more than KITE_MAX_CAPTURE layers or a layer outside
+ * [0, n_layers] or not increasing. */
+int kite_forward_scratch_set_capture(kite_forward_scratch *s, const kite_hparams *hp, const int32_t *layers, int32_t n,
+                                     kite_error *e);
 
 int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, int32_t max_batch, int32_t n_threads,
                               int32_t n_ctx, kite_error *e);

@@ -11,7 +11,19 @@
 
 #include "base/error.h"
 
-typedef enum kite_arch { KITE_ARCH_LLAMA = 0, KITE_ARCH_QWEN2 = 1, KITE_ARCH_QWEN3 = 2, KITE_ARCH_GEMMA3 = 3 } kite_arch;
+/* Values reserved ahead of the code for the families being added side by side (issue 15), so their
+ * branches do not collide. */
+typedef enum kite_arch {
+    KITE_ARCH_LLAMA = 0,
+    KITE_ARCH_QWEN2 = 1,
+    KITE_ARCH_QWEN3 = 2,
+    KITE_ARCH_GEMMA3 = 3,
+    KITE_ARCH_QWEN3MOE = 4,
+    KITE_ARCH_LFM2 = 5,
+    KITE_ARCH_GEMMA4 = 6,
+    KITE_ARCH_MUSE_GLIMMER = 7,
+    KITE_ARCH_QWEN35 = 8,
+} kite_arch;
 
 /* The FFN's gate activation: SiLU (SwiGLU: Llama, Qwen) or GELU with the tanh approximation (GeGLU: Gemma). */
 typedef enum kite_ffn_act { KITE_FFN_SILU = 0, KITE_FFN_GELU_TANH = 1 } kite_ffn_act;
