@@ -3,5 +3,13 @@
 kite_unit_test(test_spec_exact ${CMAKE_CURRENT_LIST_DIR}/test_spec_exact.c)
 kite_unit_test(test_spec_internal ${CMAKE_CURRENT_LIST_DIR}/test_spec_internal.c)
 kite_script_test(test_spec_cli spec/test_spec_cli.py)
-# Gemma 3's sliding-window and global layers: speculation exact on a tiny-gemma3 random model.
-kite_unit_test(test_spec_gemma3 ${CMAKE_CURRENT_LIST_DIR}/test_spec_gemma3.c)
+# Each family's layer structure: speculation exact on its tiny-ARCH random model (one executable,
+# the shape as argument; add a family with one kite_spec_family_test line).
+add_executable(test_spec_family ${CMAKE_CURRENT_LIST_DIR}/test_spec_family.c)
+target_link_libraries(test_spec_family PRIVATE kite_internal PkgConfig::CMOCKA)
+function(kite_spec_family_test name shape)
+  add_test(NAME ${name} COMMAND test_spec_family ${shape} ${ARGN} WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "${KITE_TEST_ENV}" TIMEOUT 600)
+endfunction()
+# Gemma 3's sliding-window and global layers (and the ring's memory bound).
+kite_spec_family_test(test_spec_gemma3 tiny-gemma3 --ring)

@@ -1,6 +1,8 @@
-/* Speculative decoding stays exact on Gemma 3's layer structure: sliding-window layers (window 8) mixed
- * with a global one, GeGLU, post-norms. The target is `kite gen-model --shape tiny-gemma3` in F32 and the
- * draft the same weights in Q8_0 (written here by kite_write_random_model). The prompt (100 tokens) and
+/* Speculative decoding stays exact on each family's layer structure, one ctest per `tiny-ARCH` shape
+ * (argv[1]; tests/spec/tests.cmake registers them). For Gemma 3 (tiny-gemma3, argv[2] "--ring"):
+ * sliding-window layers (window 8) mixed with a global one, GeGLU, post-norms. The target is
+ * `kite gen-model --shape SHAPE` in F32 and the draft the same weights in Q8_0 (written here by
+ * kite_write_random_model). The prompt (100 tokens) and
  * the 40 generated ones run far past the window and around the local layers' KV ring (8 - 1 + 64 rows
  * at a context of 512), so a drafted node whose window were cut from the wrong rows (a tree node's
  * ancestors, a chain's rows, a wrapped ring row) would change the output. For the n-gram
@@ -22,6 +24,7 @@
 
 enum { GEN = 40, N_PROMPT = 100, MAX_GEN = 64, MAX_BUDGET = 12, N_CTX = 512 };
 
+static const char *g_shape = "tiny-gemma3";
 static char g_dir[64];
 static char g_target_path[128], g_draft_path[128];
 static kite_model *g_target, *g_draft;
@@ -41,12 +44,12 @@ static kite_model *open_model(const char *path) {
 
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/kite-spec-gemma3-XXXXXX");
+    snprintf(g_dir, sizeof g_dir, "/tmp/kite-spec-family-XXXXXX");
     if (!mkdtemp(g_dir)) return -1;
     snprintf(g_target_path, sizeof g_target_path, "%s/target.gguf", g_dir);
     snprintf(g_draft_path, sizeof g_draft_path, "%s/draft.gguf", g_dir);
     char err[512];
-    kite_random_model_params rp = {.shape = "tiny-gemma3", .type = "f32", .seed = 7};
+    kite_random_model_params rp = {.shape = g_shape, .type = "f32", .seed = 7};
     if (kite_write_random_model(g_target_path, &rp, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return -1;
@@ -170,7 +173,7 @@ static void test_speculation_exact(void **state) {
             }
         }
     }
-    print_message("tiny-gemma3: %lld speculative runs identical to plain, %lld of %lld drafted tokens accepted\n",
+    print_message("%s: %lld speculative runs identical to plain, %lld of %lld drafted tokens accepted\n", g_shape,
                   (long long)runs, (long long)accepted, (long long)drafted);
     assert_true(accepted > 0);
 }
@@ -277,12 +280,21 @@ static void test_rewind_copy_save(void **state) {
     kite_session_free(b);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
+/* argv[1]: the gen-model shape (default tiny-gemma3); argv[2] "--ring": also the sliding-window ring's
+ * memory bound (tiny-gemma3's numbers). */
+int main(int argc, char **argv) {
+    if (argc > 1) g_shape = argv[1];
+    const bool ring = argc > 2 && strcmp(argv[2], "--ring") == 0;
+    const struct CMUnitTest generic[] = {
         cmocka_unit_test(test_plain_chunking_invariant),
         cmocka_unit_test(test_speculation_exact),
-        cmocka_unit_test(test_ring_memory_bounded),
         cmocka_unit_test(test_rewind_copy_save),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    const struct CMUnitTest windowed[] = {
+        cmocka_unit_test(test_plain_chunking_invariant),
+        cmocka_unit_test(test_speculation_exact),
+        cmocka_unit_test(test_rewind_copy_save),
+        cmocka_unit_test(test_ring_memory_bounded),
+    };
+    return ring ? cmocka_run_group_tests(windowed, setup, teardown) : cmocka_run_group_tests(generic, setup, teardown);
 }
