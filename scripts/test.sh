@@ -40,12 +40,30 @@ CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKITE_FUZZ=
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
 targets=$(cd tests/fuzz && ls fuzz_*.c | sed 's/\.c$//')
 cmake --build build-fuzz -j"$JOBS" --target $targets
-for t in $targets; do
-  corpus="tests/fuzz/corpus/${t#fuzz_}"
+# One fuzzer per core at a time (each libFuzzer run is single-threaded): the same time per target,
+# the stage in 1/JOBS of the wall time. Each target's output is kept and printed in order.
+fuzz_logs=$(mktemp -d)
+fuzz_one() {
+  local t=$1 work
   work=$(mktemp -d)
-  cp -r "$corpus"/. "$work"/
+  cp -r "tests/fuzz/corpus/${t#fuzz_}"/. "$work"/
+  if ./build-fuzz/tests/"$t" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=0 \
+       "$work" >"$fuzz_logs/$t.log" 2>&1; then
+    rm -rf "$work"
+  else
+    rm -rf "$work"
+    echo "FAILED" >>"$fuzz_logs/$t.log"
+    return 1
+  fi
+}
+export -f fuzz_one
+export FUZZ_SECONDS fuzz_logs
+fuzz_rc=0
+printf '%s\n' $targets | xargs -P "$JOBS" -I{} bash -c 'fuzz_one {}' || fuzz_rc=$?
+for t in $targets; do
   echo "-- $t"
-  ./build-fuzz/tests/"$t" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=0 "$work" 2>&1 | tail -n 2
-  rm -rf "$work"
+  if grep -q '^FAILED$' "$fuzz_logs/$t.log"; then cat "$fuzz_logs/$t.log"; else tail -n 2 "$fuzz_logs/$t.log"; fi
 done
+rm -rf "$fuzz_logs"
+[ "$fuzz_rc" -eq 0 ] || { echo "== fuzzing FAILED"; exit 1; }
 echo "== all tests passed"
