@@ -69,65 +69,10 @@ static float fit_symmetric(int n, int nmax, const float *x, int8_t *L, const flo
 }
 
 /* Asymmetric levels L[i] in [0, nmax] (value = scale * L - *neg_min) minimising sum w[i] * err^2 over
- * the range scale and 37 trial scales, each refit (scale and offset) by weighted least squares. */
+ * the range scale and nstep + 1 trial scales, each refit by weighted least squares (types.c). */
 static float fit_affine(int n, int nmax, const float *x, const float *w, uint8_t *L, float *neg_min, uint8_t *trial,
                         float rmin, float rdelta, int nstep) {
-    float min = x[0], max = x[0];
-    float sum_w = w[0];
-    float sum_x = sum_w * x[0];
-    for (int i = 1; i < n; ++i) {
-        if (x[i] < min) min = x[i];
-        if (x[i] > max) max = x[i];
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
-    }
-    if (min > 0) min = 0;
-    if (max <= min) {
-        memset(L, 0, (size_t)n);
-        *neg_min = -min;
-        return 0.f;
-    }
-    float iscale = (float)nmax / (max - min);
-    float scale = 1 / iscale;
-    float best_err = 0;
-    for (int i = 0; i < n; ++i) {
-        L[i] = (uint8_t)clamp_int(round_nearest(iscale * (x[i] - min)), 0, nmax);
-        float diff = scale * (float)L[i] + min - x[i];
-        best_err += w[i] * (diff * diff);
-    }
-    for (int step = 0; step <= nstep; ++step) {
-        iscale = (rmin + rdelta * (float)step + (float)nmax) / (max - min);
-        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-        for (int i = 0; i < n; ++i) {
-            int l = clamp_int(round_nearest(iscale * (x[i] - min)), 0, nmax);
-            trial[i] = (uint8_t)l;
-            sum_l += w[i] * (float)l;
-            sum_l2 += w[i] * (float)l * (float)l;
-            sum_xl += w[i] * (float)l * x[i];
-        }
-        float det = sum_w * sum_l2 - sum_l * sum_l;
-        if (det > 0) {
-            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
-            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
-            if (this_min > 0) {
-                this_min = 0;
-                this_scale = sum_xl / sum_l2;
-            }
-            float err = 0;
-            for (int i = 0; i < n; ++i) {
-                float diff = this_scale * (float)trial[i] + this_min - x[i];
-                err += w[i] * (diff * diff);
-            }
-            if (err < best_err) {
-                memcpy(L, trial, (size_t)n);
-                best_err = err;
-                scale = this_scale;
-                min = this_min;
-            }
-        }
-    }
-    *neg_min = -min;
-    return scale;
+    return kite_fit_affine_levels(n, nmax, x, w, L, neg_min, trial, rmin, rdelta, nstep, false);
 }
 
 /* Non-negative levels L[i] in [0, nmax] for non-negative x (the sub-block scales and mins of the
@@ -219,20 +164,29 @@ static void q4_0_row(const float *x, void *dst, int64_t n, const float *qw) {
     }
 }
 
-static void q4_1_row(const float *x, void *dst, int64_t n, const float *qw) {
-    kite_block_q4_1 *y = dst;
+/* Q4_1 / Q5_1: per block of 32, importance weights w * sqrt(sigma^2 + x^2) (ggml's), affine levels in
+ * [0, nmax], and store() packing the block's scale, minimum and levels. */
+typedef void (*affine_store_fn)(void *dst, int64_t block, float d, float m, const uint8_t L[32]);
+static void affine_row(const float *x, void *dst, int64_t n, const float *qw, int nmax, affine_store_fn store) {
     const float sigma2 = sum_squares(x, n) / (float)n;
     float weight[32], neg_min;
     uint8_t L[32], trial[32];
     for (int64_t ib = 0; ib < n / 32; ++ib) {
         const float *xb = x + 32 * ib, *wb = qw + 32 * ib;
         for (int j = 0; j < 32; ++j) weight[j] = wb[j] * sqrtf(sigma2 + xb[j] * xb[j]);
-        float d = fit_affine(32, 15, xb, weight, L, &neg_min, trial, -0.9f, 0.05f, 36);
-        y[ib].d = to_half(d);
-        y[ib].m = to_half(-neg_min);
-        for (int j = 0; j < 16; ++j) y[ib].qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+        float d = fit_affine(32, nmax, xb, weight, L, &neg_min, trial, -0.9f, 0.05f, 36);
+        store(dst, ib, d, -neg_min, L);
     }
 }
+
+static void store_q4_1(void *dst, int64_t block, float d, float m, const uint8_t L[32]) {
+    kite_block_q4_1 *y = (kite_block_q4_1 *)dst + block;
+    y->d = to_half(d);
+    y->m = to_half(m);
+    for (int j = 0; j < 16; ++j) y->qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+}
+
+static void q4_1_row(const float *x, void *dst, int64_t n, const float *qw) { affine_row(x, dst, n, qw, 15, store_q4_1); }
 
 /* Low nibbles into qs, fifth bits into the little-endian u32 qh (q5_0 and q5_1 share it). */
 static void pack_5bit(const uint8_t *L, uint8_t qs[16], uint8_t qh_out[4]) {
@@ -260,20 +214,14 @@ static void q5_0_row(const float *x, void *dst, int64_t n, const float *qw) {
     }
 }
 
-static void q5_1_row(const float *x, void *dst, int64_t n, const float *qw) {
-    kite_block_q5_1 *y = dst;
-    const float sigma2 = sum_squares(x, n) / (float)n;
-    float weight[32], neg_min;
-    uint8_t L[32], trial[32];
-    for (int64_t ib = 0; ib < n / 32; ++ib) {
-        const float *xb = x + 32 * ib, *wb = qw + 32 * ib;
-        for (int j = 0; j < 32; ++j) weight[j] = wb[j] * sqrtf(sigma2 + xb[j] * xb[j]);
-        float d = fit_affine(32, 31, xb, weight, L, &neg_min, trial, -0.9f, 0.05f, 36);
-        y[ib].d = to_half(d);
-        y[ib].m = to_half(-neg_min);
-        pack_5bit(L, y[ib].qs, y[ib].qh);
-    }
+static void store_q5_1(void *dst, int64_t block, float d, float m, const uint8_t L[32]) {
+    kite_block_q5_1 *y = (kite_block_q5_1 *)dst + block;
+    y->d = to_half(d);
+    y->m = to_half(m);
+    pack_5bit(L, y->qs, y->qh);
 }
+
+static void q5_1_row(const float *x, void *dst, int64_t n, const float *qw) { affine_row(x, dst, n, qw, 31, store_q5_1); }
 
 /* ---- K-quants (super-blocks of 256) ------------------------------------------------------------ */
 

@@ -51,4 +51,11 @@ size_t kite_type_row_bytes(uint32_t type, int64_t n);
  * chunk by chunk in row order; returns total. 0 for an unknown type or n not a multiple of the block. */
 float kite_ref_dot(uint32_t type, const void *row, const float *x, int64_t n);
 
+/* Asymmetric levels x ~ scale * L - *the_min with L in [0, nmax] (ggml's make_qkx2_quants, and with
+ * use_mad false and importance weights its make_qkx3_quants): the range's scale, then nstep + 1 trial
+ * scales (rmin + rdelta * k + nmax over the range), each refit by weighted least squares, keeping the
+ * least sum of weights[i] * |err| (use_mad) or * err^2. Laux: [n] scratch. Returns the scale. */
+float kite_fit_affine_levels(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min, uint8_t *Laux,
+                             float rmin, float rdelta, int nstep, bool use_mad);
+
 #endif
