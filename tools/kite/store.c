@@ -343,6 +343,11 @@ int kite_cmd_pull(int argc, char **argv) {
 
 /* ---- store names wherever --model is taken ---------------------------------------------------- */
 
+/* Store names resolved to paths on this command line (argv points into them until the process ends). */
+enum { RESOLVED_PATH_MAX = 8192 };
+static char **g_resolved;
+static size_t g_n_resolved;
+
 int kite_cli_resolve_models(int *argc, char **argv) {
     /* the global options, wherever they are; removed before the verb parses */
     int n = 0;
@@ -375,11 +380,19 @@ int kite_cli_resolve_models(int *argc, char **argv) {
             fprintf(stderr, "kite: error: %s\n", err);
             return 1;
         }
-        static char paths[4][8192];
-        static int n_paths;
-        if (n_paths == 4) continue;
-        char *path = paths[n_paths];
-        int st = kite_store_resolve(store, val, path, sizeof paths[0], err, sizeof err);
+        /* The resolved path replaces the name in argv for the rest of the process (held by g_resolved). */
+        char **grown = realloc(g_resolved, sizeof *g_resolved * (g_n_resolved + 1));
+        char *path = malloc(RESOLVED_PATH_MAX);
+        if (!grown || !path) {
+            if (grown) g_resolved = grown;
+            free(path);
+            kite_store_free(store);
+            fprintf(stderr, "kite: error: out of memory\n");
+            return 1;
+        }
+        g_resolved = grown;
+        g_resolved[g_n_resolved++] = path;
+        int st = kite_store_resolve(store, val, path, RESOLVED_PATH_MAX, err, sizeof err);
         if (st == KITE_ERR_NOT_FOUND && g_pull_on_use && strstr(err, "kite pull")) {
             kite_pull_params pp = kite_pull_default_params();
             kite_store_free(store);
@@ -387,7 +400,7 @@ int kite_cli_resolve_models(int *argc, char **argv) {
             int rc = run_pull(val, &pp, false);
             if (rc) return rc;
             if (kite_store_open(&store, g_models_dir, err, sizeof err)) { fprintf(stderr, "kite: error: %s\n", err); return 1; }
-            st = kite_store_resolve(store, val, path, sizeof paths[0], err, sizeof err);
+            st = kite_store_resolve(store, val, path, RESOLVED_PATH_MAX, err, sizeof err);
         }
         /* A missing path (not a name): the verb opens it and says what it was for. */
         if (st == KITE_ERR_NOT_FOUND && !strstr(err, "kite pull")) continue;
@@ -396,7 +409,6 @@ int kite_cli_resolve_models(int *argc, char **argv) {
             kite_store_free(store);
             return 1;
         }
-        n_paths++;
         argv[i] = path;
     }
     kite_store_free(store);
