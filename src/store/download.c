@@ -153,6 +153,19 @@ int store_http_error(const store_net *net, long status, const char *what, kite_e
 
 /* ---- files ------------------------------------------------------------------------------------ */
 
+/* The longest wait before a retry of a server error, whatever its Retry-After says. */
+#define MAX_RETRY_WAIT_S 30.0
+
+/* Sleeps seconds in steps of 50 ms; true when the pull was cancelled meanwhile. */
+static bool wait_cancellable(const store_net *net, double seconds) {
+    for (double left = seconds; left > 0; left -= 0.05) {
+        if (net->params->cancel && *net->params->cancel) return true;
+        struct timespec ts = {0, (long)((left < 0.05 ? left : 0.05) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    return net->params->cancel && *net->params->cancel;
+}
+
 typedef struct file_sink {
     store_net *net;
     store_file_job *job;
@@ -170,6 +183,7 @@ typedef struct file_sink {
     char linked_etag[80];    /* X-Linked-Etag, from whichever response carried it (the hub's 302 to its CDN) */
     char etag[80];           /* ETag of the final response (a CDN's is no sha256; the hub's own may be) */
     mem_sink error_body;     /* a 4xx/5xx body (not written to the file) */
+    int retry_after_s;       /* Retry-After of the last response, in seconds (-1: none) */
     double last_report;
     uint64_t resumed;
 } file_sink;
@@ -188,6 +202,7 @@ static size_t header_cb(char *buf, size_t size, size_t n, void *user) {
     if (len >= 5 && !strncmp(buf, "HTTP/", 5)) { /* a new response (redirects): forget the last one's */
         s->have_range = false;
         s->etag[0] = 0;
+        s->retry_after_s = -1;
         return len;
     }
     const char *colon = memchr(buf, ':', len);
@@ -204,6 +219,12 @@ static size_t header_cb(char *buf, size_t size, size_t n, void *user) {
         trim_value(v, vlen, s->linked_etag, sizeof s->linked_etag);
     } else if (klen == 4 && !strncasecmp(buf, "ETag", 4)) {
         trim_value(v, vlen, s->etag, sizeof s->etag);
+    } else if (klen == 11 && !strncasecmp(buf, "Retry-After", 11)) {
+        char val[32];
+        trim_value(v, vlen, val, sizeof val);
+        char *end = NULL;
+        long secs = strtol(val, &end, 10); /* the delay form; an HTTP date counts as none */
+        s->retry_after_s = end != val && *end == 0 && secs >= 0 ? (int)(secs > 3600 ? 3600 : secs) : -1;
     }
     return len;
 }
@@ -362,6 +383,7 @@ int store_download(store_net *net, store_file_job *job, kite_error *e) {
         s.checked = false;
         s.status = 0;
         s.bad_range = false;
+        s.retry_after_s = -1;
         s.restarted = false;
         s.error_body.len = 0;
         s.error_body.max = 4096;
@@ -391,6 +413,15 @@ int store_download(store_net *net, store_file_job *job, kite_error *e) {
             kite_sha256_init(&s.sha);
             s.have = s.resumed = 0;
             if (attempt < retries) continue;
+        }
+        /* A server error or a rate limit is often passing (a CDN node restarting, a burst): waited out and
+           retried like a broken transfer, honouring Retry-After up to MAX_RETRY_WAIT_S. */
+        if (rc == CURLE_OK && (status >= 500 || status == 429) && attempt < retries) {
+            double wait = s.retry_after_s >= 0 ? s.retry_after_s : 0.5 * (double)(1 << (attempt < 4 ? attempt : 4));
+            if (wait > MAX_RETRY_WAIT_S) wait = MAX_RETRY_WAIT_S;
+            note(net, "%s: HTTP %ld from the server; retrying in %.1f s", job->rel_path, status, wait);
+            if (wait_cancellable(net, wait)) { st = kite_fail(e, KITE_ERR_CANCELLED, "pull of %s cancelled", job->what); goto done; }
+            continue;
         }
         if (rc == CURLE_OK && status >= 400) { st = store_http_error(net, status, job->what, e); goto done; }
         if (s.bad_range) { st = kite_fail(e, KITE_ERR_IO, "%s: the server answered a range request with another range", job->what); goto done; }

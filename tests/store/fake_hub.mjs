@@ -132,6 +132,11 @@ export class FakeHub {
 
   send(req, res, key, data, headers) {
     const fault = this.faults.get(key) || {};
+    if (fault.status && (fault.statusTimes ?? 1) > 0) { // a server error (503 with Retry-After, 502 ...) this many times
+      fault.statusTimes = (fault.statusTimes ?? 1) - 1;
+      this.errors = (this.errors || 0) + 1;
+      return this.json(res, fault.status, {error: 'injected'}, fault.retryAfter !== undefined ? {'Retry-After': String(fault.retryAfter)} : {});
+    }
     let start = 0;
     let status = 200;
     const range = req.headers.range;

@@ -185,6 +185,22 @@ try {
     ok(r, 'pull with a retry');
     assert.match(r.stderr, /broke at byte 700000.*resuming/);
     assert.equal(hub.served.get(key), stories260k.length);
+    // a server error is waited out (Retry-After honoured) and retried; past the retries it is reported
+    ok(await kite(['rm', name]), 'rm');
+    hub.resetCounters();
+    hub.fault(key, {status: 503, statusTimes: 2, retryAfter: 0});
+    r = await kite(['pull', name]);
+    ok(r, 'pull through two 503s');
+    assert.match(r.stderr, /HTTP 503 from the server; retrying in 0\.0 s/);
+    assert.equal(hub.served.get(key), stories260k.length);
+    assert.equal((await entry(name)).files[0].sha256, sha256(stories260k));
+    ok(await kite(['rm', name]), 'rm');
+    hub.fault(key, {status: 502, statusTimes: 5});
+    r = await kite(['pull', name, '--retries', '1']);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /HTTP 502 from the server; retrying in 0\.5 s/);
+    assert.match(r.stderr, /error: .*HTTP 502 from the server(?!;)/);
+    assert.equal(await entry(name), undefined);
     hub.fault(key, null);
   });
 
