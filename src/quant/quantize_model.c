@@ -29,6 +29,7 @@
 #include "io/gguf.h"
 #include "io/mmap.h"
 #include "model/source.h"
+#include "quant/convert_hf.h"
 #include "quant/imatrix_parse.h"
 #include "quant/quantize.h"
 #include "quant/quantize_model.h"
@@ -578,6 +579,28 @@ int kite_quantize(const char *in, const char *out, const kite_quantize_params *p
                 free(converted);
                 return kite_error_export(&e, err, err_size);
             }
+        }
+    }
+    /* A Hugging Face folder (or a file in one) is converted first, as convert_hf_to_gguf.py would. */
+    struct stat dir_st;
+    size_t in_len = strlen(in);
+    bool hf = !converted && ((stat(in, &dir_st) == 0 && S_ISDIR(dir_st.st_mode)) ||
+                             (!is_gguf && in_len > 12 && !strcmp(in + in_len - 12, ".safetensors")) ||
+                             (!is_gguf && in_len > 11 && !strcmp(in + in_len - 11, "config.json")));
+    if (hf) {
+        size_t len = strlen(out) + 48;
+        if (!(converted = malloc(len))) {
+            kite_fail(&e, KITE_ERR_NOMEM, "quantize: out of memory");
+            return kite_error_export(&e, err, err_size);
+        }
+        snprintf(converted, len, "%s.hf-tmp-%ld", out, (long)getpid());
+        kite_log(KITE_LOG_INFO, "quantize: converting the Hugging Face folder %s to GGUF first", in);
+        int st = kite_convert_hf_to_gguf(in, converted, &e);
+        if (st) {
+            unlink(converted);
+            free(converted);
+            if (e.status != st) kite_fail(&e, st, "quantize: converting %s failed", in);
+            return kite_error_export(&e, err, err_size);
         }
     }
     quantize_run run = {0};

@@ -36,6 +36,7 @@
 #include "quant/quantize.h"
 #include "quant/quantize_model.h"
 #include "quant/types.h"
+#include "random_model.h"
 
 static llama_lib g_lib;
 static char g_dir[256];        /* scratch folder */
@@ -523,6 +524,129 @@ static void test_llama2c_source_matches_converter(void **state) {
     unlink(out), unlink(lpath);
 }
 
+/* ---- Hugging Face folders as the source: what convert_hf_to_gguf.py (then llama-quantize) writes ---- */
+
+/* Whether key holds the same value in both files (scalars, strings and arrays of them). */
+static bool same_kv(const kite_gguf *a, const kite_gguf *b, const char *key) {
+    kite_gguf_vtype ta, tb;
+    uint64_t na, nb;
+    if (kite_gguf_get_arr(a, key, &ta, &na)) {
+        if (!kite_gguf_get_arr(b, key, &tb, &nb) || ta != tb || na != nb) return false;
+        for (uint64_t i = 0; i < na; i++) {
+            kite_gguf_str sa, sb;
+            int64_t ia, ib;
+            float fa, fb;
+            if (ta == KITE_GGUF_STRING) {
+                if (!kite_gguf_arr_str(a, key, i, &sa) || !kite_gguf_arr_str(b, key, i, &sb) || sa.len != sb.len ||
+                    memcmp(sa.ptr, sb.ptr, sa.len))
+                    return false;
+            } else if (ta == KITE_GGUF_FLOAT32 || ta == KITE_GGUF_FLOAT64) {
+                if (!kite_gguf_arr_f32(a, key, i, &fa) || !kite_gguf_arr_f32(b, key, i, &fb) || fa != fb) return false;
+            } else if (!kite_gguf_arr_i64(a, key, i, &ia) || !kite_gguf_arr_i64(b, key, i, &ib) || ia != ib) {
+                return false;
+            }
+        }
+        return true;
+    }
+    kite_gguf_str sa, sb;
+    if (kite_gguf_get_str(a, key, &sa))
+        return kite_gguf_get_str(b, key, &sb) && sa.len == sb.len && !memcmp(sa.ptr, sb.ptr, sa.len);
+    int64_t ia, ib;
+    if (kite_gguf_get_i64(a, key, &ia)) return kite_gguf_get_i64(b, key, &ib) && ia == ib;
+    bool ba, bb;
+    if (kite_gguf_get_bool(a, key, &ba)) return kite_gguf_get_bool(b, key, &bb) && ba == bb;
+    float fa, fb;
+    return kite_gguf_get_f32(a, key, &fa) && kite_gguf_get_f32(b, key, &fb) && fa == fb;
+}
+
+/* Every tensor byte-identical, and every key of ref (but the model card's general.* fields, which the
+ * converter takes from README.md) present in got with the same value. */
+static void assert_same_model(const char *got_path, const char *ref_path, const char *what, const char *const *optional) {
+    file_view k, r;
+    view_open(&k, got_path);
+    view_open(&r, ref_path);
+    if (kite_gguf_n_tensors(k.g) != kite_gguf_n_tensors(r.g))
+        fail_msg("%s: %lld tensors, the reference has %lld", what, (long long)kite_gguf_n_tensors(k.g), (long long)kite_gguf_n_tensors(r.g));
+    for (int64_t i = 0; i < kite_gguf_n_tensors(r.g); i++) {
+        const kite_gguf_tensor *b = kite_gguf_tensor_at(r.g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)b->name.len, b->name.ptr);
+        const kite_gguf_tensor *a = kite_gguf_find_tensor(k.g, name);
+        if (!a) fail_msg("%s: tensor '%s' missing", what, name);
+        if (a->type != b->type || memcmp(a->ne, b->ne, sizeof a->ne) || a->n_bytes != b->n_bytes || memcmp(a->data, b->data, a->n_bytes))
+            fail_msg("%s: tensor '%s' differs from the reference's", what, name);
+    }
+    static const char *const card[] = {"general.name", "general.basename", "general.size_label", "general.license", "general.dataset.",
+                                       "general.languages", "general.type", NULL};
+    int compared = 0;
+    for (int64_t i = 0; i < kite_gguf_n_kv(r.g); i++) {
+        kite_gguf_str key = kite_gguf_key(r.g, i);
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)key.len, key.ptr);
+        bool skip = false;
+        for (int c = 0; card[c]; c++) skip = skip || !strncmp(name, card[c], strlen(card[c]));
+        for (int c = 0; optional && optional[c]; c++) skip = skip || (!strcmp(name, optional[c]) && !kite_gguf_has(k.g, name));
+        if (skip) continue;
+        if (!same_kv(r.g, k.g, name)) fail_msg("%s: key '%s' is missing or differs from the reference's", what, name);
+        compared++;
+    }
+    print_message("%s: %lld tensors identical, %d keys equal\n", what, (long long)kite_gguf_n_tensors(r.g), compared);
+    view_close(&k);
+    view_close(&r);
+}
+
+static void test_hf_folder_matches_converter(void **state) {
+    (void)state;
+    char folder[512], ref[600], out[600], err[1024];
+    /* TinyStories-656K: the folder and convert_hf_to_gguf.py --outtype q8_0's file of it (../shared) */
+    snprintf(folder, sizeof folder, "%s/models/tinystories-656k", data_dir());
+    snprintf(ref, sizeof ref, "%s/tinystories-656k-q8_0.gguf", folder);
+    snprintf(out, sizeof out, "%s/from-hf.gguf", g_dir);
+    kite_quantize_params p = kite_quantize_default_params();
+    p.type = "Q8_0";
+    if (kite_quantize(folder, out, &p, err, sizeof err)) fail_msg("%s", err);
+    assert_same_model(out, ref, "TinyStories-656K folder -> Q8_0", NULL);
+    /* byte-level BPE tokenizers (Llama-3: q/k permuted, rope_freqs; Qwen3: pairs of merges, padded
+     * rows): the folder and the GGUF tests/oracle/random_model.c writes of the same weights, the file
+     * test_oracle checks against llama.cpp */
+    static const struct { const char *arch, *tokenizer; } cases[] = {{"llama", "llama3"}, {"qwen3", "qwen3"}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        oracle_spec spec;
+        assert_true(oracle_default_spec(cases[c].arch, &spec));
+        char tok_dir[512], hf[600], gguf[600], what[64];
+        snprintf(tok_dir, sizeof tok_dir, "%s/models/tokenizers/%s", data_dir(), cases[c].tokenizer);
+        snprintf(hf, sizeof hf, "%s/hf-%s", g_dir, cases[c].arch);
+        snprintf(gguf, sizeof gguf, "%s/oracle-%s.gguf", g_dir, cases[c].arch);
+        assert_int_equal(mkdir(hf, 0755), 0);
+        oracle_vocab *v = NULL;
+        if (oracle_vocab_load(&v, &spec, tok_dir, err, sizeof err) || oracle_write_model(&spec, v, tok_dir, gguf, hf, err, sizeof err))
+            fail_msg("%s", err);
+        oracle_vocab_free(v);
+        p.type = "F32";
+        if (kite_quantize(hf, out, &p, err, sizeof err)) fail_msg("%s: %s", cases[c].arch, err);
+        snprintf(what, sizeof what, "%s folder -> F32", cases[c].arch);
+        /* The oracle writes add_bos_token / add_eos_token always; the converter (and kite) only where
+           tokenizer_config.json or the post-processor says (these say nothing: llama.cpp's defaults for
+           the pre-tokenizer apply, the same values). */
+        static const char *const defaults[] = {"tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token", NULL};
+        assert_same_model(out, gguf, what, defaults);
+        unlink(gguf);
+    }
+    /* refused with the reason: a folder without a tokenizer */
+    char bare[600], cfg[700];
+    snprintf(bare, sizeof bare, "%s/bare", g_dir);
+    assert_int_equal(mkdir(bare, 0755), 0);
+    snprintf(cfg, sizeof cfg, "%s/config.json", bare);
+    FILE *f = fopen(cfg, "w");
+    assert_non_null(f);
+    fputs("{}", f);
+    fclose(f);
+    assert_int_not_equal(kite_quantize(bare, out, &p, err, sizeof err), 0);
+    print_message("bare folder: %s\n", err);
+    assert_non_null(strstr(err, "bare"));
+    unlink(out);
+}
+
 /* ---- 3. the file runs in llama.cpp and in kite ----------------------------------------------------- */
 
 /* Mean over positions of the total variation distance (half the L1 distance) between the softmax of
@@ -739,6 +863,7 @@ int main(void) {
         cmocka_unit_test(test_files_with_imatrix_match),
         cmocka_unit_test(test_requantize_only_when_allowed),
         cmocka_unit_test(test_llama2c_source_matches_converter),
+        cmocka_unit_test(test_hf_folder_matches_converter),
         cmocka_unit_test(test_q4_k_m_runs_in_llama_cpp_and_kite),
         cmocka_unit_test(test_bad_input_and_failed_writes),
     };
