@@ -204,6 +204,29 @@ try {
     hub.fault(key, null);
   });
 
+  await test('on a terminal the progress is one redrawn bar per file', async () => {
+    // util-linux's script(1) runs kite on a pseudo-terminal (stderr a TTY) and copies what it draws
+    const key = 'kite-test/stories-gguf/stories260K-F32.gguf';
+    hub.fault(key, {throttleMs: 40}); // 16 slices: several redraws
+    const q = (a) => `'${a.replace(/'/g, `'\\''`)}'`;
+    const r = await new Promise((resolve) => {
+      const p = spawn('script', ['-qefc', [KITE, 'pull', key].map(q).join(' '), '/dev/null'], {env: {...baseEnv}});
+      let out = '';
+      p.stdout.on('data', (d) => (out += d));
+      p.stderr.on('data', (d) => (out += d));
+      p.on('close', (code) => resolve({code, out}));
+    });
+    hub.fault(key, null);
+    assert.equal(r.code, 0, r.out);
+    const draws = r.out.split('\r\x1b[K').slice(1);
+    assert.ok(draws.length >= 3, `expected several redraws of the bar, got ${draws.length}: ${JSON.stringify(r.out)}`);
+    for (const d of draws) assert.match(d, /^\[1\/1\] stories260K-F32\.gguf \[[#.]{30}\] +\d+% /);
+    assert.match(draws[draws.length - 1], /\[#{30}\] 100% /);
+    assert.doesNotMatch(r.out, /kite pull: \[1\/1\]/); // no plain progress lines on a terminal
+    assert.equal((await entry(key)).files[0].sha256, sha256(stories260k));
+    ok(await kite(['rm', key]), 'rm');
+  });
+
   await test('a checksum mismatch is rejected and nothing is kept', async () => {
     const r = await kite(['pull', 'kite-test/badsum:Q8_0']);
     assert.equal(r.code, 1);
