@@ -109,8 +109,48 @@ static int transport_error(const store_net *net, CURLcode rc, const char *errbuf
     return kite_fail(e, KITE_ERR_IO, "%s: %s", url_what, msg);
 }
 
+/* The next page of a paginated answer: `Link: <URL>; rel="next"` (RFC 8288; the hub sends one link). */
+typedef struct link_sink {
+    char *next;
+    size_t cap;
+} link_sink;
+
+static size_t link_header_cb(char *buf, size_t size, size_t n, void *user) {
+    link_sink *l = user;
+    size_t len = size * n;
+    if (len >= 5 && !strncmp(buf, "HTTP/", 5)) { /* a new response after a redirect */
+        if (l->cap) l->next[0] = 0;
+        return len;
+    }
+    if (len < 5 || strncasecmp(buf, "Link:", 5) || !l->cap) return len;
+    const char *end = buf + len;
+    for (const char *p = buf + 5; p < end;) {
+        const char *lt = memchr(p, '<', (size_t)(end - p));
+        if (!lt) break;
+        const char *gt = memchr(lt, '>', (size_t)(end - lt));
+        if (!gt) break;
+        const char *comma = memchr(gt, ',', (size_t)(end - gt));
+        const char *stop = comma ? comma : end;
+        bool next = false;
+        for (const char *q = gt; q + 8 <= stop; q++) {
+            size_t rem = (size_t)(stop - q);
+            if ((rem >= 10 && !strncasecmp(q, "rel=\"next\"", 10)) || !strncasecmp(q, "rel=next", 8)) next = true;
+        }
+        if (next) {
+            size_t ulen = (size_t)(gt - lt - 1);
+            if (ulen < l->cap) {
+                memcpy(l->next, lt + 1, ulen);
+                l->next[ulen] = 0;
+            }
+            break;
+        }
+        p = stop;
+    }
+    return len;
+}
+
 int store_http_get(store_net *net, const char *url, size_t max_bytes, char **body, size_t *body_len, long *http_status,
-                   kite_error *e) {
+                   char *next_url, size_t next_cap, kite_error *e) {
     pthread_once(&curl_once, init_curl_once);
     if (curl_init_status != CURLE_OK) return kite_fail(e, KITE_ERR_IO, "libcurl failed to initialise");
     CURL *c = curl_easy_init();
@@ -122,6 +162,12 @@ int store_http_get(store_net *net, const char *url, size_t max_bytes, char **bod
     mem_sink m = {.max = max_bytes};
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mem_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &m);
+    link_sink links = {.next = next_url, .cap = next_url ? next_cap : 0};
+    if (links.cap) {
+        next_url[0] = 0;
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, link_header_cb);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, &links);
+    }
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, cancel_cb);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, net);

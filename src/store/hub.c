@@ -241,11 +241,12 @@ static int add_file(hub_listing *l, const char *path, uint64_t size, const char 
     return add_file(l, path, size, sha, e);
 }
 
-static int get_json(store_net *net, const char *url, const char *what, json_t **out, kite_error *e) {
+static int get_json(store_net *net, const char *url, const char *what, json_t **out, char *next_url, size_t next_cap,
+                    kite_error *e) {
     char *body = NULL;
     size_t len = 0;
     long status = 0;
-    int st = store_http_get(net, url, 64u << 20, &body, &len, &status, e);
+    int st = store_http_get(net, url, 64u << 20, &body, &len, &status, next_url, next_cap, e);
     if (st) return st;
     if (status != 200) {
         free(body);
@@ -258,6 +259,9 @@ static int get_json(store_net *net, const char *url, const char *what, json_t **
     return KITE_OK;
 }
 
+/* Pages of a file tree followed at most (10^5 files at the hub's 1000 a page). */
+#define HUB_MAX_TREE_PAGES 100
+
 int hub_list(store_net *net, const store_ref *ref, hub_listing *out, kite_error *e) {
     memset(out, 0, sizeof *out);
     char what[400], url[2048];
@@ -266,7 +270,7 @@ int hub_list(store_net *net, const store_ref *ref, hub_listing *out, kite_error 
     if (!rev) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
     snprintf(url, sizeof url, "%s/api/models/%s/revision/%s", net->endpoint, ref->repo, rev);
     json_t *info = NULL;
-    int st = get_json(net, url, what, &info, e);
+    int st = get_json(net, url, what, &info, NULL, 0, e);
     if (st) { free(rev); return st; }
     const char *sha = json_string_value(json_object_get(info, "sha"));
     if (sha && strlen(sha) < sizeof out->commit) snprintf(out->commit, sizeof out->commit, "%s", sha);
@@ -282,25 +286,34 @@ int hub_list(store_net *net, const store_ref *ref, hub_listing *out, kite_error 
     /* Sizes and sha256 from the tree at the commit just seen (the same files even if main moves on). */
     snprintf(url, sizeof url, "%s/api/models/%s/tree/%s?recursive=true", net->endpoint, ref->repo, out->commit[0] ? out->commit : rev);
     free(rev);
-    json_t *tree = NULL;
-    if ((st = get_json(net, url, what, &tree, e))) { hub_listing_clear(out); return st; }
-    if (!json_is_array(tree)) {
+    /* The hub pages long listings (about 1000 entries a page): Link rel="next" to the following one. */
+    for (int page = 0; url[0]; page++) {
+        if (page == HUB_MAX_TREE_PAGES) {
+            hub_listing_clear(out);
+            return kite_fail(e, KITE_ERR_FORMAT, "%s: the hub's file tree goes on past %d pages", what, HUB_MAX_TREE_PAGES);
+        }
+        json_t *tree = NULL;
+        char next[2048];
+        if ((st = get_json(net, url, what, &tree, next, sizeof next, e))) { hub_listing_clear(out); return st; }
+        if (!json_is_array(tree)) {
+            json_decref(tree);
+            hub_listing_clear(out);
+            return kite_fail(e, KITE_ERR_FORMAT, "%s: the hub's file tree is not a JSON array", what);
+        }
+        json_array_foreach(tree, i, s) {
+            const char *type = json_string_value(json_object_get(s, "type"));
+            const char *path = json_string_value(json_object_get(s, "path"));
+            if (!path || (type && strcmp(type, "file"))) continue;
+            json_t *size = json_object_get(s, "size");
+            json_t *lfs = json_object_get(s, "lfs");
+            json_int_t sz = json_is_integer(size) ? json_integer_value(size) : 0;
+            if (sz < 0) sz = 0;
+            if ((st = add_file(out, path, (uint64_t)sz, json_string_value(json_object_get(lfs, "oid")), e))) break;
+        }
         json_decref(tree);
-        hub_listing_clear(out);
-        return kite_fail(e, KITE_ERR_FORMAT, "%s: the hub's file tree is not a JSON array", what);
+        if (st) { hub_listing_clear(out); return st; }
+        snprintf(url, sizeof url, "%s", next);
     }
-    json_array_foreach(tree, i, s) {
-        const char *type = json_string_value(json_object_get(s, "type"));
-        const char *path = json_string_value(json_object_get(s, "path"));
-        if (!path || (type && strcmp(type, "file"))) continue;
-        json_t *size = json_object_get(s, "size");
-        json_t *lfs = json_object_get(s, "lfs");
-        json_int_t sz = json_is_integer(size) ? json_integer_value(size) : 0;
-        if (sz < 0) sz = 0;
-        if ((st = add_file(out, path, (uint64_t)sz, json_string_value(json_object_get(lfs, "oid")), e))) break;
-    }
-    json_decref(tree);
-    if (st) { hub_listing_clear(out); return st; }
     if (out->n == 0) return kite_fail(e, KITE_ERR_NOT_FOUND, "%s at %s has no files", ref->repo, ref->revision);
     return KITE_OK;
 }

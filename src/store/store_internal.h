@@ -65,9 +65,11 @@ typedef struct store_net {
 } store_net;
 
 /* GETs url into a NUL-terminated malloc'd body (at most max_bytes). *http_status gets the final status;
- * a transport failure fails with KITE_ERR_IO. Sends the token only when url is under the endpoint. */
+ * a transport failure fails with KITE_ERR_IO. Sends the token only when url is under the endpoint.
+ * next_url (when not NULL, next_cap bytes): the target of a `Link: <...>; rel="next"` header (the hub's
+ * pagination), "" when there is none or it does not fit. */
 int store_http_get(store_net *net, const char *url, size_t max_bytes, char **body, size_t *body_len,
-                   long *http_status, kite_error *e);
+                   long *http_status, char *next_url, size_t next_cap, kite_error *e);
 /* The standard one-line error for a failed hub request about what ("repository user/repo"). */
 int store_http_error(const store_net *net, long http_status, const char *what, kite_error *e);
 

@@ -92,7 +92,17 @@ export class FakeHub {
           entries.push(e);
         }
         for (const d of dirs) entries.push({type: 'directory', oid: '0'.repeat(40), size: 0, path: d});
-        return this.json(res, 200, entries);
+        // pages of treePageSize entries, as the hub pages long listings: Link rel="next" with a cursor
+        const size = this.treePageSize || entries.length || 1;
+        const at = Number(url.searchParams.get('cursor') || 0);
+        this.treePages = (this.treePages || 0) + 1;
+        const headers = {};
+        if (at + size < entries.length) {
+          const next = new URL(url);
+          next.searchParams.set('cursor', String(at + size));
+          headers.Link = `<${next.href}>; rel="next"`;
+        }
+        return this.json(res, 200, entries.slice(at, at + size), headers);
       }
       return this.json(res, 404, {error: 'unknown API'});
     }

@@ -133,6 +133,20 @@ try {
     assert.equal(hub.served.size, 0);
   });
 
+  await test('a file tree in several pages (Link rel="next") is read whole', async () => {
+    hub.treePageSize = 2;
+    hub.treePages = 0;
+    const name = 'kite-test/folder';
+    const r = await kite(['pull', name]);
+    hub.treePageSize = 0;
+    ok(r, 'pull of a paged tree');
+    assert.ok(hub.treePages >= 3, `the tree was read in ${hub.treePages} pages`);
+    const e = await entry(name);
+    const want = [...hub.repos.get(name).files.keys()].sort();
+    assert.deepEqual(e.files.map((f) => f.path).sort(), want);
+    ok(await kite(['rm', name]), 'rm');
+  });
+
   await test('a safetensors repository is pulled whole and opens as a folder', async () => {
     const r = await kite(['pull', 'kite-test/folder']);
     ok(r, 'pull folder');
