@@ -126,6 +126,7 @@ typedef struct arch_case {
     size_t n_probes[N_PROMPTS];
     int32_t *text_ids[N_PROMPTS]; /* kite's tokenization of the text alone (no BOS) */
     size_t n_text_ids[N_PROMPTS];
+    bool selected;              /* named on the command line (all when none is) */
     char error[1024];           /* set when something before the comparison failed */
     float *logits[N_PROMPTS];   /* kite's logits for the GGUF, kept from the llama.cpp comparison for the HF one */
     /* llama.cpp's answer */
@@ -379,7 +380,8 @@ static int group_setup(void **state) {
     if (!GLOBAL_ERROR[0]) {
         json_t *jobs = json_array();
         double t0 = now_s();
-        for (int i = 0; i < N_ARCHS; i++) prepare_case(&CASES[i], jobs);
+        for (int i = 0; i < N_ARCHS; i++)
+            if (CASES[i].selected) prepare_case(&CASES[i], jobs);
         for (int i = 0; i < N_ARCHS; i++) {
             if (!CASES[i].vocab_shared) oracle_vocab_free(CASES[i].vocab);
             CASES[i].vocab = NULL;
@@ -392,7 +394,7 @@ static int group_setup(void **state) {
     }
     if (!GLOBAL_ERROR[0])
         for (int i = 0; i < N_ARCHS; i++)
-            if (!CASES[i].error[0]) read_result(&CASES[i]);
+            if (CASES[i].selected && !CASES[i].error[0]) read_result(&CASES[i]);
     if (GLOBAL_ERROR[0]) fprintf(stderr, "oracle: %s\n", GLOBAL_ERROR);
     return 0;
 }
@@ -691,21 +693,38 @@ static void tokenizer_matches_llamacpp(int index) {
     static void test_##name##_control_detected(void **s) { (void)s; control_detected(i); }     \
     static void test_##name##_f16_cache_matches_llamacpp(void **s) { (void)s; f16_cache_matches_llamacpp(i); } \
     static void test_##name##_tokenizer_matches_llamacpp(void **s) { (void)s; tokenizer_matches_llamacpp(i); }
+#define ARCH_TEST_LIST(name)                                                                                     \
+    {cmocka_unit_test(test_##name##_matches_llamacpp), cmocka_unit_test(test_##name##_hf_matches_gguf),          \
+     cmocka_unit_test(test_##name##_control_detected), cmocka_unit_test(test_##name##_f16_cache_matches_llamacpp), \
+     cmocka_unit_test(test_##name##_tokenizer_matches_llamacpp)}
+enum { TESTS_PER_ARCH = 5 };
 ARCH_TESTS(0, llama)
 ARCH_TESTS(1, qwen2)
 ARCH_TESTS(2, qwen3)
 ARCH_TESTS(3, gemma3)
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_llama_matches_llamacpp),   cmocka_unit_test(test_llama_hf_matches_gguf),
-        cmocka_unit_test(test_llama_control_detected),   cmocka_unit_test(test_llama_f16_cache_matches_llamacpp),   cmocka_unit_test(test_llama_tokenizer_matches_llamacpp),
-        cmocka_unit_test(test_qwen2_matches_llamacpp),   cmocka_unit_test(test_qwen2_hf_matches_gguf),
-        cmocka_unit_test(test_qwen2_control_detected),   cmocka_unit_test(test_qwen2_f16_cache_matches_llamacpp),   cmocka_unit_test(test_qwen2_tokenizer_matches_llamacpp),
-        cmocka_unit_test(test_qwen3_matches_llamacpp),   cmocka_unit_test(test_qwen3_hf_matches_gguf),
-        cmocka_unit_test(test_qwen3_control_detected),   cmocka_unit_test(test_qwen3_f16_cache_matches_llamacpp),   cmocka_unit_test(test_qwen3_tokenizer_matches_llamacpp),
-        cmocka_unit_test(test_gemma3_matches_llamacpp),  cmocka_unit_test(test_gemma3_hf_matches_gguf),
-        cmocka_unit_test(test_gemma3_control_detected),  cmocka_unit_test(test_gemma3_f16_cache_matches_llamacpp),  cmocka_unit_test(test_gemma3_tokenizer_matches_llamacpp),
+/* The families to compare as arguments (GGUF architecture names; none: all). tests/oracle/tests.cmake
+ * runs them as several ctest entries, so a parallel ctest spreads the families over the cores. */
+int main(int argc, char **argv) {
+    static const struct CMUnitTest per_arch[N_ARCHS][TESTS_PER_ARCH] = {
+        ARCH_TEST_LIST(llama), ARCH_TEST_LIST(qwen2), ARCH_TEST_LIST(qwen3), ARCH_TEST_LIST(gemma3),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    for (int a = 1; a < argc; a++) {
+        int found = -1;
+        for (int i = 0; i < N_ARCHS; i++)
+            if (!strcmp(argv[a], CASES[i].arch)) found = i;
+        if (found < 0) {
+            fprintf(stderr, "test_oracle: unknown family '%s'\n", argv[a]);
+            return 2;
+        }
+        CASES[found].selected = true;
+    }
+    struct CMUnitTest tests[N_ARCHS * TESTS_PER_ARCH];
+    size_t n = 0;
+    for (int i = 0; i < N_ARCHS; i++) {
+        if (argc == 1) CASES[i].selected = true;
+        if (!CASES[i].selected) continue;
+        for (int t = 0; t < TESTS_PER_ARCH; t++) tests[n++] = per_arch[i][t];
+    }
+    return _cmocka_run_group_tests("test_oracle", tests, n, group_setup, group_teardown);
 }
