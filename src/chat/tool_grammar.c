@@ -134,6 +134,7 @@ static size_t call_triggers(kite_tool_format format, const char **triggers, bool
     case KITE_TOOL_FORMAT_MISTRAL:
     case KITE_TOOL_FORMAT_MISTRAL_ARGS: triggers[0] = "[TOOL_CALLS]"; return 1;
     case KITE_TOOL_FORMAT_GRANITE: triggers[0] = "<|tool_call|>"; return 1;
+    case KITE_TOOL_FORMAT_COMMAND_R: triggers[0] = "Action:"; return 1;
     case KITE_TOOL_FORMAT_DEEPSEEK:
     case KITE_TOOL_FORMAT_DEEPSEEK_V3_1:
         /* a call block may also open with its first call's marker alone */
