@@ -21,7 +21,6 @@
 
 #include "base/error.h"
 #include "chat/chat_internal.h"
-#include "chat/tool_template.h"
 #include "serve/server.h"
 
 /* How long kite_server_wait lets in-flight requests finish before it cancels them. */
@@ -329,18 +328,10 @@ static int tokenize_prompt(kite_server *s, serve_request *r, const char *message
         cp.tools_json = oa->tools_json; /* the template's `tools`: the model sees the definitions */
         cp.add_generation_prompt = !messages_json;
         cp.continue_final_message = messages_json != NULL;
-        /* templates that read tools and tool turns in their own family's shape (Command R+, GLM-4) */
-        char *family_messages = NULL, *family_tools = NULL;
-        kite_error ke = {0};
-        if (kite_tool_template_inputs(s->tool_info.format, cp.messages_json, cp.tools_json, &family_messages, &family_tools, &ke))
-            return kite_openai_set_error(e, 500, "server_error", NULL, NULL, "%s", ke.msg);
-        if (family_messages) cp.messages_json = family_messages;
-        if (family_tools) cp.tools_json = family_tools;
+        cp.family_tool_shapes = true; /* Command R+'s and GLM-4's templates read their own tool shapes */
         int32_t *ids = NULL;
         size_t n = 0;
         int rc = kite_chat_tokenize(s->tmpl, s->model, &cp, &ids, &n, err, sizeof err);
-        free(family_messages);
-        free(family_tools);
         if (rc != KITE_OK)
             return kite_openai_set_error(e, rc == KITE_ERR_NOMEM ? 500 : 400,
                                          rc == KITE_ERR_NOMEM ? "server_error" : "invalid_request_error", "messages", NULL,

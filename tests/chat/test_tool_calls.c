@@ -790,17 +790,15 @@ static bool stop_at_first(const kite_tool_event *ev, void *user) {
  * markup the parser reads back to the same call (the template's own writing, not the frame's); the tool's
  * answer reaches the prompt. Unadapted, Command R+'s template cannot render OpenAI tools at all. */
 static char *render_with(kite_chat_template *t, kite_tool_format f, const char *messages, const char *tools, bool agp, bool adapt) {
-    char *m = NULL, *tl = NULL, *text = NULL, err[512];
-    kite_error e = {0};
-    if (adapt) assert_int_equal(kite_tool_template_inputs(f, messages, tools, &m, &tl, &e), KITE_OK);
+    (void)f; /* the template's own format decides */
+    char *text = NULL, err[512];
     kite_chat_params cp = kite_chat_default_params();
-    cp.messages_json = m ? m : messages;
-    cp.tools_json = tl ? tl : tools;
+    cp.messages_json = messages;
+    cp.tools_json = tools;
     cp.add_generation_prompt = agp;
+    cp.family_tool_shapes = adapt;
     size_t len;
     if (kite_chat_render(t, &cp, &text, &len, err, sizeof err)) text = NULL;
-    free(m);
-    free(tl);
     return text;
 }
 
