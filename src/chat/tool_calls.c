@@ -1528,6 +1528,16 @@ static void step(kite_tool_stream *s, unsigned char c) {
             continue;
         case M_H_HEADER: harmony_header_byte(s, c); return;
         case M_GLM_NAME:
+            if (is_ws(c) && !s->header.len) {
+                /* whitespace before the name line (a plain answer starts with a newline) */
+                if (!s->holding) {
+                    start_region(s, (const char *)&c, 1, true);
+                    s->header.len = 0;
+                } else if (!buf_putc(&s->hold, (char)c)) {
+                    s->nomem = true;
+                }
+                return;
+            }
             if (is_glm_name_byte(c) && s->header.len < MAX_NAME_BYTES) {
                 if (!s->holding) {
                     start_region(s, (const char *)&c, 1, true);
@@ -1538,7 +1548,7 @@ static void step(kite_tool_stream *s, unsigned char c) {
                 if (!buf_putc(&s->header, (char)c)) s->nomem = true;
                 return;
             }
-            if (c == '\n' && s->holding) {
+            if (c == '\n' && s->header.len) {
                 if (!buf_putc(&s->hold, (char)c)) s->nomem = true;
                 s->mode = M_GLM_GAP;
                 return;

@@ -25,9 +25,9 @@
  *             fence is optional; a single object instead of the list is taken too). "tool_name" names the call in
  *             this format only. The `directly-answer` pseudo-tool is a call like any other (the caller may drop it).
  *   GLM4      GLM-4 (glm-4-9b-chat): the reply (the text after <|assistant|>) is `N\n{A}`: a first line that is a
- *             bare name ([A-Za-z0-9_.-]+), then the arguments object; anything else (a reply starting with a newline,
- *             as GLM-4's plain answers do, or a first line with other characters, or no '{' after it) is content
- *             byte for byte. One call per reply.
+ *             bare name ([A-Za-z0-9_.-]+, after optional whitespace), then the arguments object; anything else (a
+ *             first line with other characters, as GLM-4's plain answers after their newline have, or no '{' after
+ *             it) is content byte for byte. One call per reply.
  *   GENERIC   any other template: a reply that is one JSON object {"name": N, "arguments": A} or
  *             {"tool_calls": [{"name": N, "arguments": A} or {"type": "function", "function": {...}}, ...]}.
  *   NONE      no tool calls: the text is content (reasoning still split off when think is set).

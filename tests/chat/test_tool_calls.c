@@ -718,6 +718,8 @@ static const hand_case HAND[] = {
      0, {{0}}, false},
     {"glm4 name line without arguments is content", KITE_TOOL_FORMAT_GLM4, false, false, "Paris\nis the capital.",
      "Paris\nis the capital.", "", 0, {{0}}, false},
+    {"glm4 call after whitespace", KITE_TOOL_FORMAT_GLM4, false, false, "\n get_time\n\n {}", "", "", 1, {{"get_time", "{}"}}, false},
+    {"glm4 whitespace only", KITE_TOOL_FORMAT_GLM4, false, false, "\n \n", "\n \n", "", 0, {{0}}, false},
     {"glm4 one word is content", KITE_TOOL_FORMAT_GLM4, false, false, "Yes", "Yes", "", 0, {{0}}, false},
     {"glm4 broken arguments", KITE_TOOL_FORMAT_GLM4, false, false, "f\n{\"a\": [1,}", "", "", 1, {{"f", "{\"a\":[1,"}}, true},
     {"none: markup is content", KITE_TOOL_FORMAT_NONE, false, false, "<tool_call>{\"name\":\"f\"}</tool_call>",
