@@ -506,6 +506,9 @@ typedef struct kite_chat_params {
     bool continue_final_message; /* the last message is an assistant turn to continue: the text ends right
                                     after its content, with no end-of-turn (as HF's apply_chat_template
                                     continue_final_message); needs add_generation_prompt false */
+    bool family_tool_shapes;     /* give tools and tool turns to templates that read their family's own shape
+                                    instead of OpenAI's (Command R+, GLM-4), as kite serve does; false renders
+                                    the input as given, as transformers does */
 } kite_chat_params;
 
 kite_chat_params kite_chat_default_params(void);

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "chat/chat_internal.h"
+#include "chat/tool_template.h"
 #include "engine/engine.h"
 #include "io/mmap.h"
 #include "tokenize/tokenizer.h"
@@ -26,7 +27,7 @@ void kite_free(void *ptr) { free(ptr); }
 
 kite_chat_params kite_chat_default_params(void) {
     return (kite_chat_params){.messages_json = NULL, .tools_json = NULL, .documents_json = NULL, .kwargs_json = NULL, .add_generation_prompt = true,
-                               .continue_final_message = false};
+                               .continue_final_message = false, .family_tool_shapes = false};
 }
 
 void kite_chat_template_set_fixed_time(kite_chat_template *tmpl, int64_t unix_seconds) {
@@ -256,6 +257,16 @@ int kite_chat_render_masked(const kite_chat_template *tmpl, const kite_chat_para
     if (!params->messages_json) return kite_fail(e, KITE_ERR_INVALID_ARG, "kite_chat_render: messages_json is required");
     json_t *messages = NULL, *tools = NULL, *documents = NULL, *kwargs = NULL;
     json_t *agp = NULL, *bos = NULL, *eos = NULL;
+    char *family_messages = NULL, *family_tools = NULL;
+    kite_chat_params adapted = *params;
+    if (params->family_tool_shapes) {
+        int st = kite_tool_template_inputs(tmpl->tool_info.format, params->messages_json, params->tools_json, &family_messages,
+                                           &family_tools, e);
+        if (st) return st;
+        if (family_messages) adapted.messages_json = family_messages;
+        if (family_tools) adapted.tools_json = family_tools;
+        params = &adapted;
+    }
     int rc = parse_input(params->messages_json, "messages", &messages, e);
     if (!rc) rc = check_messages(messages, e);
     if (!rc && params->tools_json) {
@@ -308,6 +319,8 @@ int kite_chat_render_masked(const kite_chat_template *tmpl, const kite_chat_para
     json_decref(tools);
     json_decref(documents);
     json_decref(kwargs);
+    free(family_messages);
+    free(family_tools);
     json_decref(agp);
     json_decref(bos);
     json_decref(eos);

@@ -514,6 +514,8 @@ typedef enum mode {
     M_DS_FENCE,    /* DeepSeek: the ```json line before the arguments */
     M_H_HEADER,    /* harmony: a message header up to <|message|> */
     M_H_BODY,      /* harmony: a text body (content or reasoning) */
+    M_GLM_NAME,    /* GLM-4: the reply's first line, a call's name if a newline and '{' follow */
+    M_GLM_GAP,     /* GLM-4: after the name's newline, whitespace up to the arguments' '{' */
 } mode;
 
 /* Markers, by what they do. */
@@ -526,6 +528,7 @@ enum marker_id {
     MK_GRANITE_OPEN,
     MK_DS_CALLS_BEGIN, MK_DS_CALLS_END, MK_DS_CALL_BEGIN, MK_DS_CALL_END, MK_DS_SEP,
     MK_H_END, MK_H_CALL, MK_H_RETURN, MK_H_START,
+    MK_CR_ACTION,
     MK_COUNT
 };
 
@@ -542,6 +545,7 @@ static const char *const MARKER_TEXT[MK_COUNT] = {
     [MK_DS_CALL_END] = "<\xef\xbd\x9ctool\xe2\x96\x81""call\xe2\x96\x81""end\xef\xbd\x9c>",
     [MK_DS_SEP] = "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>",
     [MK_H_END] = "<|end|>", [MK_H_CALL] = "<|call|>", [MK_H_RETURN] = "<|return|>", [MK_H_START] = "<|start|>",
+    [MK_CR_ACTION] = "Action:",
 };
 
 enum { MAX_MARKERS = 8, MAX_MARKER_BYTES = 32 };
@@ -589,7 +593,8 @@ struct kite_tool_stream {
     size_t after_matched;
     buf header;                /* DeepSeek call header, harmony message header, Mistral name, the Llama built-in call */
     int harmony_channel;       /* M_H_BODY: KITE_TOOL_EVENT_CONTENT or _REASONING */
-    int ds_fence;              /* M_DS_FENCE: 0 line start, 1..3 backticks seen, 4 in the info word */
+    int ds_fence;              /* M_DS_FENCE (and COMMAND_R's M_OPEN): 0 line start, 1..3 backticks seen, 4 in the info word, 5 past it */
+    bool cr_fenced;            /* COMMAND_R: the call list opened a code fence, so ``` closes it */
     int skip_after;            /* M_AFTER / after the JSON: what closes the call in this mode */
     /* the replay queue: bytes read again after a closer did not match */
     buf replay;
@@ -734,7 +739,8 @@ static bool hook_key(jscan *js, jrole frame, jrole *role) {
         *role = JR_LIST;
         return !s->call.has_name && !s->call.args_seen;
     }
-    if (key_is(js, "name")) *role = s->call.has_name ? JR_SKIP : JR_NAME;
+    if (key_is(js, "name") || (s->opt.format == KITE_TOOL_FORMAT_COMMAND_R && key_is(js, "tool_name")))
+        *role = s->call.has_name ? JR_SKIP : JR_NAME;
     else if (key_is(js, "arguments") || key_is(js, "parameters")) *role = s->call.args_seen ? JR_SKIP : JR_ARGS;
     else if (key_is(js, "function")) *role = frame == JR_FUNC ? JR_SKIP : JR_FUNC;
     else if (key_is(js, "id") || key_is(js, "type")) *role = JR_SKIP;
@@ -850,6 +856,7 @@ static size_t mode_markers(const kite_tool_stream *s, int *ids) {
         if ((f == KITE_TOOL_FORMAT_LLAMA3 || f == KITE_TOOL_FORMAT_GENERIC) && s->json_open_ok) ids[n++] = MK_JSON_OPEN;
         if (f == KITE_TOOL_FORMAT_MISTRAL || f == KITE_TOOL_FORMAT_MISTRAL_ARGS) ids[n++] = MK_MISTRAL_OPEN;
         if (f == KITE_TOOL_FORMAT_GRANITE) ids[n++] = MK_GRANITE_OPEN;
+        if (f == KITE_TOOL_FORMAT_COMMAND_R) ids[n++] = MK_CR_ACTION;
         if (f == KITE_TOOL_FORMAT_DEEPSEEK) {
             ids[n++] = MK_DS_CALLS_BEGIN;
             ids[n++] = MK_DS_CALL_BEGIN;
@@ -945,6 +952,7 @@ static const char *closer_after_json(const kite_tool_stream *s) {
     switch (s->opt.format) {
     case KITE_TOOL_FORMAT_HERMES: return MARKER_TEXT[MK_HERMES_CLOSE];
     case KITE_TOOL_FORMAT_DEEPSEEK: return MARKER_TEXT[MK_DS_CALL_END];
+    case KITE_TOOL_FORMAT_COMMAND_R: return s->cr_fenced ? "```" : "";
     default: return "";
     }
 }
@@ -954,7 +962,8 @@ static void json_done(kite_tool_stream *s) {
     kite_tool_format f = s->opt.format;
     s->holding = false;
     s->hold.len = 0;
-    if (f == KITE_TOOL_FORMAT_HERMES || f == KITE_TOOL_FORMAT_DEEPSEEK || f == KITE_TOOL_FORMAT_HARMONY) {
+    if (f == KITE_TOOL_FORMAT_HERMES || f == KITE_TOOL_FORMAT_DEEPSEEK || f == KITE_TOOL_FORMAT_HARMONY ||
+        (f == KITE_TOOL_FORMAT_COMMAND_R && s->cr_fenced)) {
         s->mode = M_AFTER;
         s->after.len = 0;
         s->after_matched = 0;
@@ -1115,10 +1124,13 @@ static void on_marker(kite_tool_stream *s, int id) {
     case MK_GRANITE_OPEN:
     case MK_MISTRAL_OPEN:
     case MK_PYTHON_TAG:
+    case MK_CR_ACTION:
         start_region(s, text, tl, false);
         s->mode = M_OPEN;
         s->header.len = 0;
         s->skip_after = id;
+        s->ds_fence = 0;
+        s->cr_fenced = false;
         return;
     case MK_JSON_OPEN:
         start_region(s, text, tl, true);
@@ -1386,6 +1398,9 @@ static void finish_pycall(kite_tool_stream *s) {
 
 /* ---- the byte loop ---- */
 
+/* A byte of a GLM-4 call name (the bare names kite_tool_call_frame lets GLM4 carry). */
+static bool is_glm_name_byte(unsigned char c) { return is_ident(c, false) || c == '-' || c == '.'; }
+
 static void step(kite_tool_stream *s, unsigned char c) {
     for (int guard = 0; guard < 8; guard++) {
         if (s->holding && s->hold.len > MAX_HOLD_BYTES) fail_region(s, "too long before the call's name");
@@ -1397,6 +1412,24 @@ static void step(kite_tool_stream *s, unsigned char c) {
         }
         switch (m) {
         case M_OPEN:
+            if (s->skip_after == MK_CR_ACTION && s->ds_fence < 5) {
+                /* Command R: an optional ```json line before the list */
+                if (c == '`' && s->ds_fence < 3) {
+                    if (!buf_putc(&s->hold, (char)c)) s->nomem = true;
+                    s->ds_fence++;
+                    return;
+                }
+                if (s->ds_fence == 3 || s->ds_fence == 4) {
+                    if (!buf_putc(&s->hold, (char)c)) s->nomem = true;
+                    if (c == '\n') s->ds_fence = 5, s->cr_fenced = true;
+                    else s->ds_fence = 4;
+                    return;
+                }
+                if (s->ds_fence != 0) {
+                    fail_region(s, "a broken code fence");
+                    continue;
+                }
+            }
             if (is_ws(c)) {
                 if (!buf_putc(&s->hold, (char)c)) s->nomem = true;
                 return;
@@ -1494,6 +1527,51 @@ static void step(kite_tool_stream *s, unsigned char c) {
             begin_json(s, JR_ARGS, false);
             continue;
         case M_H_HEADER: harmony_header_byte(s, c); return;
+        case M_GLM_NAME:
+            if (is_ws(c) && !s->header.len) {
+                /* whitespace before the name line (a plain answer starts with a newline) */
+                if (!s->holding) {
+                    start_region(s, (const char *)&c, 1, true);
+                    s->header.len = 0;
+                } else if (!buf_putc(&s->hold, (char)c)) {
+                    s->nomem = true;
+                }
+                return;
+            }
+            if (is_glm_name_byte(c) && s->header.len < MAX_NAME_BYTES) {
+                if (!s->holding) {
+                    start_region(s, (const char *)&c, 1, true);
+                    s->header.len = 0;
+                } else if (!buf_putc(&s->hold, (char)c)) {
+                    s->nomem = true;
+                }
+                if (!buf_putc(&s->header, (char)c)) s->nomem = true;
+                return;
+            }
+            if (c == '\n' && s->header.len) {
+                if (!buf_putc(&s->hold, (char)c)) s->nomem = true;
+                s->mode = M_GLM_GAP;
+                return;
+            }
+            /* not a name line: the reply is content (what was held comes back as written) */
+            if (s->holding) fail_region(s, "not a GLM-4 call");
+            else s->mode = M_CONTENT;
+            continue;
+        case M_GLM_GAP:
+            if (is_ws(c)) {
+                if (!buf_putc(&s->hold, (char)c)) s->nomem = true;
+                return;
+            }
+            if (c == '{') {
+                reset_call(s);
+                if (!buf_put(&s->call.name, s->header.p, s->header.len)) s->nomem = true;
+                s->call.has_name = true;
+                s->header.len = 0;
+                begin_json(s, JR_ARGS, false);
+                continue;
+            }
+            fail_region(s, "no arguments after the name line");
+            continue;
         default: return;
         }
     }
@@ -1518,7 +1596,7 @@ static int feed_bytes(kite_tool_stream *s, const char *text, size_t len) {
 const char *kite_tool_format_name(kite_tool_format format) {
     static const char *const names[KITE_TOOL_FORMAT_COUNT] = {"none", "generic", "hermes", "llama3", "mistral",
                                                              "mistral_args", "harmony", "deepseek", "granite",
-                                                             "deepseek_v3_1"};
+                                                             "deepseek_v3_1", "command_r", "glm4"};
     return (unsigned)format < KITE_TOOL_FORMAT_COUNT ? names[format] : "?";
 }
 
@@ -1577,7 +1655,9 @@ int kite_tool_stream_new(const kite_tool_parse_options *options, kite_tool_strea
     if (options->format == KITE_TOOL_FORMAT_HARMONY) {
         s->mode = M_H_HEADER;
     } else {
-        s->mode = options->think && options->starts_in_think ? M_REASONING : M_CONTENT;
+        s->mode = options->think && options->starts_in_think ? M_REASONING
+                  : options->format == KITE_TOOL_FORMAT_GLM4 ? M_GLM_NAME
+                                                              : M_CONTENT;
         s->reasoning_after_markup = true;
         s->json_open_ok = options->format == KITE_TOOL_FORMAT_LLAMA3 || options->format == KITE_TOOL_FORMAT_GENERIC;
     }
@@ -1798,11 +1878,15 @@ kite_tool_template_info kite_tool_detect(const char *src, size_t len, const char
     else if (has(src, len, MARKER_TEXT[MK_DS_CALLS_BEGIN]) || has(src, len, MARKER_TEXT[MK_DS_CALL_BEGIN]))
         info.format = has(src, len, "```json") ? KITE_TOOL_FORMAT_DEEPSEEK : KITE_TOOL_FORMAT_DEEPSEEK_V3_1;
     else if (has(src, len, "[TOOL_CALLS]")) info.format = has(src, len, "[ARGS]") ? KITE_TOOL_FORMAT_MISTRAL_ARGS : KITE_TOOL_FORMAT_MISTRAL;
+    else if (has(src, len, "parameter_definitions") || (has(src, len, "Action:") && has(src, len, "\"tool_name\"")))
+        info.format = KITE_TOOL_FORMAT_COMMAND_R;
     else if (has(src, len, "<tool_call>")) info.format = KITE_TOOL_FORMAT_HERMES;
     else if (has(src, len, "<|tool_call|>")) info.format = KITE_TOOL_FORMAT_GRANITE;
     else if (has(src, len, "<|python_tag|>") ||
              (has(src, len, "<|start_header_id|>") && (has(src, len, "\"parameters\": ") || has(src, len, "ipython"))))
         info.format = KITE_TOOL_FORMAT_LLAMA3;
+    else if (has(src, len, "[gMASK]") && has(src, len, "tools") && has(src, len, "metadata"))
+        info.format = KITE_TOOL_FORMAT_GLM4; /* GLM-4: tools on a message, the call's name in the assistant's metadata */
     if (info.format != KITE_TOOL_FORMAT_GENERIC || !special) return info;
     for (size_t i = 0; i < n_special; i++) {
         const char *t = special[i];
@@ -1884,6 +1968,12 @@ int kite_tool_call_frame(kite_tool_format format, const char *name, char **prefi
         json_name = false;
         break;
     case KITE_TOOL_FORMAT_GRANITE: open = "<|tool_call|>[{\"name\": \""; between = "\", \"arguments\": "; close = "}]"; break;
+    case KITE_TOOL_FORMAT_COMMAND_R:
+        open = "Action: ```json\n[{\"tool_name\": \"";
+        between = "\", \"parameters\": ";
+        close = "}]\n```";
+        break;
+    case KITE_TOOL_FORMAT_GLM4: open = ""; between = "\n"; close = ""; json_name = false; break;
     case KITE_TOOL_FORMAT_DEEPSEEK_V3_1:
         open = "<\xef\xbd\x9ctool\xe2\x96\x81""calls\xe2\x96\x81""begin\xef\xbd\x9c><\xef\xbd\x9ctool\xe2\x96\x81""call\xe2\x96\x81"
                "begin\xef\xbd\x9c>";
@@ -1902,7 +1992,8 @@ int kite_tool_call_frame(kite_tool_format format, const char *name, char **prefi
             return buf_free(&b), kite_fail(e, KITE_ERR_INVALID_ARG, "tool-call frame: the name is empty or not UTF-8");
         for (size_t i = 0; i < n; i++) {
             unsigned char c = (unsigned char)name[i];
-            if (c < 0x20 || (!json_name && (c == ' ' || c == '<' || c == '[' || c == '\n')))
+            if (c < 0x20 || (!json_name && (c == ' ' || c == '<' || c == '[' || c == '\n')) ||
+                (format == KITE_TOOL_FORMAT_GLM4 && !is_glm_name_byte(c)))
                 return buf_free(&b), kite_fail(e, KITE_ERR_INVALID_ARG, "tool-call frame: the name holds a character %s cannot carry at byte %zu",
                                                 kite_tool_format_name(format), i);
         }

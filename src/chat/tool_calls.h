@@ -21,6 +21,13 @@
  *             too, and a call block opened by <｜tool▁call▁begin｜> alone). DEEPSEEK_V3_1 (a template without the
              ```json fence) parses the same; only its kite_tool_call_frame differs.
  *   GRANITE   Granite 3.x: `<|tool_call|>[{"name": N, "arguments": A}, ...]`.
+ *   COMMAND_R Command R/R+ (the tool_use template): `Action: ```json\n[{"tool_name": N, "parameters": A}, ...]\n```` (the
+ *             fence is optional; a single object instead of the list is taken too). "tool_name" names the call in
+ *             this format only. The `directly-answer` pseudo-tool is a call like any other (the caller may drop it).
+ *   GLM4      GLM-4 (glm-4-9b-chat): the reply (the text after <|assistant|>) is `N\n{A}`: a first line that is a
+ *             bare name ([A-Za-z0-9_.-]+, after optional whitespace), then the arguments object; anything else (a
+ *             first line with other characters, as GLM-4's plain answers after their newline have, or no '{' after
+ *             it) is content byte for byte. One call per reply.
  *   GENERIC   any other template: a reply that is one JSON object {"name": N, "arguments": A} or
  *             {"tool_calls": [{"name": N, "arguments": A} or {"type": "function", "function": {...}}, ...]}.
  *   NONE      no tool calls: the text is content (reasoning still split off when think is set).
@@ -76,8 +83,10 @@ typedef enum kite_tool_format {
     KITE_TOOL_FORMAT_DEEPSEEK = 7,
     KITE_TOOL_FORMAT_GRANITE = 8,
     KITE_TOOL_FORMAT_DEEPSEEK_V3_1 = 9, /* parsed as DEEPSEEK; its frame is the V3.1 form */
+    KITE_TOOL_FORMAT_COMMAND_R = 10,    /* Action: ```json [{"tool_name": N, "parameters": A}]``` */
+    KITE_TOOL_FORMAT_GLM4 = 11,         /* N\n{A} at the start of the reply */
 } kite_tool_format;
-enum { KITE_TOOL_FORMAT_COUNT = 10 };
+enum { KITE_TOOL_FORMAT_COUNT = 12 };
 
 /* "hermes", "llama3", ...; "?" for a value out of range. */
 const char *kite_tool_format_name(kite_tool_format format);
@@ -89,7 +98,9 @@ typedef struct kite_tool_template_info {
 } kite_tool_template_info;
 
 /* Reads the family from the chat template's source text and, when the template shows no markup, from the
- * model's special-token texts (special[0..n_special), may be NULL): a vocabulary with <tool_call> is
+ * model's special-token texts (special[0..n_special), may be NULL). COMMAND_R: the template names Cohere's
+ * parameter_definitions or asks for 'Action:' with "tool_name"; GLM4: a [gMASK] template that reads tools
+ * and the assistant's metadata. From the vocabulary: a vocabulary with <tool_call> is
  * HERMES, [TOOL_CALLS] MISTRAL, <|python_tag|> LLAMA3, <|channel|> HARMONY, <｜tool▁calls▁begin｜> DEEPSEEK. */
 kite_tool_template_info kite_tool_detect(const char *template_source, size_t len, const char *const *special,
                                          size_t n_special);
@@ -186,7 +197,7 @@ void kite_tool_parse_clear(kite_tool_parse *p);
  * reasoning block when the caller lets the model think first), then write the arguments as a JSON
  * object (constrain it with the tool's parameter schema), then *suffix. With name NULL (any tool) the
  * prefix stops where the name begins: the grammar continues with one of the tools' names, written as the
- * format writes it (a JSON string body, or the bare name for HARMONY, MISTRAL_ARGS and DEEPSEEK), then
+ * format writes it (a JSON string body, or the bare name for HARMONY, MISTRAL_ARGS, DEEPSEEK and GLM4), then
  * with name_to_args, the text between the name and the arguments; with a name, that text is already in
  * the prefix. For example HERMES with "get_weather":
  *   prefix "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "  suffix "}\n</tool_call>"

@@ -134,6 +134,7 @@ static size_t call_triggers(kite_tool_format format, const char **triggers, bool
     case KITE_TOOL_FORMAT_MISTRAL:
     case KITE_TOOL_FORMAT_MISTRAL_ARGS: triggers[0] = "[TOOL_CALLS]"; return 1;
     case KITE_TOOL_FORMAT_GRANITE: triggers[0] = "<|tool_call|>"; return 1;
+    case KITE_TOOL_FORMAT_COMMAND_R: triggers[0] = "Action:"; return 1;
     case KITE_TOOL_FORMAT_DEEPSEEK:
     case KITE_TOOL_FORMAT_DEEPSEEK_V3_1:
         /* a call block may also open with its first call's marker alone */
@@ -150,19 +151,54 @@ static size_t call_triggers(kite_tool_format format, const char **triggers, bool
     }
 }
 
+/* GLM-4's triggers: "NAME\n" for each tool, at the start. */
+static int glm4_triggers(const char *tools_json, const char **triggers, char **owned, size_t *n, bool *at_start, kite_error *e) {
+    *n = 0;
+    *at_start = true;
+    json_t *tools = tools_json ? json_loads(tools_json, 0, NULL) : NULL;
+    int st = KITE_OK;
+    if (!json_is_array(tools)) st = kite_fail(e, KITE_ERR_INVALID_ARG, "tools must be a JSON array of tool definitions");
+    for (size_t i = 0; !st && i < json_array_size(tools); i++) {
+        const char *name = json_string_value(json_object_get(json_object_get(json_array_get(tools, i), "function"), "name"));
+        if (!name) continue; /* tool_grammar reports it */
+        if (*n == KITE_LAZY_MAX_TRIGGERS || strlen(name) + 1 > KITE_LAZY_MAX_TRIGGER_CHARS) {
+            st = kite_fail(e, KITE_ERR_UNSUPPORTED, "GLM-4 tool calls under tool_choice auto: at most %d tools with names of at most %d bytes",
+                           KITE_LAZY_MAX_TRIGGERS, KITE_LAZY_MAX_TRIGGER_CHARS - 1);
+            break;
+        }
+        size_t len = strlen(name);
+        owned[*n] = malloc(len + 2);
+        if (!owned[*n]) {
+            st = kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+            break;
+        }
+        memcpy(owned[*n], name, len);
+        memcpy(owned[*n] + len, "\n", 2);
+        triggers[*n] = owned[*n];
+        (*n)++;
+    }
+    json_decref(tools);
+    return st;
+}
+
 int kite_tool_grammar_lazy(kite_tool_format format, const char *tools_json, bool parallel, char **gbnf, size_t *gbnf_len,
                            kite_error *e) {
     *gbnf = NULL;
     if (gbnf_len) *gbnf_len = 0;
-    const char *triggers[2];
+    const char *triggers[KITE_LAZY_MAX_TRIGGERS];
+    char *owned[KITE_LAZY_MAX_TRIGGERS] = {0};
     bool at_start;
     size_t n_triggers = call_triggers(format, triggers, &at_start);
-    if (!n_triggers)
-        return kite_fail(e, KITE_ERR_UNSUPPORTED, "tool-call format '%s' has no lazy grammar", kite_tool_format_name(format));
+    int st = KITE_OK;
+    if (format == KITE_TOOL_FORMAT_GLM4) /* a call is a tool's name line at the start of the reply */
+        st = glm4_triggers(tools_json, triggers, owned, &n_triggers, &at_start, e);
+    if (!st && !n_triggers)
+        st = kite_fail(e, KITE_ERR_UNSUPPORTED, "tool-call format '%s' has no lazy grammar", kite_tool_format_name(format));
     char *calls = NULL;
     size_t calls_len = 0;
-    int st = tool_grammar(format, tools_json, NULL, parallel && format == KITE_TOOL_FORMAT_HERMES, false, &calls, &calls_len, e);
+    if (!st) st = tool_grammar(format, tools_json, NULL, parallel && format == KITE_TOOL_FORMAT_HERMES, false, &calls, &calls_len, e);
     if (!st) st = kite_gbnf_lazy(calls, calls_len, triggers, n_triggers, at_start, gbnf, gbnf_len, e);
     free(calls);
+    for (size_t i = 0; i < KITE_LAZY_MAX_TRIGGERS; i++) free(owned[i]);
     return st;
 }

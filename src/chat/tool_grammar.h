@@ -24,11 +24,12 @@ int kite_tool_grammar_marked(kite_tool_format format, const char *tools_json, co
                              char **gbnf, size_t *gbnf_len, kite_error *e);
 
 /* GBNF for tool_choice "auto": free text until the text starts a call in format's markup (the
- * format's trigger: <tool_call>, [TOOL_CALLS], <|tool_call|>, DeepSeek's call markers anywhere; for
+ * format's trigger: <tool_call>, [TOOL_CALLS], <|tool_call|>, Command R's Action:, DeepSeek's call markers anywhere; for
  * LLAMA3 and GENERIC, whose replies are calls when they are a JSON object, a '{' at the start), then
  * calls as kite_tool_grammar writes them (HERMES with parallel: one or more, a newline apart; else one) to the
  * end of the reply (kite_gbnf_lazy). KITE_ERR_UNSUPPORTED for formats without a text trigger (NONE,
- * HARMONY, whose markers are control tokens). */
+ * HARMONY, whose markers are control tokens). GLM4's triggers are the tools' name lines ("NAME\n") at the
+ * start of the reply (at most KITE_LAZY_MAX_TRIGGERS tools). */
 int kite_tool_grammar_lazy(kite_tool_format format, const char *tools_json, bool parallel, char **gbnf, size_t *gbnf_len,
                            kite_error *e);
 

@@ -26,9 +26,11 @@
  *     numbers, on the decimal value written without exponent: an exclusive bound b other than 0 becomes
  *     the inclusive bound nextafter(b) so that rounding to a double can never land on b.
  *   - enum / const: the values' compact JSON text (filtered by type when type is given).
- *   - anyOf, and oneOf as anyOf (overlapping oneOf branches are not made exclusive: a document
- *     matching two branches is accepted although oneOf rejects it). Sibling keywords are merged into
- *     each branch. allOf merges its schemas into one (types intersected, properties and required
+ *   - anyOf; oneOf when its branches are provably disjoint (no value the grammar writes for one
+ *     branch validates against another: different types, const/enum values, an object key one branch
+ *     always writes and the other refuses or never writes and the other requires), so that it means
+ *     the same as anyOf; other oneOf schemas are rejected (unsupported), naming the two branches.
+ *     Sibling keywords are merged into each branch. allOf merges its schemas into one (types intersected, properties and required
  *     united, bounds tightened, additionalProperties applied to the other branches' properties).
  *   - $ref to any local JSON pointer (#, #/$defs/..., #/definitions/...), recursive ones included;
  *     recursion without a base case is left to kite_gbnf_parse, which rejects it.
@@ -1724,6 +1726,164 @@ static int compile_typed(compiler *c, json_t *s, const char *ptr, const char *hi
     return c->status;
 }
 
+/* ---- oneOf: exact when the branches are provably disjoint ----
+ *
+ * A grammar cannot say "exactly one of", but when no value the grammar writes for one branch validates
+ * against another branch's schema, "one of" and "any of" are the same set. disjoint() proves that for
+ * an ordered pair, conservatively (false = not proven): the types the first branch's grammar writes
+ * are types the second refuses; its const / enum values all fail the second; or, for objects, the
+ * first always writes a key the second refuses (additionalProperties false, or a declared property
+ * whose schema no written value satisfies), or never writes a key the second requires. The first
+ * branch's side is what kite's grammar writes (objects with declared and required keys only, when
+ * additionalProperties is absent or false; the type implied by the keywords), the second's is the
+ * schema's meaning (any type, and any other key, unless it says otherwise). */
+
+enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_FRAC = 8, T_STR = 16, T_ARR = 32, T_OBJ = 64, T_ALL = 127 };
+enum { MAX_DISJOINT_DEPTH = 6 };
+
+static unsigned value_types(json_t *v) {
+    if (json_is_null(v)) return T_NULL;
+    if (json_is_boolean(v)) return T_BOOL;
+    if (json_is_integer(v)) return T_INT;
+    if (json_is_real(v)) return value_has_type(v, "integer") ? T_INT : T_FRAC;
+    if (json_is_string(v)) return T_STR;
+    if (json_is_array(v)) return T_ARR;
+    return T_OBJ;
+}
+
+static unsigned type_name_bits(const char *t) {
+    if (!strcmp(t, "null")) return T_NULL;
+    if (!strcmp(t, "boolean")) return T_BOOL;
+    if (!strcmp(t, "integer")) return T_INT;
+    if (!strcmp(t, "number")) return T_INT | T_FRAC;
+    if (!strcmp(t, "string")) return T_STR;
+    if (!strcmp(t, "array")) return T_ARR;
+    if (!strcmp(t, "object")) return T_OBJ;
+    return T_ALL;
+}
+
+/* The types "type" allows (T_ALL without one). */
+static unsigned explicit_types(json_t *s) {
+    json_t *type = json_object_get(s, "type");
+    if (json_is_string(type)) return type_name_bits(json_string_value(type));
+    if (!json_is_array(type)) return T_ALL;
+    unsigned bits = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(type, i, t) bits |= json_is_string(t) ? type_name_bits(json_string_value(t)) : T_ALL;
+    return bits;
+}
+
+/* const / enum as an array of the only values (borrowed or in c->scratch), or NULL. */
+static json_t *only_values(compiler *c, json_t *s) {
+    json_t *k = json_object_get(s, "const"), *e = json_object_get(s, "enum");
+    if (k) {
+        json_t *one = json_pack("[O]", k);
+        json_array_append_new(c->scratch, one);
+        return one;
+    }
+    return json_is_array(e) ? e : NULL;
+}
+
+static unsigned values_types(json_t *values) {
+    unsigned bits = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(values, i, v) bits |= value_types(v);
+    return bits;
+}
+
+/* Types the compiled schema writes (compile_schema's dispatch: the type implied by the keywords). */
+static unsigned written_types(compiler *c, json_t *s) {
+    if (json_is_boolean(s)) return json_is_true(s) ? T_ALL : 0;
+    json_t *values = only_values(c, s);
+    if (values) return values_types(values) & explicit_types(s);
+    unsigned t = explicit_types(s);
+    if (t != T_ALL || json_object_get(s, "anyOf") || json_object_get(s, "oneOf")) return t;
+    static const char *const object_keys[] = {"properties", "required", "additionalProperties"};
+    static const char *const array_keys[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems"};
+    static const char *const string_keys[] = {"minLength", "maxLength", "pattern", "format"};
+    static const char *const number_keys[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    unsigned implied = (has_any(s, object_keys, 3) ? T_OBJ : 0) | (has_any(s, array_keys, 5) ? T_ARR : 0) |
+                       (has_any(s, string_keys, 4) ? T_STR : 0) | (has_any(s, number_keys, 4) ? T_INT | T_FRAC : 0);
+    return implied ? implied : T_ALL;
+}
+
+static bool values_equal(json_t *a, json_t *b) {
+    if (json_is_number(a) && json_is_number(b)) return json_number_value(a) == json_number_value(b);
+    return json_equal(a, b);
+}
+
+static bool in_values(json_t *values, json_t *v) {
+    size_t i;
+    json_t *w;
+    json_array_foreach(values, i, w) if (values_equal(v, w)) return true;
+    return false;
+}
+
+static bool in_names(json_t *names, const char *name) {
+    size_t i;
+    json_t *n;
+    json_array_foreach(names, i, n) if (json_is_string(n) && !strcmp(json_string_value(n), name)) return true;
+    return false;
+}
+
+/* No value the grammar of a writes validates against schema b (both flat: no $ref / allOf on top). */
+static bool disjoint(compiler *c, json_t *a, json_t *b, const char *ptr, int depth);
+
+static json_t *flat_view(compiler *c, json_t *s, const char *ptr) {
+    if (!json_is_object(s)) return s;
+    return resolve_top_refs(c, s, ptr);
+}
+
+static bool disjoint(compiler *c, json_t *a, json_t *b, const char *ptr, int depth) {
+    if (c->status || depth > MAX_DISJOINT_DEPTH || !a || !b) return false;
+    if (json_is_false(a) || json_is_false(b)) return true;
+    if (json_is_true(b)) return false;
+    unsigned wa = written_types(c, a);
+    json_t *vb = only_values(c, b), *va = json_is_object(a) ? only_values(c, a) : NULL;
+    unsigned accepted_b = explicit_types(b) & (vb ? values_types(vb) : T_ALL);
+    if (!(wa & accepted_b)) return true;
+    if (va) {
+        /* every value a writes fails b's type or b's values */
+        size_t i;
+        json_t *v;
+        bool all_fail = true;
+        json_array_foreach(va, i, v) {
+            bool fails = !(value_types(v) & explicit_types(b)) || (vb && !in_values(vb, v));
+            if (!fails) all_fail = false;
+        }
+        if (all_fail) return true;
+    }
+    /* objects: a writes objects with its declared and required keys only */
+    if (wa != T_OBJ || va || !json_is_object(a) || json_object_get(a, "anyOf") || json_object_get(a, "oneOf")) return false;
+    json_t *ap_a = json_object_get(a, "additionalProperties");
+    bool closed_a = !ap_a || json_is_false(ap_a);
+    json_t *props_a = json_object_get(a, "properties"), *req_a = json_object_get(a, "required");
+    json_t *props_b = json_object_get(b, "properties"), *req_b = json_object_get(b, "required");
+    json_t *ap_b = json_object_get(b, "additionalProperties");
+    if (closed_a) {
+        size_t i;
+        json_t *n;
+        json_array_foreach(req_b, i, n) {
+            const char *name = json_string_value(n);
+            if (name && !json_object_get(props_a, name) && !in_names(req_a, name)) return true; /* a never writes it */
+        }
+    }
+    size_t i;
+    json_t *n;
+    json_array_foreach(req_a, i, n) {
+        const char *name = json_string_value(n);
+        if (!name) continue;
+        json_t *pa = json_object_get(props_a, name), *pb = json_object_get(props_b, name);
+        json_t *value_a = pa ? flat_view(c, pa, ptr) : json_true();
+        if (!pb && json_is_false(ap_b)) return true; /* a always writes a key b refuses */
+        json_t *target = pb ? pb : (json_is_object(ap_b) ? ap_b : NULL);
+        if (target && disjoint(c, value_a, flat_view(c, target, ptr), ptr, depth + 1)) return true;
+    }
+    return false;
+}
+
 /* anyOf / oneOf: one alternative per branch, each with the sibling keywords merged in. */
 static int compile_alternatives(compiler *c, json_t *s, const char *ptr, const char *hint, gtext *out) {
     const char *key = json_object_get(s, "anyOf") ? "anyOf" : "oneOf";
@@ -1745,17 +1905,11 @@ static int compile_alternatives(compiler *c, json_t *s, const char *ptr, const c
     json_t *v;
     json_object_foreach(s, k, v) if (strcmp(k, key) && is_constraint(k)) json_object_set(siblings, k, v);
     bool merge = json_object_size(siblings) > 0;
-    gtext alts = {0};
-    size_t n = 0, i;
+    /* each branch as compiled: the siblings merged in; false branches add nothing */
+    json_t *targets = json_array(), *indices = json_array();
+    size_t i;
     json_t *branch;
     json_array_foreach(branches, i, branch) {
-        char *bp = ptr_index(p, i);
-        if (!bp) {
-            fail_nomem(c);
-            break;
-        }
-        char bh[MAX_NAME + 16];
-        snprintf(bh, sizeof bh, "%s-%zu", hint, i);
         json_t *target = branch;
         if (merge && !json_is_boolean(branch)) {
             target = json_pack("{s:[O,O]}", "allOf", siblings, branch);
@@ -1763,15 +1917,50 @@ static int compile_alternatives(compiler *c, json_t *s, const char *ptr, const c
         } else if (merge && json_is_true(branch)) {
             target = siblings;
         }
-        if (json_is_false(target)) {
-            free(bp);
-            continue; /* a branch that matches nothing adds nothing */
-        }
-        if (n++) gtext_puts(&alts, " | ");
-        compile_schema(c, target, bp, bh, &alts);
-        free(bp);
-        if (c->status) break;
+        if (json_is_false(target)) continue;
+        json_array_append(targets, target);
+        json_array_append_new(indices, json_integer((json_int_t)i));
     }
+    /* oneOf is anyOf when no value the grammar writes for one branch validates against another */
+    if (!strcmp(key, "oneOf")) {
+        size_t nt = json_array_size(targets);
+        json_t *flat = json_array();
+        for (size_t a = 0; a < nt && !c->status; a++) {
+            char *bp = ptr_index(p, (size_t)json_integer_value(json_array_get(indices, a)));
+            json_t *f = bp ? flat_view(c, json_array_get(targets, a), bp) : NULL;
+            if (!bp) fail_nomem(c);
+            json_array_append(flat, f ? f : json_true());
+            free(bp);
+        }
+        for (size_t a = 0; a < nt && !c->status; a++)
+            for (size_t b = 0; b < nt && !c->status; b++) {
+                if (a == b || disjoint(c, json_array_get(flat, a), json_array_get(flat, b), p, 0)) continue;
+                if (c->status) break;
+                fail(c, KITE_ERR_UNSUPPORTED, p,
+                     "oneOf branches %lld and %lld may both match one value: kite compiles oneOf only when its branches are provably "
+                     "disjoint (types, const/enum values, or objects told apart by a required key); use anyOf if that is meant",
+                     (long long)json_integer_value(json_array_get(indices, a < b ? a : b)),
+                     (long long)json_integer_value(json_array_get(indices, a < b ? b : a)));
+            }
+        json_decref(flat);
+    }
+    gtext alts = {0};
+    size_t n = 0;
+    for (size_t a = 0; a < json_array_size(targets) && !c->status; a++) {
+        i = (size_t)json_integer_value(json_array_get(indices, a));
+        char *bp = ptr_index(p, i);
+        if (!bp) {
+            fail_nomem(c);
+            break;
+        }
+        char bh[MAX_NAME + 16];
+        snprintf(bh, sizeof bh, "%s-%zu", hint, i);
+        if (n++) gtext_puts(&alts, " | ");
+        compile_schema(c, json_array_get(targets, a), bp, bh, &alts);
+        free(bp);
+    }
+    json_decref(targets);
+    json_decref(indices);
     json_decref(siblings);
     if (!c->status && n == 0) fail(c, KITE_ERR_INVALID_ARG, p, "every branch is false: no value can match");
     if (!c->status) gtext_printf(out, n > 1 ? "( %s )" : "%s", alts.buf);

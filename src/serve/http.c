@@ -328,6 +328,7 @@ static int tokenize_prompt(kite_server *s, serve_request *r, const char *message
         cp.tools_json = oa->tools_json; /* the template's `tools`: the model sees the definitions */
         cp.add_generation_prompt = !messages_json;
         cp.continue_final_message = messages_json != NULL;
+        cp.family_tool_shapes = true; /* Command R+'s and GLM-4's templates read their own tool shapes */
         int32_t *ids = NULL;
         size_t n = 0;
         int rc = kite_chat_tokenize(s->tmpl, s->model, &cp, &ids, &n, err, sizeof err);

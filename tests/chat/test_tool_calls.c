@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "chat/tool_calls.h"
+#include "chat/tool_template.h"
 #include "kite.h"
 
 static const char *source_dir(void) {
@@ -294,9 +295,9 @@ static void test_detect_golden_templates(void **state) {
     (void)state;
     static const struct { const char *name; kite_tool_format format; bool think; } want[] = {
         {"chatglm3", KITE_TOOL_FORMAT_GENERIC, false},      {"cogito", KITE_TOOL_FORMAT_HERMES, false},
-        {"command_r_plus", KITE_TOOL_FORMAT_GENERIC, false}, {"command_r_plus_tool_use", KITE_TOOL_FORMAT_GENERIC, false},
+        {"command_r_plus", KITE_TOOL_FORMAT_GENERIC, false}, {"command_r_plus_tool_use", KITE_TOOL_FORMAT_COMMAND_R, false},
         {"deepseek_r1", KITE_TOOL_FORMAT_DEEPSEEK, true},   {"deepseek_v3", KITE_TOOL_FORMAT_DEEPSEEK, false},
-        {"gemma3", KITE_TOOL_FORMAT_GENERIC, false},         {"glm4", KITE_TOOL_FORMAT_GENERIC, false},
+        {"gemma3", KITE_TOOL_FORMAT_GENERIC, false},         {"glm4", KITE_TOOL_FORMAT_GLM4, false},
         {"granite3_3", KITE_TOOL_FORMAT_GRANITE, true},      {"internlm2", KITE_TOOL_FORMAT_GENERIC, false},
         {"llama3", KITE_TOOL_FORMAT_GENERIC, false},         {"llama3_2", KITE_TOOL_FORMAT_LLAMA3, false},
         {"mistral_nemo", KITE_TOOL_FORMAT_MISTRAL, false},   {"phi4", KITE_TOOL_FORMAT_GENERIC, false},
@@ -692,6 +693,35 @@ static const hand_case HAND[] = {
      {{"f", "{\"s\":\"\\u00e9\\ud83d\\ude00\"}"}}, true},
     {"hermes string arguments that are not JSON", KITE_TOOL_FORMAT_HERMES, false, false,
      "<tool_call>\n{\"name\": \"f\", \"arguments\": \"just words\"}\n</tool_call>", "", "", 1, {{"f", "just words"}}, false},
+    /* Command R+: as its tool_use template asks ("Write 'Action:' followed by a json-formatted list of actions") */
+    {"command r list in a fence", KITE_TOOL_FORMAT_COMMAND_R, false, false,
+     "Action: ```json\n[\n    {\n        \"tool_name\": \"internet_search\",\n        \"parameters\": {\n            \"query\": \"oslo weather\"\n"
+     "        }\n    },\n    {\"tool_name\": \"get_time\", \"parameters\": {}}\n]\n```",
+     "", "", 2, {{"internet_search", "{\"query\":\"oslo weather\"}"}, {"get_time", "{}"}}, false},
+    {"command r without a fence, text before", KITE_TOOL_FORMAT_COMMAND_R, false, false,
+     "Let me look.\nAction: [{\"tool_name\": \"f\", \"parameters\": {\"a\": 1}}]", "Let me look.", "", 1, {{"f", "{\"a\":1}"}}, false},
+    {"command r single object", KITE_TOOL_FORMAT_COMMAND_R, false, false,
+     "Action: ```json\n{\"tool_name\": \"f\", \"parameters\": {}}\n```\nDone.", "Done.", "", 1, {{"f", "{}"}}, false},
+    {"command r fence not closed", KITE_TOOL_FORMAT_COMMAND_R, false, false,
+     "Action: ```json\n[{\"tool_name\": \"f\", \"parameters\": {}}] after", "after", "", 1, {{"f", "{}"}}, true},
+    {"command r action word without JSON", KITE_TOOL_FORMAT_COMMAND_R, false, false, "Action: none needed.", "Action: none needed.", "",
+     0, {{0}}, true},
+    {"command r tool_name is only this format's key", KITE_TOOL_FORMAT_MISTRAL, false, false,
+     "[TOOL_CALLS][{\"tool_name\": \"f\", \"parameters\": {}}]", "[TOOL_CALLS][{\"tool_name\": \"f\", \"parameters\": {}}]", "", 0,
+     {{0}}, true},
+    /* GLM-4: <|assistant|>{metadata}\n{content}, the call's name as the metadata, its arguments as the content */
+    {"glm4 call", KITE_TOOL_FORMAT_GLM4, false, false, "get_weather\n{\"location\": \"Beijing\", \"unit\": \"celsius\"}", "", "", 1,
+     {{"get_weather", "{\"location\":\"Beijing\",\"unit\":\"celsius\"}"}}, false},
+    {"glm4 plain answer keeps its newline", KITE_TOOL_FORMAT_GLM4, false, false, "\nHello! How can I help?", "\nHello! How can I help?", "",
+     0, {{0}}, false},
+    {"glm4 first line with a space is content", KITE_TOOL_FORMAT_GLM4, false, false, "Sure thing\n{\"a\": 1}", "Sure thing\n{\"a\": 1}", "",
+     0, {{0}}, false},
+    {"glm4 name line without arguments is content", KITE_TOOL_FORMAT_GLM4, false, false, "Paris\nis the capital.",
+     "Paris\nis the capital.", "", 0, {{0}}, false},
+    {"glm4 call after whitespace", KITE_TOOL_FORMAT_GLM4, false, false, "\n get_time\n\n {}", "", "", 1, {{"get_time", "{}"}}, false},
+    {"glm4 whitespace only", KITE_TOOL_FORMAT_GLM4, false, false, "\n \n", "\n \n", "", 0, {{0}}, false},
+    {"glm4 one word is content", KITE_TOOL_FORMAT_GLM4, false, false, "Yes", "Yes", "", 0, {{0}}, false},
+    {"glm4 broken arguments", KITE_TOOL_FORMAT_GLM4, false, false, "f\n{\"a\": [1,}", "", "", 1, {{"f", "{\"a\":[1,"}}, true},
     {"none: markup is content", KITE_TOOL_FORMAT_NONE, false, false, "<tool_call>{\"name\":\"f\"}</tool_call>",
      "<tool_call>{\"name\":\"f\"}</tool_call>", "", 0, {{0}}, false},
 };
@@ -755,6 +785,87 @@ static bool stop_at_first(const kite_tool_event *ev, void *user) {
     (void)ev;
     (*(int *)user)++;
     return false;
+}
+
+/* The families whose templates read another shape than OpenAI's (tool_template.h): adapted, the template
+ * shows the tools to the model, and the assistant turn it renders for an OpenAI tool_calls message is
+ * markup the parser reads back to the same call (the template's own writing, not the frame's); the tool's
+ * answer reaches the prompt. Unadapted, Command R+'s template cannot render OpenAI tools at all. */
+static char *render_with(kite_chat_template *t, kite_tool_format f, const char *messages, const char *tools, bool agp, bool adapt) {
+    (void)f; /* the template's own format decides */
+    char *text = NULL, err[512];
+    kite_chat_params cp = kite_chat_default_params();
+    cp.messages_json = messages;
+    cp.tools_json = tools;
+    cp.add_generation_prompt = agp;
+    cp.family_tool_shapes = adapt;
+    size_t len;
+    if (kite_chat_render(t, &cp, &text, &len, err, sizeof err)) text = NULL;
+    return text;
+}
+
+static void test_family_template_inputs(void **state) {
+    (void)state;
+    static const char TOOLS[] =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather in a city.\",\"parameters\":{\"type\":"
+        "\"object\",\"properties\":{\"location\":{\"type\":\"string\",\"description\":\"The city\"},\"days\":{\"type\":\"integer\"}},"
+        "\"required\":[\"location\"]}}}]";
+    static const char ASK[] = "[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"}]";
+    static const char CALLED[] =
+        "[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":"
+        "\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"location\\\": \\\"Oslo\\\", "
+        "\\\"days\\\": 2}\"}}]}]";
+    static const char ANSWERED[] =
+        "[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":"
+        "\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"location\\\": \\\"Oslo\\\"}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"rain, 4 C\"}]";
+    /* the assistant turn opens with `opener` (its last one in a render without a generation prompt) and
+     * runs to end_of_turn (or the end) */
+    static const struct { const char *name; kite_tool_format format; const char *shows_tool, *opener, *end_of_turn; } fam[] = {
+        {"command_r_plus_tool_use", KITE_TOOL_FORMAT_COMMAND_R, "def get_weather(location: str, days: Optional[int] = None)",
+         "<|CHATBOT_TOKEN|>", "<|END_OF_TURN_TOKEN|>"},
+        {"glm4", KITE_TOOL_FORMAT_GLM4, "## get_weather", "<|assistant|>", NULL},
+    };
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        char path[4096], err[512];
+        size_t len;
+        snprintf(path, sizeof path, "%s/tests/chat_golden/templates/%s.jinja", source_dir(), fam[i].name);
+        char *src = read_text(path, &len);
+        if (!src) fail_msg("cannot read %s", path);
+        kite_chat_template *t;
+        assert_int_equal(kite_chat_template_from_text(&t, src, len, NULL, err, sizeof err), KITE_OK);
+        free(src);
+        char *prompt = render_with(t, fam[i].format, ASK, TOOLS, true, true);
+        if (!prompt || !strstr(prompt, fam[i].shows_tool)) fail_msg("%s: the prompt does not show the tool: %s", fam[i].name, prompt);
+        char *turn = render_with(t, fam[i].format, CALLED, TOOLS, false, true);
+        assert_non_null(turn);
+        char *reply = NULL;
+        for (char *at = turn; (at = strstr(at, fam[i].opener)); at++) reply = at + strlen(fam[i].opener);
+        if (!reply) fail_msg("%s: no assistant turn in %s", fam[i].name, turn);
+        if (fam[i].end_of_turn && strstr(reply, fam[i].end_of_turn)) *strstr(reply, fam[i].end_of_turn) = 0;
+        kite_tool_parse_options o = kite_tool_parse_default_options(fam[i].format);
+        kite_tool_parse p;
+        parse(&o, reply, &p);
+        if (p.n_calls != 1 || strcmp(p.calls[0].name, "get_weather") || strcmp(p.calls[0].arguments, "{\"location\":\"Oslo\",\"days\":2}") ||
+            p.content_len || p.problem[0])
+            fail_msg("%s: the template's call turn '%s' parsed to %zu calls, content '%s', problem '%s'", fam[i].name, reply, p.n_calls,
+                     p.content, p.problem);
+        check_streaming(&o, reply, strlen(reply), &p, fam[i].name);
+        kite_tool_parse_clear(&p);
+        char *answered = render_with(t, fam[i].format, ANSWERED, TOOLS, true, true);
+        if (!answered || !strstr(answered, "rain, 4 C")) fail_msg("%s: the tool's answer is not in the prompt: %s", fam[i].name, answered);
+        kite_free(prompt);
+        kite_free(turn);
+        kite_free(answered);
+        /* other formats: nothing changes */
+        char *m = (char *)1, *tl = (char *)1;
+        kite_error e = {0};
+        assert_int_equal(kite_tool_template_inputs(KITE_TOOL_FORMAT_HERMES, CALLED, TOOLS, &m, &tl, &e), KITE_OK);
+        assert_null(m);
+        assert_null(tl);
+        if (fam[i].format == KITE_TOOL_FORMAT_COMMAND_R) assert_null(render_with(t, fam[i].format, ASK, TOOLS, true, false));
+        kite_chat_template_free(t);
+    }
 }
 
 static void test_ids_and_api(void **state) {
@@ -858,7 +969,7 @@ int main(void) {
         cmocka_unit_test(test_template_renders),      cmocka_unit_test(test_frame_matches_templates),
         cmocka_unit_test(test_frame_round_trip),      cmocka_unit_test(test_hand_cases),
         cmocka_unit_test(test_hostile_inputs),        cmocka_unit_test(test_ids_and_api),
-        cmocka_unit_test(test_incremental),           cmocka_unit_test(test_public_reply_api),
+        cmocka_unit_test(test_incremental), cmocka_unit_test(test_family_template_inputs),           cmocka_unit_test(test_public_reply_api),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

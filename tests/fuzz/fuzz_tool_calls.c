@@ -1,9 +1,10 @@
-/* Fuzzes the tool-call parsers: byte 0 picks the format (low 4 bits) and the think flags (bits 4 and 5),
- * byte 1 seeds the split points, the rest is the model's text. The text is parsed whole, then streamed in
- * pseudo-random pieces and byte by byte: every stream must give exactly the whole parse (content,
- * reasoning, calls, problem), its events must be well ordered, and nothing may crash or hang. The whole
- * parse as an OpenAI message (kite_tool_message_json, what kite_chat_reply_finish and the server answer)
- * must be JSON that dumps and reloads, with the parse's text wherever that text is valid UTF-8. */
+/* Fuzzes the tool-call parsers: byte 0 picks the format (low 4 bits, modulo the format count: COMMAND_R
+ * is 10, GLM4 11) and the think flags (bits 4 and 5), byte 1 seeds the split points, the rest is the
+ * model's text. The text is parsed whole, then streamed in pseudo-random pieces and byte by byte: every
+ * stream must give exactly the whole parse (content, reasoning, calls, problem), its events must be well
+ * ordered, and nothing may crash or hang. The whole parse as an OpenAI message (kite_tool_message_json,
+ * what kite_chat_reply_finish and the server answer) must be JSON that dumps and reloads, with the
+ * parse's text wherever that text is valid UTF-8. */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>

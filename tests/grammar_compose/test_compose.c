@@ -133,7 +133,8 @@ static void test_tool_grammar(void **state) {
                         "\"required\":[\"unit\",\"n\"],\"additionalProperties\":false}}},"
                         "{\"type\":\"function\",\"function\":{\"name\":\"ping\"}}]";
     kite_tool_format formats[] = {KITE_TOOL_FORMAT_HERMES, KITE_TOOL_FORMAT_LLAMA3, KITE_TOOL_FORMAT_MISTRAL,
-                                  KITE_TOOL_FORMAT_DEEPSEEK, KITE_TOOL_FORMAT_GRANITE, KITE_TOOL_FORMAT_GENERIC};
+                                  KITE_TOOL_FORMAT_DEEPSEEK, KITE_TOOL_FORMAT_GRANITE, KITE_TOOL_FORMAT_GENERIC,
+                                  KITE_TOOL_FORMAT_COMMAND_R, KITE_TOOL_FORMAT_GLM4};
     uint64_t rng = 42;
     for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
         for (int named = 0; named < 2; named++) {
@@ -169,6 +170,32 @@ static void test_tool_grammar(void **state) {
             kite_gbnf_free(g);
             free(gbnf);
         }
+    }
+    /* tool_choice auto in the formats whose triggers are their own: Command R's "Action:" anywhere, GLM-4's
+     * name lines at the start; once triggered, only a call of the tools completes the text */
+    static const struct { kite_tool_format format; const char *text; bool accepted; } lazy[] = {
+        {KITE_TOOL_FORMAT_GLM4, "Hello there.", true},
+        {KITE_TOOL_FORMAT_GLM4, "ping\n{}", true},
+        {KITE_TOOL_FORMAT_GLM4, "\nget_weather\n{\"unit\": \"c\", \"n\": 2}", true},
+        {KITE_TOOL_FORMAT_GLM4, "get_weather\n{\"unit\": \"k\", \"n\": 2}", false},
+        {KITE_TOOL_FORMAT_GLM4, "ping\nhello", false},
+        {KITE_TOOL_FORMAT_GLM4, "So: ping\nhello", true}, /* not at the start: free */
+        {KITE_TOOL_FORMAT_COMMAND_R, "I will look it up. Action: ```json\n[{\"tool_name\": \"ping\", \"parameters\": {}}]\n```", true},
+        {KITE_TOOL_FORMAT_COMMAND_R, "Action: maybe later", false},
+        {KITE_TOOL_FORMAT_COMMAND_R, "No tools needed.", true},
+    };
+    for (size_t i = 0; i < sizeof lazy / sizeof lazy[0]; i++) {
+        char *lg = NULL;
+        kite_error le = {0};
+        if (kite_tool_grammar_lazy(lazy[i].format, tools, false, &lg, NULL, &le)) fail_msg("lazy %zu: %s", i, le.msg);
+        kite_gbnf *g;
+        kite_gmatch *m = matcher_of(lg, &g);
+        int32_t st = kite_gmatch_step_bytes(m, kite_gmatch_start(m), (const uint8_t *)lazy[i].text, strlen(lazy[i].text));
+        bool ok = st >= 0 && kite_gmatch_accepting(m, st);
+        if (ok != lazy[i].accepted) fail_msg("lazy %zu (%s): '%s' accepted=%d", i, kite_tool_format_name(lazy[i].format), lazy[i].text, ok);
+        kite_gmatch_free(m);
+        kite_gbnf_free(g);
+        free(lg);
     }
     /* errors name the tool */
     char *gbnf = NULL;

@@ -169,6 +169,11 @@ const FAMILIES = [
   ['mistral_nemo', path.join(TEMPLATES, 'mistral_nemo.jinja')],
   ['deepseek_v3', path.join(TEMPLATES, 'deepseek_v3.jinja')],
   ['granite3_3', path.join(TEMPLATES, 'granite3_3.jinja')],
+  // Command R+'s tool_use template reads Cohere's tool shape and writes calls as "Action: ```json [...]```";
+  // GLM-4's reads tools from a message and a call as metadata (name) + content (arguments): the server
+  // adapts the OpenAI request for both (src/chat/tool_template.h)
+  ['command_r_plus_tool_use', path.join(TEMPLATES, 'command_r_plus_tool_use.jinja')],
+  ['glm4', path.join(TEMPLATES, 'glm4.jinja')],
   // Gemma 3's template has no tool markup (the generic JSON call is forced) and refuses tool turns
   ['gemma3 (no markup of its own: generic JSON)', path.join(TEMPLATES, 'gemma3.jinja'), { toolTurns: false }],
 ];

@@ -303,6 +303,7 @@ static kite_chat_params conversation_params(const chat *c, const char *messages_
     kite_chat_params cp = kite_chat_default_params();
     cp.messages_json = messages_text;
     cp.tools_json = c->tools_text;
+    cp.family_tool_shapes = true;
     cp.kwargs_json = c->kwargs_text;
     cp.add_generation_prompt = generation_prompt;
     return cp;
