@@ -76,7 +76,7 @@
  * 2.5-3.7x above the measurement) and its negative control must exceed 100x the scaled TV bound. */
 #define GEMMA3_BOUND_SCALE 10.0
 
-enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 4 };
+enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 5 };
 
 /* node-llama-cpp hands over each position's distribution as a Map of the whole vocabulary, about 0.15 s
  * of CPU per position, so llama.cpp returns every position of the short prompts but only every third
@@ -113,6 +113,7 @@ typedef struct arch_case {
     const char *arch;
     const char *tokenizer;      /* folder under models/tokenizers */
     oracle_variant control;     /* the negative control's defect */
+    bool control_hf;            /* the control is an HF folder (its defect lives in config.json), not a GGUF */
     const char *control_what;
     const prompt_text *prompts;
     oracle_spec spec;
@@ -142,6 +143,8 @@ static arch_case CASES[N_ARCHS] = {
      .control_what = "QK-norm weights set to one", .prompts = QWEN_PROMPTS},
     {.arch = "gemma3", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_WIDE_WINDOW,
      .control_what = "sliding window 4096 instead of 16", .prompts = QWEN_PROMPTS},
+    {.arch = "qwen3moe", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_MOE_UNNORMALISED, .control_hf = true,
+     .control_what = "top-k expert weights not normalised (HF norm_topk_prob false)", .prompts = QWEN_PROMPTS},
 };
 
 static char TMP_DIR[4096];
@@ -221,7 +224,7 @@ static void prepare_case(arch_case *c, json_t *jobs) {
     }
     snprintf(c->gguf, sizeof c->gguf, "%s/%s.gguf", TMP_DIR, c->arch);
     snprintf(c->hf_dir, sizeof c->hf_dir, "%s/%s-hf", TMP_DIR, c->arch);
-    snprintf(c->control_gguf, sizeof c->control_gguf, "%s/%s-control.gguf", TMP_DIR, c->arch);
+    snprintf(c->control_gguf, sizeof c->control_gguf, "%s/%s-control%s", TMP_DIR, c->arch, c->control_hf ? "-hf" : ".gguf");
     snprintf(c->out_prefix, sizeof c->out_prefix, "%s/%s-llamacpp", TMP_DIR, c->arch);
     if (mkdir(c->hf_dir, 0777) != 0) {
         set_error(c->error, sizeof c->error, "cannot create %s: %s", c->hf_dir, strerror(errno));
@@ -247,7 +250,12 @@ static void prepare_case(arch_case *c, json_t *jobs) {
     }
     oracle_spec control = c->spec;
     control.variant = c->control;
-    if (oracle_write_model(&control, c->vocab, tok_dir, c->control_gguf, NULL, msg, sizeof msg)) {
+    if (c->control_hf && mkdir(c->control_gguf, 0777) != 0) {
+        set_error(c->error, sizeof c->error, "cannot create %s: %s", c->control_gguf, strerror(errno));
+        return;
+    }
+    if (oracle_write_model(&control, c->vocab, tok_dir, c->control_hf ? NULL : c->control_gguf, c->control_hf ? c->control_gguf : NULL,
+                           msg, sizeof msg)) {
         set_error(c->error, sizeof c->error, "writing the %s control model failed: %s", c->arch, msg);
         return;
     }
@@ -695,6 +703,7 @@ ARCH_TESTS(0, llama)
 ARCH_TESTS(1, qwen2)
 ARCH_TESTS(2, qwen3)
 ARCH_TESTS(3, gemma3)
+ARCH_TESTS(4, qwen3moe)
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -706,6 +715,8 @@ int main(void) {
         cmocka_unit_test(test_qwen3_control_detected),   cmocka_unit_test(test_qwen3_f16_cache_matches_llamacpp),   cmocka_unit_test(test_qwen3_tokenizer_matches_llamacpp),
         cmocka_unit_test(test_gemma3_matches_llamacpp),  cmocka_unit_test(test_gemma3_hf_matches_gguf),
         cmocka_unit_test(test_gemma3_control_detected),  cmocka_unit_test(test_gemma3_f16_cache_matches_llamacpp),  cmocka_unit_test(test_gemma3_tokenizer_matches_llamacpp),
+        cmocka_unit_test(test_qwen3moe_matches_llamacpp), cmocka_unit_test(test_qwen3moe_hf_matches_gguf),
+        cmocka_unit_test(test_qwen3moe_control_detected), cmocka_unit_test(test_qwen3moe_f16_cache_matches_llamacpp), cmocka_unit_test(test_qwen3moe_tokenizer_matches_llamacpp),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
