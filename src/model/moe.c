@@ -134,27 +134,37 @@ static void *quantize_rows(const kite_kernel_set *ks, kite_moe_scratch *ms, kite
     return ms->act;
 }
 
-/* For each expert x with rows routed to it: y rows [start, start + count) = W[x] rows of in; in holds
- * the grouped rows ([total][cols]). All experts' W share a type (the binder checks). */
-static void expert_products(const kite_moe_call *c, kite_moe_scratch *ms, kite_pool *pool, const kite_packed_matrix *w,
-                            const float *in, int64_t cols, float *y, int64_t y_stride, int32_t total,
+/* For each expert x with rows routed to it and each of the n_sets matrix sets w[s] (sharing the input):
+ * y[s] rows [start, start + count) = w[s][x] times those rows of in, the grouped rows ([total][cols]).
+ * One quantization of in and one pool job serve all the sets (gate and up); all experts of a set share
+ * a type (the validator checks), and sets of different types go one at a time. */
+static void expert_products(const kite_moe_call *c, kite_moe_scratch *ms, kite_pool *pool, const kite_packed_matrix *const *w,
+                            float *const *y, int n_sets, const float *in, int64_t cols, int64_t y_stride, int32_t total,
                             product_part *parts) {
     const kite_kernel_set *ks = c->ks;
-    const void *act = quantize_rows(ks, ms, pool, w[0].type, in, cols, total);
-    if (ks->act_bytes(w[0].type, cols, total) && !act) return;
+    if (n_sets == 2 && w[0][0].type != w[1][0].type) {
+        expert_products(c, ms, pool, w, y, 1, in, cols, y_stride, total, parts);
+        expert_products(c, ms, pool, w + 1, y + 1, 1, in, cols, y_stride, total, parts);
+        return;
+    }
+    const void *act = quantize_rows(ks, ms, pool, w[0][0].type, in, cols, total);
+    if (ks->act_bytes(w[0][0].type, cols, total) && !act) return;
     int32_t n_parts = 0;
     int64_t tasks = 0, macs = 0;
     for (int32_t x = 0; x < c->moe->n_experts; x++) {
         int32_t m = ms->count[x];
         if (m == 0) continue;
         int32_t r0 = ms->start[x];
-        parts[n_parts] = (product_part){
-            .w = &w[x], .act = act ? (const char *)act + ks->act_bytes(w[x].type, cols, r0) : NULL,
-            .x = in + (int64_t)r0 * cols, .m = m, .y = y + (int64_t)r0 * y_stride, .y_stride = y_stride, .first_task = tasks,
-        };
-        tasks += (w[x].rows + ks->row_block - 1) / ks->row_block;
-        macs += w[x].rows * cols * m;
-        n_parts++;
+        for (int s = 0; s < n_sets; s++) {
+            const kite_packed_matrix *wx = &w[s][x];
+            parts[n_parts++] = (product_part){
+                .w = wx, .act = act ? (const char *)act + ks->act_bytes(wx->type, cols, r0) : NULL,
+                .x = in + (int64_t)r0 * cols, .m = m, .y = y[s] + (int64_t)r0 * y_stride, .y_stride = y_stride,
+                .first_task = tasks,
+            };
+            tasks += (wx->rows + ks->row_block - 1) / ks->row_block;
+            macs += wx->rows * cols * m;
+        }
     }
     product_job job = {.ks = ks, .parts = parts, .n_parts = n_parts};
     if (n_parts) run_tasks(pool, product_task, &job, tasks, macs);
@@ -223,7 +233,7 @@ void kite_moe_ffn(const kite_moe_call *c, kite_moe_scratch *ms, kite_pool *pool,
         kite_log(KITE_LOG_ERROR, "moe: %d rows exceed the scratch's %d", (int)n, (int)(ms->max_rows / K));
         return;
     }
-    product_part parts[KITE_MOE_MAX_EXPERTS];
+    product_part parts[2 * KITE_MOE_MAX_EXPERTS];
 
     /* 1. Router logits for every row, then each row's experts and weights. */
     if (c->hook) hook(c, "ffn_gate_inp", -1, x, n, dim);
@@ -259,15 +269,16 @@ void kite_moe_ffn(const kite_moe_call *c, kite_moe_scratch *ms, kite_pool *pool,
                 hook(c, "ffn_gate_exps", e, ms->xg + (int64_t)ms->start[e] * dim, ms->count[e], dim);
                 hook(c, "ffn_up_exps", e, ms->xg + (int64_t)ms->start[e] * dim, ms->count[e], dim);
             }
-    expert_products(c, ms, pool, moe->gate, ms->xg, dim, ms->gate, ffn, total, parts);
-    expert_products(c, ms, pool, moe->up, ms->xg, dim, ms->up, ffn, total, parts);
+    const kite_packed_matrix *gate_up[2] = {moe->gate, moe->up}, *down[1] = {moe->down};
+    float *gate_up_out[2] = {ms->gate, ms->up}, *down_out[1] = {ms->y};
+    expert_products(c, ms, pool, gate_up, gate_up_out, 2, ms->xg, dim, ffn, total, parts);
     silu_job sj = {.ks = c->ks, .gate = ms->gate, .up = ms->up, .count = (int64_t)total * ffn};
     int64_t chunks = (sj.count + MOE_SILU_CHUNK - 1) / MOE_SILU_CHUNK;
     run_tasks(pool, silu_task, &sj, chunks, chunks > 1 ? MOE_HANDOFF_MIN_MACS : 0);
     if (c->hook)
         for (int32_t e = 0; e < E; e++)
             if (ms->count[e]) hook(c, "ffn_down_exps", e, ms->gate + (int64_t)ms->start[e] * ffn, ms->count[e], ffn);
-    expert_products(c, ms, pool, moe->down, ms->gate, ffn, ms->y, dim, total, parts);
+    expert_products(c, ms, pool, down, down_out, 1, ms->gate, ffn, dim, total, parts);
 
     /* 4. Each row's weighted sum over its slots, in slot order (llama.cpp: w_k * y_k rounded, then added). */
     for (int32_t b = 0; b < n; b++) {
