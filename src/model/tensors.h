@@ -4,7 +4,8 @@
  * ffn_up,ffn_down}.weight and blk.N.attn_{q,k,v}.bias; Gemma 3 adds blk.N.post_attention_norm.weight and
  * blk.N.post_ffw_norm.weight. Qwen3-MoE replaces ffn_{gate,up,down} by blk.N.ffn_gate_inp.weight (the router,
  * [dim, n_experts]) and the experts, either as llama.cpp's 3-D blk.N.ffn_{gate,up,down}_exps.weight or one
- * 2-D matrix per expert, blk.N.ffn_{gate,up,down}_exps.E.weight (Hugging Face folders). Loaders of other
+ * 2-D matrix per expert, blk.N.ffn_{gate,up,down}_exps.E.weight (Hugging Face folders), or gate and up fused
+ * per expert in blk.N.ffn_gate_up_exps.weight (transformers 5). Loaders of other
  * formats translate. */
 #ifndef KITE_MODEL_TENSORS_H
 #define KITE_MODEL_TENSORS_H

@@ -219,7 +219,11 @@ static void test_qwen3moe(void **state) {
     assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.mlp.experts.12.gate_proj.weight", 2, out, sizeof out), 1);
     assert_string_equal(out, "blk.0.ffn_gate_exps.12.weight");
     assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.2.mlp.experts.0.up_proj.weight", 2, out, sizeof out), -1);
-    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.mlp.experts.gate_up_proj", 2, out, sizeof out), -2);
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.mlp.experts.gate_up_proj", 2, out, sizeof out), 1);
+    assert_string_equal(out, "blk.0.ffn_gate_up_exps.weight");
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.1.mlp.experts.down_proj", 2, out, sizeof out), 1);
+    assert_string_equal(out, "blk.1.ffn_down_exps.weight");
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.mlp.experts.up_proj", 2, out, sizeof out), -2);
     assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.mlp.experts.03.up_proj.weight", 2, out, sizeof out), -2);
     assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.mlp.shared_expert.up_proj.weight", 2, out, sizeof out), -2);
     assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.self_attn.q_norm.weight", 2, out, sizeof out), 1);

@@ -51,6 +51,10 @@ int kite_qwen3moe_hf_layer_name(const char *hf_suffix, char *out, size_t out_siz
     int n = -1;
     if (strcmp(hf_suffix, "mlp.gate.weight") == 0) {
         n = snprintf(out, out_size, "ffn_gate_inp.weight");
+    } else if (!strcmp(hf_suffix, "mlp.experts.gate_up_proj") || !strcmp(hf_suffix, "mlp.experts.gate_up_proj.weight")) {
+        n = snprintf(out, out_size, "ffn_gate_up_exps.weight"); /* transformers 5's fused experts, [E, 2 x ffn, dim] */
+    } else if (!strcmp(hf_suffix, "mlp.experts.down_proj") || !strcmp(hf_suffix, "mlp.experts.down_proj.weight")) {
+        n = snprintf(out, out_size, "ffn_down_exps.weight"); /* [E, dim, ffn]: llama.cpp's 3-D layout */
     } else if (strncmp(hf_suffix, "mlp.experts.", 12) == 0) {
         static const struct { const char *hf, *canon; } kinds[] = {
             {"gate_proj.weight", "ffn_gate_exps"}, {"up_proj.weight", "ffn_up_exps"}, {"down_proj.weight", "ffn_down_exps"}};
@@ -69,6 +73,13 @@ int kite_qwen3moe_hf_layer_name(const char *hf_suffix, char *out, size_t out_siz
 }
 
 static const char *const KINDS[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+
+/* Layer l's fused gate and up experts (an HF folder of transformers 5), or NULL. */
+static const kite_tensor *fused_gate_up(const kite_source *src, int32_t l) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps.weight", l);
+    return kite_source_find(src, name);
+}
 
 /* rows x cols of kind k's per-expert matrix. */
 static void kind_shape(const kite_hparams *hp, int k, int64_t *rows, int64_t *cols) {
@@ -107,6 +118,17 @@ int kite_qwen3moe_validate(const kite_source *src, kite_error *e) {
             kind_shape(hp, k, &rows, &cols);
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, KINDS[k]);
             const kite_tensor *t = kite_source_find(src, name);
+            if (!t && k < 2 && (t = fused_gate_up(src, l))) { /* [E][gate rows, then up rows][dim] */
+                if (t->ne[0] != cols || t->ne[1] != 2 * rows || t->ne[2] != hp->n_experts || t->ne[3] != 1)
+                    return kite_fail(e, KITE_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld, %lld] but the hyper-parameters "
+                                     "need [%lld, %lld, %d]", src->format, t->name, (long long)t->ne[0], (long long)t->ne[1],
+                                     (long long)t->ne[2], (long long)cols, (long long)(2 * rows), hp->n_experts);
+                if ((st = check_matrix_type(src, t, cols, e))) return st;
+                if (!t->data || t->n_bytes != kite_type_row_bytes(t->type, cols) * (uint64_t)(2 * rows) * (uint64_t)hp->n_experts)
+                    return kite_fail(e, KITE_ERR_FORMAT, "%s: tensor %s holds %llu bytes, not %d experts' gate and up", src->format,
+                                     t->name, (unsigned long long)t->n_bytes, hp->n_experts);
+                continue;
+            }
             if (t) { /* llama.cpp's 3-D form */
                 if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != hp->n_experts || t->ne[3] != 1)
                     return kite_fail(e, KITE_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld, %lld] but the hyper-parameters "
@@ -170,6 +192,8 @@ int kite_qwen3moe_bind_layer(const kite_source *src, int32_t l, kite_moe_layer *
         kind_shape(hp, k, &rows, &cols);
         snprintf(name, sizeof name, "blk.%d.%s.weight", l, KINDS[k]);
         const kite_tensor *t = kite_source_find(src, name);
+        /* fused: expert x holds its gate rows then its up rows, so kind k's slice is half of the expert's */
+        const bool fused = !t && k < 2 && (t = fused_gate_up(src, l)) != NULL;
         if (t && !moe->views && !(moe->views = calloc(3 * (size_t)E, sizeof *moe->views)))
             return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
         for (int32_t x = 0; x < E; x++) {
@@ -179,9 +203,11 @@ int kite_qwen3moe_bind_layer(const kite_source *src, int32_t l, kite_moe_layer *
                 *v = *t;
                 snprintf(v->name, sizeof v->name, "blk.%d.%s.%d.weight", l, KINDS[k], x);
                 v->n_dims = 2;
+                v->ne[1] = rows;
                 v->ne[2] = 1;
-                v->n_bytes = t->n_bytes / (uint64_t)E;
-                v->data = (const char *)t->data + (size_t)x * v->n_bytes;
+                uint64_t per_expert = t->n_bytes / (uint64_t)E;
+                v->n_bytes = fused ? per_expert / 2 : per_expert;
+                v->data = (const char *)t->data + (size_t)x * per_expert + (fused && k == 1 ? v->n_bytes : 0);
                 m = v;
             } else {
                 snprintf(name, sizeof name, "blk.%d.%s.%d.weight", l, KINDS[k], x);

@@ -17,9 +17,10 @@ int kite_qwen3moe_gguf_hparams(const kite_gguf *g, const char *path, kite_hparam
 
 /* The canonical suffix of a Qwen3MoeForCausalLM layer tensor (hf_suffix after "model.layers.N."):
  * mlp.gate.weight -> ffn_gate_inp.weight, mlp.experts.E.{gate,up,down}_proj.weight ->
- * ffn_{gate,up,down}_exps.E.weight. Returns 1 with out filled, 0 for a name that is not the MoE's
- * (Qwen3's table then applies), -2 for an MoE weight kite cannot run (a shared expert, fused expert
- * tensors, biases). */
+ * ffn_{gate,up,down}_exps.E.weight; transformers 5's fused mlp.experts.gate_up_proj ([E, 2 x ffn, dim]:
+ * each expert's gate rows, then its up rows) -> ffn_gate_up_exps.weight and mlp.experts.down_proj ->
+ * ffn_down_exps.weight (llama.cpp's 3-D layout). Returns 1 with out filled, 0 for a name that is not the
+ * MoE's (Qwen3's table then applies), -2 for an MoE weight kite cannot run (a shared expert, biases). */
 int kite_qwen3moe_hf_layer_name(const char *hf_suffix, char *out, size_t out_size);
 
 /* Checks every layer's router and experts (either form of tensors.h) against *hp: shapes, one type per
