@@ -105,6 +105,9 @@ typedef struct kite_model_info {
     int64_t n_params;
     uint64_t weight_bytes;  /* bytes of all weight tensors as stored */
     int32_t n_tensors;
+    int32_t n_experts;      /* mixture of experts (qwen3moe): routed experts per layer, 0 for a dense model */
+    int32_t n_experts_used; /* experts each token runs (top-k) */
+    int32_t expert_ffn_dim; /* each expert's intermediate width */
 } kite_model_info;
 
 void kite_model_get_info(const kite_model *model, kite_model_info *info);

@@ -177,6 +177,9 @@ void kite_model_get_info(const kite_model *m, kite_model_info *info) {
     info->n_kv_heads = hp->n_kv_heads;
     info->head_dim = hp->head_dim;
     info->ffn_dim = hp->ffn_dim;
+    info->n_experts = hp->n_experts;
+    info->n_experts_used = hp->n_experts_used;
+    info->expert_ffn_dim = hp->expert_ffn_dim;
     info->n_ctx_train = hp->n_ctx_train;
     info->rope_theta = hp->rope_theta;
     info->rms_eps = hp->rms_eps;

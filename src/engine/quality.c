@@ -461,7 +461,7 @@ typedef struct collector {
  * all of a chunk's rows, as llama-imatrix's whole-chunk batches do, so every product is taken. */
 static void collect(void *user_data, const char *name, int32_t expert, const float *x, int32_t n_rows, int64_t n_cols) {
     collector *c = user_data;
-    if (c->status || expert >= 0) return; /* no MoE weights yet: a 3-D expert tensor would need n_mat > 1 */
+    if (c->status || expert >= 0) return; /* MoE models are refused before the run (kite_imatrix_compute) */
     if (strncmp(name, "blk.", 4) != 0 && !(c->process_output && !strcmp(name, "output.weight"))) return;
     collected *it = NULL;
     for (int64_t i = 0; i < c->n && !it; i++)
@@ -582,6 +582,9 @@ int kite_imatrix_compute(kite_model *model, const char *text, size_t len, const 
     if (!st && (!params->output_path || !*params->output_path))
         st = kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_imatrix_compute: no output path");
     chunks c = {0};
+    if (!st && model->weights.hp.n_experts > 0)
+        st = kite_fail(&e, KITE_ERR_UNSUPPORTED, "imatrix: mixture-of-experts models (%d experts per layer) are not supported yet "
+                       "(their 3-D expert matrices need per-expert sums)", model->weights.hp.n_experts);
     if (!st) st = make_chunks(model, text, len, qp, &c, &e);
     if (!st) st = check_writable(params->output_path, &e);
     if (st) {

@@ -36,18 +36,27 @@ typedef struct model_shape {
     float rope_theta, rms_eps;
     bool tied, qk_norm;
     int32_t sliding_window, swa_period; /* gemma3: local layers' window and the pattern's period (0: none) */
+    int32_t n_experts, n_experts_used, expert_ffn_dim; /* qwen3moe: routed experts replace the dense FFN (0: none) */
+    float weight_scale;    /* matrices' values are KITE_RANDOM_WEIGHT_STD x this (0: 1); norms stay 1 */
 } model_shape;
 
 static const model_shape k_shapes[] = {
     /* TinyLlama-1.1B's layout with the FFN of the project's issue (8192 rather than TinyLlama's 5632). */
-    {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false, 0, 0},
-    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0},
-    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0},
-    {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0},
+    {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f},
+    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f},
+    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0, 0, 0, 0, 0.0f},
+    {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f},
     /* Gemma 3 1B: 26 layers, five sliding-window layers (window 512) for each global one. */
-    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, true, 512, 6},
+    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, true, 512, 6, 0, 0, 0, 0.0f},
     /* Tests: layers 0-1 local (window 8), layer 2 global. */
-    {"tiny-gemma3", "gemma3", 128, 3, 4, 2, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3},
+    {"tiny-gemma3", "gemma3", 128, 3, 4, 2, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 0.0f},
+    /* Qwen3-30B-A3B's layer (128 experts of 768, 8 per token, the dense feed_forward_length 6144 unused) with 4 of
+     * its 48 layers: the real shape of every product for benchmarks, at 1/12 of the size (2.7B weights). */
+    {"qwen3moe-a3b-4l", "qwen3moe", 2048, 4, 32, 4, 128, 6144, 151936, 40960, 1000000.0f, 1e-6f, false, true, 0, 0,
+     128, 8, 768, 0.0f},
+    /* Tests: 8 experts of 64, 2 per token; weights 8x the default deviation (0.16) so the router's and the output's
+     * logits spread over units (greedy choices and expert choices are not near-ties). */
+    {"tiny-qwen3moe", "qwen3moe", 128, 2, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-6f, true, true, 0, 0, 8, 2, 64, 8.0f},
 };
 
 enum { TINY_DEFAULT_VOCAB = 512 };
@@ -69,10 +78,11 @@ static bool use_more_bits(int i_layer, int n_layers) {
     return i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2;
 }
 
-typedef enum tensor_role { ROLE_NORM, ROLE_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_FFN_DOWN, ROLE_MATRIX } tensor_role;
+typedef enum tensor_role { ROLE_NORM, ROLE_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_FFN_DOWN, ROLE_MATRIX, ROLE_ROUTER } tensor_role;
 
 static uint32_t storage_type(model_type mt, tensor_role role, int layer, int n_layers, bool tied) {
-    if (role == ROLE_NORM) return KITE_TYPE_F32;
+    /* llama-quantize keeps the MoE router (ffn_gate_inp) in F32, as the norms. */
+    if (role == ROLE_NORM || role == ROLE_ROUTER) return KITE_TYPE_F32;
     switch (mt) {
     case MT_F32: return KITE_TYPE_F32;
     case MT_F16: return KITE_TYPE_F16;
@@ -415,8 +425,9 @@ static int load_vocab(vocab *v, const char *path, const char *arch, kite_error *
 typedef struct tensor_plan {
     char name[64];
     uint32_t type;
-    int64_t ne[2];   /* ne[0] = row length (inputs), ne[1] = rows; ne[1] = 1 for vectors */
+    int64_t ne[3];   /* ne[0] = row length (inputs), ne[1] = rows; ne[1] = 1 for vectors; ne[2] experts (else 1) */
     uint32_t n_dims;
+    float scale;     /* values x this (1: as kite_random_model_row draws them) */
 } tensor_plan;
 
 typedef struct quant_job {
@@ -432,16 +443,18 @@ typedef struct quant_job {
 static void quant_task(void *ctx, int64_t task, int thread) {
     const quant_job *job = ctx;
     int64_t cols = job->t->ne[0], r0 = task * job->rows_per_task, r1 = r0 + job->rows_per_task;
-    if (r1 > job->t->ne[1]) r1 = job->t->ne[1];
+    if (r1 > job->t->ne[1] * job->t->ne[2]) r1 = job->t->ne[1] * job->t->ne[2]; /* an expert tensor: rows of all experts */
     float *row = job->scratch + (size_t)thread * (size_t)cols;
     for (int64_t r = r0; r < r1; r++) {
         kite_random_model_row(job->seed, job->t->name, r, row, cols);
+        if (job->t->scale != 1.0f)
+            for (int64_t i = 0; i < cols; i++) row[i] *= job->t->scale;
         job->from_float(row, job->out + (size_t)r * job->row_bytes, cols);
     }
 }
 
 static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, tensor_plan **out, int *n_out, kite_error *e) {
-    int cap = 3 + s->n_layers * 13, n = 0;
+    int cap = 3 + s->n_layers * 14, n = 0;
     tensor_plan *p = calloc((size_t)cap, sizeof *p);
     if (!p) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
     int32_t q_dim = s->n_heads * s->head_dim, kv_dim = s->n_kv_heads * s->head_dim;
@@ -450,7 +463,8 @@ static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, te
         tensor_plan *t = &p[n++];                                                                  \
         snprintf(t->name, sizeof t->name, __VA_ARGS__);                                            \
         t->type = storage_type(mt, role, layer, s->n_layers, s->tied);                             \
-        t->ne[0] = cols, t->ne[1] = rows, t->n_dims = (rows) > 1 ? 2 : 1;                          \
+        t->ne[0] = cols, t->ne[1] = rows, t->ne[2] = 1, t->n_dims = (rows) > 1 ? 2 : 1;            \
+        t->scale = role == ROLE_NORM || s->weight_scale == 0.0f ? 1.0f : s->weight_scale;          \
     } while (0)
     ADD(ROLE_EMBD, 0, s->dim, n_vocab, "token_embd.weight");
     for (int l = 0; l < s->n_layers; l++) {
@@ -464,9 +478,20 @@ static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, te
         }
         ADD(ROLE_MATRIX, l, q_dim, s->dim, "blk.%d.attn_output.weight", l);
         ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.ffn_norm.weight", l);
-        ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_gate.weight", l);
-        ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_up.weight", l);
-        ADD(ROLE_FFN_DOWN, l, s->ffn_dim, s->dim, "blk.%d.ffn_down.weight", l);
+        if (s->n_experts > 0) {
+            /* llama.cpp's layout: the router [dim, experts] and 3-D expert tensors [cols, rows, experts]. */
+            ADD(ROLE_ROUTER, l, s->dim, s->n_experts, "blk.%d.ffn_gate_inp.weight", l);
+            ADD(ROLE_MATRIX, l, s->dim, s->expert_ffn_dim, "blk.%d.ffn_gate_exps.weight", l);
+            p[n - 1].ne[2] = s->n_experts, p[n - 1].n_dims = 3;
+            ADD(ROLE_MATRIX, l, s->dim, s->expert_ffn_dim, "blk.%d.ffn_up_exps.weight", l);
+            p[n - 1].ne[2] = s->n_experts, p[n - 1].n_dims = 3;
+            ADD(ROLE_FFN_DOWN, l, s->expert_ffn_dim, s->dim, "blk.%d.ffn_down_exps.weight", l);
+            p[n - 1].ne[2] = s->n_experts, p[n - 1].n_dims = 3;
+        } else {
+            ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_gate.weight", l);
+            ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_up.weight", l);
+            ADD(ROLE_FFN_DOWN, l, s->ffn_dim, s->dim, "blk.%d.ffn_down.weight", l);
+        }
         if (strcmp(s->arch, "gemma3") == 0) {
             ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.post_attention_norm.weight", l);
             ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.post_ffw_norm.weight", l);
@@ -510,6 +535,11 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
     kite_gguf_w_f32(w, ARCH_KEY("rope.freq_base"), s->rope_theta);
     kite_gguf_w_f32(w, ARCH_KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
     kite_gguf_w_u32(w, ARCH_KEY("vocab_size"), (uint32_t)n_vocab);
+    if (s->n_experts > 0) {
+        kite_gguf_w_u32(w, ARCH_KEY("expert_count"), (uint32_t)s->n_experts);
+        kite_gguf_w_u32(w, ARCH_KEY("expert_used_count"), (uint32_t)s->n_experts_used);
+        kite_gguf_w_u32(w, ARCH_KEY("expert_feed_forward_length"), (uint32_t)s->expert_ffn_dim);
+    }
     if (s->sliding_window > 0) {
         kite_gguf_w_u32(w, ARCH_KEY("attention.sliding_window"), (uint32_t)s->sliding_window);
         kite_gguf_w_u32(w, ARCH_KEY("attention.sliding_window_pattern"), (uint32_t)s->swa_period);
@@ -542,7 +572,7 @@ int kite_write_random_model(const char *path, const kite_random_model_params *pa
         if (strcmp(params->shape, k_shapes[i].name) == 0) shape = &k_shapes[i];
     if (!shape)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, gemma3-1b, "
-                         "tiny-gemma3)",
+                         "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe)",
                          params->shape),
                kite_error_export(&e, err, err_size);
     int type_index = -1;
@@ -577,7 +607,7 @@ int kite_write_random_model(const char *path, const kite_random_model_params *pa
     double total_elems = 0, done_elems = 0;
     for (int i = 0; i < n_tensors; i++) {
         if (plan[i].ne[0] > max_cols) max_cols = plan[i].ne[0];
-        total_elems += (double)plan[i].ne[0] * (double)plan[i].ne[1];
+        total_elems += (double)plan[i].ne[0] * (double)plan[i].ne[1] * (double)plan[i].ne[2];
     }
     scratch = malloc((size_t)n_threads * (size_t)max_cols * sizeof *scratch);
     if (!w || !pool || !scratch) {
@@ -589,7 +619,7 @@ int kite_write_random_model(const char *path, const kite_random_model_params *pa
     for (int i = 0; i < n_tensors; i++) {
         const tensor_plan *t = &plan[i];
         size_t row_bytes = kite_type_row_bytes(t->type, t->ne[0]);
-        size_t n_bytes = row_bytes * (size_t)t->ne[1];
+        size_t n_bytes = row_bytes * (size_t)t->ne[1] * (size_t)t->ne[2];
         unsigned char *data = malloc(n_bytes);
         if (!data) {
             st = kite_fail(&e, KITE_ERR_NOMEM, "random model: out of memory for %s (%zu bytes)", t->name, n_bytes);
@@ -600,10 +630,10 @@ int kite_write_random_model(const char *path, const kite_random_model_params *pa
             .from_float = kite_type_get(t->type)->from_float,
         };
         job.rows_per_task = 65536 / t->ne[0] > 0 ? 65536 / t->ne[0] : 1;
-        kite_pool_run(pool, quant_task, &job, (t->ne[1] + job.rows_per_task - 1) / job.rows_per_task);
+        kite_pool_run(pool, quant_task, &job, (t->ne[1] * t->ne[2] + job.rows_per_task - 1) / job.rows_per_task);
         kite_gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, data, n_bytes);
         free(data);
-        done_elems += (double)t->ne[0] * (double)t->ne[1];
+        done_elems += (double)t->ne[0] * (double)t->ne[1] * (double)t->ne[2];
         report(params, (float)(0.9 * done_elems / total_elems)); /* the last tenth is writing the file */
     }
     if ((st = kite_gguf_writer_save(w, path, &e))) goto done;

@@ -1,6 +1,7 @@
 #include "io/hf_config.h"
 
 #include "model/arch/gemma3.h"
+#include "model/arch/qwen3moe.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -102,6 +103,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
         {"qwen2", "Qwen2ForCausalLM", KITE_ARCH_QWEN2},
         {"qwen3", "Qwen3ForCausalLM", KITE_ARCH_QWEN3},
         {"gemma3_text", "Gemma3ForCausalLM", KITE_ARCH_GEMMA3},
+        {"qwen3_moe", "Qwen3MoeForCausalLM", KITE_ARCH_QWEN3MOE},
     };
     const size_t n_known = sizeof known / sizeof known[0];
     const json_t *mt = field(root, "model_type");
@@ -110,7 +112,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
         for (size_t i = 0; i < n_known; i++)
             if (strcmp(s, known[i].model_type) == 0) { *arch = known[i].arch; return KITE_OK; }
         return kite_fail(e, KITE_ERR_UNSUPPORTED,
-                         "%s: unsupported architecture '%.64s' (model_type in config.json); kite runs llama, qwen2, qwen3, gemma3_text",
+                         "%s: unsupported architecture '%.64s' (model_type in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, gemma3_text",
                          label, s);
     }
     if (mt) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"model_type\" is not a string", label);
@@ -122,7 +124,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
     for (size_t i = 0; i < n_known; i++)
         if (strcmp(s, known[i].class_name) == 0) { *arch = known[i].arch; return KITE_OK; }
     return kite_fail(e, KITE_ERR_UNSUPPORTED,
-                     "%s: unsupported architecture '%.64s' (architectures in config.json); kite runs llama, qwen2, qwen3, gemma3_text",
+                     "%s: unsupported architecture '%.64s' (architectures in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, gemma3_text",
                      label, s);
 }
 
@@ -241,6 +243,32 @@ static int parse_gemma3(const json_t *root, kite_hparams *hp, const char *label,
     return KITE_OK;
 }
 
+/* Qwen3-MoE's keys, as transformers' Qwen3MoeConfig reads them: num_experts, num_experts_per_tok,
+ * moe_intermediate_size (all required here), norm_topk_prob (default false, as transformers; Qwen3-30B-A3B
+ * sets true), and every layer sparse: decoder_sparse_step 1 and no mlp_only_layers (dense layers in
+ * between are not supported). */
+static int parse_qwen3moe(const json_t *root, kite_hparams *hp, const char *label, kite_error *e) {
+    int rc;
+    int64_t experts = 0, used = 0, ffn = 0, step = 1;
+    if ((rc = get_int(root, "num_experts", 1, KITE_MOE_MAX_EXPERTS, true, 0, &experts, label, e))) return rc;
+    if ((rc = get_int(root, "num_experts_per_tok", 1, experts < KITE_MOE_MAX_USED ? experts : KITE_MOE_MAX_USED, true, 0, &used,
+                      label, e)))
+        return rc;
+    if ((rc = get_int(root, "moe_intermediate_size", 1, MAX_FFN, true, 0, &ffn, label, e))) return rc;
+    if ((rc = get_int(root, "decoder_sparse_step", 0, MAX_LAYERS, false, 1, &step, label, e))) return rc;
+    const json_t *dense = field(root, "mlp_only_layers");
+    if (step != 1 || (dense && (!json_is_array(dense) || json_array_size(dense) != 0)))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: dense layers among the MoE layers (decoder_sparse_step %lld, mlp_only_layers) "
+                         "are not supported", label, (long long)step);
+    const json_t *norm = field(root, "norm_topk_prob");
+    if (norm && !json_is_boolean(norm)) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"norm_topk_prob\" is not a boolean", label);
+    hp->n_experts = (int32_t)experts;
+    hp->n_experts_used = (int32_t)used;
+    hp->expert_ffn_dim = (int32_t)ffn;
+    hp->expert_weights_norm = json_is_true(norm);
+    return KITE_OK;
+}
+
 int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_hparams *hp, int32_t *bos_id,
                          int32_t *eos_id, kite_error *e) {
     memset(hp, 0, sizeof *hp);
@@ -317,6 +345,7 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
     hp->rope_layout = KITE_ROPE_HALF;
     hp->tied_embeddings = json_is_true(tie);
     if (hp->arch == KITE_ARCH_GEMMA3 && (rc = parse_gemma3(root, hp, label, e))) goto done;
+    if (hp->arch == KITE_ARCH_QWEN3MOE && (rc = parse_qwen3moe(root, hp, label, e))) goto done;
     if ((rc = parse_rope_scaling(root, hp, label, e))) goto done;
 
     bool given;
@@ -427,6 +456,16 @@ int kite_hf_canonical_name_arch(kite_arch arch, const char *hf_name, int32_t n_l
     const char *rest;
     int64_t layer;
     if (!parse_layer(hf_name + strlen(prefix), &rest, &layer)) return -1;
+    if (arch == KITE_ARCH_QWEN3MOE) {
+        char moe[64];
+        int r = kite_qwen3moe_hf_layer_name(rest, moe, sizeof moe);
+        if (r < 0) return r;
+        if (r == 1) {
+            if (layer >= n_layers) return -1;
+            int n = snprintf(out, out_size, "blk.%d.%s", (int)layer, moe);
+            return n > 0 && (size_t)n < out_size ? 1 : -1;
+        }
+    }
     const char *gemma = arch == KITE_ARCH_GEMMA3 ? kite_gemma3_hf_layer_name(rest) : NULL;
     if (gemma) {
         if (layer >= n_layers) return -1;

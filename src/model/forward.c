@@ -11,6 +11,7 @@
 
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/moe.h"
 #include "quant/types.h"
 
 /* Up to three products that share one input x: the activations are quantized once and one pool job
@@ -472,6 +473,12 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
         matmul(pool, s, w->kernels, &L->wo, s->att_out, s->xn, dim, n);
         post_norm(pool, s->xn, L->post_attn_norm, dim, hp->rms_eps, n);
         residual_norm(pool, s->x, s->xn, L->ffn_norm, dim, hp->rms_eps, true, NULL, n);
+        if (L->moe) { /* routed experts (Qwen3-MoE), xn in and out */
+            const kite_moe_call mc = {.ks = w->kernels, .moe = L->moe, .layer = l, .dim = dim, .n_used = hp->n_experts_used,
+                                      .expert_ffn = hp->expert_ffn_dim, .norm_weights = hp->expert_weights_norm,
+                                      .hook = s->act_hook, .hook_user_data = s->act_hook_user_data};
+            kite_moe_ffn(&mc, s->moe, pool, s->xn, s->xn, n);
+        } else {
         const matmul_part gate_up[2] = {{.w = &L->w_gate, .y = s->gate, .y_stride = ffn},
                                         {.w = &L->w_up, .y = s->up, .y_stride = ffn}};
         if (s->act_hook) {
@@ -483,6 +490,7 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
         run_each(pool, silu_task, &sj, (sj.count + SILU_CHUNK - 1) / SILU_CHUNK);
         if (s->act_hook) observe(s, l, "ffn_down", s->gate, n, ffn);
         matmul(pool, s, w->kernels, &L->w_down, s->gate, s->xn, dim, n);
+        }
         post_norm(pool, s->xn, L->post_ffn_norm, dim, hp->rms_eps, n);
     }
 
@@ -552,6 +560,15 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
         kite_forward_scratch_free(s);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for activations (batch %d, context %d)", max_batch, n_ctx);
     }
+    if (hp->n_experts > 0) {
+        int st = (s->moe = calloc(1, sizeof *s->moe)) ? kite_moe_scratch_init(s->moe, max_batch, hp->dim, hp->n_experts,
+                                                                             hp->n_experts_used, hp->expert_ffn_dim, e)
+                                                      : kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+        if (st) {
+            kite_forward_scratch_free(s);
+            return st;
+        }
+    }
     return KITE_OK;
 }
 
@@ -580,6 +597,8 @@ void kite_forward_scratch_free(kite_forward_scratch *s) {
     free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att_out);
     free(s->gate); free(s->up); free(s->slots); free(s->positions); free(s->act);
     free(s->row_seq); free(s->seq_row0); free(s->out_rows);
+    kite_moe_scratch_free(s->moe);
+    free(s->moe);
     memset(s, 0, sizeof *s);
 }
 

@@ -25,6 +25,7 @@ typedef struct kite_layer_weights {
     kite_packed_matrix w_gate;  /* [ffn_dim rows, dim] */
     kite_packed_matrix w_up;    /* [ffn_dim rows, dim] */
     kite_packed_matrix w_down;  /* [dim rows, ffn_dim] */
+    struct kite_moe_layer *moe; /* routed experts instead of w_gate/w_up/w_down (Qwen3-MoE, model/moe.h), or NULL */
 } kite_layer_weights;
 
 typedef struct kite_weights {
@@ -145,6 +146,7 @@ typedef struct kite_forward_scratch {
     size_t act_bytes; /* enough for max_batch rows of the widest matrix input, any weight type */
     kite_act_hook_fn act_hook; /* NULL (the default; costs one test per product) or the session's observer */
     void *act_hook_user_data;
+    struct kite_moe_scratch *moe; /* the MoE FFN's work space (model/moe.h) when the model has experts, else NULL */
     /* Hidden-state capture for learned drafters (EAGLE-3, DFlash read the inputs of a few target layers,
      * as llama.cpp's llama_set_embeddings_layer_inp). n_capture = 0 (the default) costs nothing. */
     int32_t n_capture;

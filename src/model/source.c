@@ -17,6 +17,35 @@ static int reserve_slot(kite_source *src, kite_error *e) {
     return KITE_OK;
 }
 
+static uint32_t name_hash(const char *s) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static void index_insert(int32_t *table, uint32_t cap, const char *name, int32_t i) {
+    for (uint32_t at = name_hash(name) & (cap - 1);; at = (at + 1) & (cap - 1))
+        if (!table[at]) {
+            table[at] = i + 1;
+            return;
+        }
+}
+
+/* Keeps the table at most half full (rebuilt at twice the size when it would pass that). */
+static int index_reserve(kite_source *src, kite_error *e) {
+    uint64_t need = 2 * ((uint64_t)src->n_tensors + 1);
+    if (need <= src->name_index_cap) return KITE_OK;
+    uint32_t cap = src->name_index_cap ? src->name_index_cap : 256;
+    while (cap < need) cap *= 2;
+    int32_t *table = calloc(cap, sizeof *table);
+    if (!table) return kite_fail(e, KITE_ERR_NOMEM, "out of memory for the tensor table");
+    for (int32_t i = 0; i < src->n_tensors; i++) index_insert(table, cap, src->tensors[i].name, i);
+    free(src->name_index);
+    src->name_index = table;
+    src->name_index_cap = cap;
+    return KITE_OK;
+}
+
 kite_tensor *kite_source_add_tensor(kite_source *src, const char *name, uint32_t type, uint32_t n_dims,
                                     const int64_t *ne, const void *data, uint64_t n_bytes, kite_error *e) {
     size_t len = strlen(name);
@@ -39,7 +68,7 @@ kite_tensor *kite_source_add_tensor(kite_source *src, const char *name, uint32_t
         kite_fail(e, KITE_ERR_FORMAT, "%s: tensor '%s' appears twice", src->format, name);
         return NULL;
     }
-    if (reserve_slot(src, e)) return NULL;
+    if (reserve_slot(src, e) || index_reserve(src, e)) return NULL;
     kite_tensor *t = &src->tensors[src->n_tensors++];
     memset(t, 0, sizeof *t);
     memcpy(t->name, name, len + 1);
@@ -48,10 +77,18 @@ kite_tensor *kite_source_add_tensor(kite_source *src, const char *name, uint32_t
     for (int i = 0; i < 4; i++) t->ne[i] = (uint32_t)i < n_dims ? ne[i] : 1;
     t->n_bytes = n_bytes;
     t->data = data;
+    index_insert(src->name_index, src->name_index_cap, t->name, src->n_tensors - 1);
     return t;
 }
 
 const kite_tensor *kite_source_find(const kite_source *src, const char *name) {
+    if (src->name_index_cap) {
+        for (uint32_t at = name_hash(name) & (src->name_index_cap - 1);; at = (at + 1) & (src->name_index_cap - 1)) {
+            int32_t i = src->name_index[at] - 1;
+            if (i < 0) return NULL;
+            if (strcmp(src->tensors[i].name, name) == 0) return &src->tensors[i];
+        }
+    }
     for (int32_t i = 0; i < src->n_tensors; i++)
         if (strcmp(src->tensors[i].name, name) == 0) return &src->tensors[i];
     return NULL;
@@ -60,6 +97,7 @@ const kite_tensor *kite_source_find(const kite_source *src, const char *name) {
 void kite_source_close(kite_source *src) {
     if (!src) return;
     free(src->tensors);
+    free(src->name_index);
     if (src->gguf) kite_gguf_free(src->gguf);
     for (int32_t i = 0; i < src->n_maps && i < (int32_t)(sizeof src->maps / sizeof src->maps[0]); i++)
         kite_unmap_file(&src->maps[i]);

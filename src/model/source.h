@@ -11,6 +11,9 @@ typedef struct kite_source {
     kite_hparams hp;
     kite_tensor *tensors;  /* n_tensors, malloc'd; data points into maps or buffers */
     int32_t n_tensors;
+    int32_t *name_index;   /* [name_index_cap] open-addressing table of tensor index + 1 by name hash (0: empty), so
+                              finding one of a Hugging Face MoE folder's ~19k tensors is not a scan of them all */
+    uint32_t name_index_cap; /* a power of two, at least twice n_tensors; 0 while there is no table */
     char format[16];       /* "gguf", "safetensors", "llama2c" */
 
     kite_mapped_file maps[64]; /* files kept mapped while the tensors are in use */

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "model/arch/gemma3.h"
+#include "model/arch/qwen3moe.h"
 #include "model/source.h"
 #include "model/validate.h"
 #include "quant/types.h"
@@ -127,11 +128,14 @@ int kite_source_open_gguf(kite_source *src, const char *path, kite_error *e) {
     } else if (gguf_str_eq(arch_str, "qwen3")) {
         hp->arch = KITE_ARCH_QWEN3;
         hp->rope_layout = KITE_ROPE_HALF;
+    } else if (gguf_str_eq(arch_str, "qwen3moe")) {
+        hp->arch = KITE_ARCH_QWEN3MOE;
+        hp->rope_layout = KITE_ROPE_HALF;
     } else if (gguf_str_eq(arch_str, "gemma3")) {
         hp->arch = KITE_ARCH_GEMMA3;
         hp->rope_layout = KITE_ROPE_HALF; /* llama.cpp's NEOX type, no q/k permutation */
     } else {
-        st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: unsupported architecture '%s'; kite runs llama, qwen2, qwen3, gemma3", path, arch);
+        st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: unsupported architecture '%s'; kite runs llama, qwen2, qwen3, qwen3moe, gemma3", path, arch);
         goto fail;
     }
     const uint32_t big = 1u << 20;
@@ -157,6 +161,7 @@ int kite_source_open_gguf(kite_source *src, const char *path, kite_error *e) {
         goto fail;
     }
     if (hp->arch == KITE_ARCH_GEMMA3 && (st = kite_gemma3_gguf_hparams(g, path, hp, e))) goto fail;
+    if (hp->arch == KITE_ARCH_QWEN3MOE && (st = kite_qwen3moe_gguf_hparams(g, path, hp, e))) goto fail;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     kite_gguf_str scaling;

@@ -2,7 +2,11 @@
  * Names are canonical, in GGUF's spelling: token_embd.weight, output_norm.weight, output.weight,
  * blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,attn_q_norm,attn_k_norm,ffn_norm,ffn_gate,
  * ffn_up,ffn_down}.weight and blk.N.attn_{q,k,v}.bias; Gemma 3 adds blk.N.post_attention_norm.weight and
- * blk.N.post_ffw_norm.weight. Loaders of other formats translate. */
+ * blk.N.post_ffw_norm.weight. Qwen3-MoE replaces ffn_{gate,up,down} by blk.N.ffn_gate_inp.weight (the router,
+ * [dim, n_experts]) and the experts, either as llama.cpp's 3-D blk.N.ffn_{gate,up,down}_exps.weight or one
+ * 2-D matrix per expert, blk.N.ffn_{gate,up,down}_exps.E.weight (Hugging Face folders), or gate and up fused
+ * per expert in blk.N.ffn_gate_up_exps.weight (transformers 5). Loaders of other
+ * formats translate. */
 #ifndef KITE_MODEL_TENSORS_H
 #define KITE_MODEL_TENSORS_H
 
@@ -67,6 +71,13 @@ typedef struct kite_hparams {
     int32_t swa_period;           /* layer l is local iff l % swa_period < swa_period - 1 (Gemma 3: 6, five local then one
                                      global); used only when sliding_window > 0 */
     float rope_theta_local;       /* RoPE base of local layers, which take no RoPE scaling (Gemma 3: 10000) */
+    /* Qwen3-MoE (0 elsewhere: a dense FFN): every layer's FFN is n_experts routed SwiGLU experts of
+     * expert_ffn_dim, n_experts_used of them per token (model/arch/qwen3moe.h). */
+    int32_t n_experts;
+    int32_t n_experts_used;       /* top-k */
+    int32_t expert_ffn_dim;       /* each expert's intermediate width */
+    bool expert_weights_norm;     /* the top-k probabilities are divided by their sum (HF norm_topk_prob; llama.cpp
+                                     always does for qwen3moe GGUF files) */
 } kite_hparams;
 
 /* Whether layer l attends over a sliding window (a local layer) rather than the whole context. */

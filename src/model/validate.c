@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "model/arch/qwen3moe.h"
 
 static void format_shape(char *buf, size_t size, uint32_t n_dims, const int64_t *ne) {
     int pos = snprintf(buf, size, "[");
@@ -92,7 +93,8 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
         return kite_fail(e, KITE_ERR_FORMAT, "%s: output.weight is missing and the embeddings are not tied", src->format);
 
     const bool gemma3 = hp->arch == KITE_ARCH_GEMMA3;
-    const bool need_bias = hp->arch == KITE_ARCH_QWEN2, need_qk_norm = hp->arch == KITE_ARCH_QWEN3 || gemma3;
+    const bool moe = hp->arch == KITE_ARCH_QWEN3MOE; /* routed experts instead of ffn_{gate,up,down} */
+    const bool need_bias = hp->arch == KITE_ARCH_QWEN2, need_qk_norm = hp->arch == KITE_ARCH_QWEN3 || gemma3 || moe;
     char name[96];
 #define CHECK(suffix, required, n_dims, ne0, ne1)                                              \
     do {                                                                                       \
@@ -111,12 +113,14 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
         CHECK("attn_q_norm.weight", need_qk_norm, 1, hp->head_dim, 1);
         CHECK("attn_k_norm.weight", need_qk_norm, 1, hp->head_dim, 1);
         CHECK("ffn_norm.weight", true, 1, hp->dim, 1);
-        CHECK("ffn_gate.weight", true, 2, hp->dim, hp->ffn_dim);
-        CHECK("ffn_up.weight", true, 2, hp->dim, hp->ffn_dim);
-        CHECK("ffn_down.weight", true, 2, hp->ffn_dim, hp->dim);
+        CHECK("ffn_gate.weight", !moe, 2, hp->dim, hp->ffn_dim);
+        CHECK("ffn_up.weight", !moe, 2, hp->dim, hp->ffn_dim);
+        CHECK("ffn_down.weight", !moe, 2, hp->ffn_dim, hp->dim);
         CHECK("post_attention_norm.weight", gemma3, 1, hp->dim, 1);
         CHECK("post_ffw_norm.weight", gemma3, 1, hp->dim, 1);
     }
 #undef CHECK
+    if (moe) return kite_qwen3moe_validate(src, e);
+    if (hp->n_experts != 0) return kite_fail(e, KITE_ERR_FORMAT, "%s: experts in a dense architecture", src->format);
     return KITE_OK;
 }

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "model/arch/qwen3moe.h"
 #include "model/model.h"
 #include "quant/types.h"
 
@@ -104,6 +105,20 @@ static int pack_matrices(kite_weights *w, const kite_source *src, const pack_job
     return KITE_OK;
 }
 
+/* The packing list, for binders of other files (model/arch/qwen3moe.c's experts). */
+typedef struct pack_list {
+    pack_job *jobs;
+    int32_t n, cap;
+} pack_list;
+
+static int add_pack_job(void *ctx, const kite_tensor *t, kite_packed_matrix *out, kite_error *e) {
+    pack_list *list = ctx;
+    if (!t) return kite_fail(e, KITE_ERR_FORMAT, "missing tensor");
+    if (list->n >= list->cap) return kite_fail(e, KITE_ERR_INVALID_ARG, "more matrices than the packing list holds");
+    list->jobs[list->n++] = (pack_job){t, out, false};
+    return KITE_OK;
+}
+
 /* Inverse frequencies per rotated pair, with Llama-3 or linear scaling applied. */
 static int rope_table(kite_weights *w, const kite_source *src, kite_error *e) {
     const kite_hparams *hp = &w->hp;
@@ -157,7 +172,9 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
     int st = KITE_OK;
     w->kernels = kite_kernels();
     if (!(w->tok_embd = matrix(src, "token_embd.weight", hp->n_vocab, dim, e))) return e->status;
-    pack_job *jobs = calloc(1 + (size_t)hp->n_layers * 7, sizeof *jobs);
+    const size_t per_layer = 7 + (hp->n_experts > 0 ? 1 + 3 * (size_t)hp->n_experts : 0);
+    const size_t max_jobs = 1 + (size_t)hp->n_layers * per_layer;
+    pack_job *jobs = calloc(max_jobs, sizeof *jobs);
     int32_t n_jobs = 0;
     if (!jobs) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
     if (kite_source_find(src, "output.weight")) {
@@ -184,11 +201,18 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
         MATRIX(wk, "attn_k.weight", kv_dim, dim);
         MATRIX(wv, "attn_v.weight", kv_dim, dim);
         MATRIX(wo, "attn_output.weight", dim, q_width);
-        MATRIX(w_gate, "ffn_gate.weight", hp->ffn_dim, dim);
-        MATRIX(w_up, "ffn_up.weight", hp->ffn_dim, dim);
-        MATRIX(w_down, "ffn_down.weight", dim, hp->ffn_dim);
+        if (hp->n_experts > 0) {
+            if (!(L->moe = calloc(1, sizeof *L->moe))) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
+            pack_list list = {.jobs = jobs, .n = n_jobs, .cap = (int32_t)max_jobs};
+            if ((st = kite_qwen3moe_bind_layer(src, l, L->moe, add_pack_job, &list, e))) goto fail;
+            n_jobs = list.n;
+        } else {
+            MATRIX(w_gate, "ffn_gate.weight", hp->ffn_dim, dim);
+            MATRIX(w_up, "ffn_up.weight", hp->ffn_dim, dim);
+            MATRIX(w_down, "ffn_down.weight", dim, hp->ffn_dim);
+        }
 #undef MATRIX
-        bool qk_norm = hp->arch == KITE_ARCH_QWEN3 || hp->arch == KITE_ARCH_GEMMA3;
+        bool qk_norm = hp->arch == KITE_ARCH_QWEN3 || hp->arch == KITE_ARCH_GEMMA3 || hp->arch == KITE_ARCH_QWEN3MOE;
         bool gemma3 = hp->arch == KITE_ARCH_GEMMA3;
         if ((st = norm_f32(src, NAME("attn_norm.weight"), dim, true, &L->attn_norm, e))) goto fail;
         if ((st = norm_f32(src, NAME("ffn_norm.weight"), dim, true, &L->ffn_norm, e))) goto fail;
@@ -219,6 +243,8 @@ void kite_weights_free(kite_weights *w) {
             kite_packed_matrix_free(&L->wq); kite_packed_matrix_free(&L->wk); kite_packed_matrix_free(&L->wv);
             kite_packed_matrix_free(&L->wo); kite_packed_matrix_free(&L->w_gate); kite_packed_matrix_free(&L->w_up);
             kite_packed_matrix_free(&L->w_down);
+            kite_moe_layer_free(L->moe);
+            free(L->moe);
             free(L->attn_norm); free(L->ffn_norm); free(L->q_bias); free(L->k_bias); free(L->v_bias);
             free(L->q_norm); free(L->k_norm); free(L->post_attn_norm); free(L->post_ffn_norm);
         }

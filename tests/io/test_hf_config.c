@@ -116,7 +116,7 @@ static void test_arch_and_defaults(void **state) {
     assert_int_equal(eos, 7); /* a list: the first */
 
     expect_fail("{\"model_type\":\"gemma3\",\"hidden_size\":64}", KITE_ERR_UNSUPPORTED,
-                "unsupported architecture 'gemma3' (model_type in config.json); kite runs llama, qwen2, qwen3, gemma3_text");
+                "unsupported architecture 'gemma3' (model_type in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, gemma3_text");
     expect_fail("{\"architectures\":[\"MistralForCausalLM\"]}", KITE_ERR_UNSUPPORTED, "'MistralForCausalLM' (architectures");
     expect_fail("{\"hidden_size\":64}", KITE_ERR_FORMAT, "architecture");
     expect_fail("{\"model_type\":5}", KITE_ERR_FORMAT, "model_type");
@@ -180,6 +180,54 @@ static void test_gemma3(void **state) {
     /* Llama's post_attention_layernorm is the FFN's pre-norm */
     assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_LLAMA, "model.layers.2.post_attention_layernorm.weight", 6, out, sizeof out), 1);
     assert_string_equal(out, "blk.2.ffn_norm.weight");
+}
+
+/* Qwen3-MoE: the expert keys (transformers' Qwen3MoeConfig defaults), refused variants, and the router and
+ * expert names. */
+static void test_qwen3moe(void **state) {
+    (void)state;
+    kite_hparams hp;
+    int32_t bos, eos;
+    kite_error e;
+#define QM "\"model_type\":\"qwen3_moe\",\"hidden_size\":64,\"intermediate_size\":100,\"num_hidden_layers\":2," \
+           "\"num_attention_heads\":4,\"vocab_size\":300"
+    assert_int_equal(parse("{" QM ",\"num_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32}", &hp, &bos, &eos, &e),
+                     KITE_OK);
+    assert_int_equal(hp.arch, KITE_ARCH_QWEN3MOE);
+    assert_int_equal(hp.n_experts, 8);
+    assert_int_equal(hp.n_experts_used, 2);
+    assert_int_equal(hp.expert_ffn_dim, 32);
+    assert_false(hp.expert_weights_norm); /* norm_topk_prob defaults to false */
+    assert_int_equal(parse("{" QM ",\"num_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,\"norm_topk_prob\":true,"
+                           "\"decoder_sparse_step\":1,\"mlp_only_layers\":[]}", &hp, &bos, &eos, &e), KITE_OK);
+    assert_true(hp.expert_weights_norm);
+    expect_fail("{" QM ",\"num_experts_per_tok\":2,\"moe_intermediate_size\":32}", KITE_ERR_FORMAT, "missing \"num_experts\"");
+    expect_fail("{" QM ",\"num_experts\":8,\"num_experts_per_tok\":9,\"moe_intermediate_size\":32}", KITE_ERR_FORMAT,
+                "num_experts_per_tok");
+    expect_fail("{" QM ",\"num_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,\"mlp_only_layers\":[1]}",
+                KITE_ERR_UNSUPPORTED, "dense layers");
+    expect_fail("{" QM ",\"num_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,\"decoder_sparse_step\":2}",
+                KITE_ERR_UNSUPPORTED, "dense layers");
+    expect_fail("{" QM ",\"num_experts\":8,\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,\"norm_topk_prob\":1}",
+                KITE_ERR_FORMAT, "norm_topk_prob");
+#undef QM
+    char out[96];
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.1.mlp.gate.weight", 2, out, sizeof out), 1);
+    assert_string_equal(out, "blk.1.ffn_gate_inp.weight");
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.mlp.experts.7.down_proj.weight", 2, out, sizeof out), 1);
+    assert_string_equal(out, "blk.0.ffn_down_exps.7.weight");
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.mlp.experts.12.gate_proj.weight", 2, out, sizeof out), 1);
+    assert_string_equal(out, "blk.0.ffn_gate_exps.12.weight");
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.2.mlp.experts.0.up_proj.weight", 2, out, sizeof out), -1);
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.mlp.experts.gate_up_proj", 2, out, sizeof out), 1);
+    assert_string_equal(out, "blk.0.ffn_gate_up_exps.weight");
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.1.mlp.experts.down_proj", 2, out, sizeof out), 1);
+    assert_string_equal(out, "blk.1.ffn_down_exps.weight");
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.mlp.experts.up_proj", 2, out, sizeof out), -2);
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.mlp.experts.03.up_proj.weight", 2, out, sizeof out), -2);
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.mlp.shared_expert.up_proj.weight", 2, out, sizeof out), -2);
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_QWEN3MOE, "model.layers.0.self_attn.q_norm.weight", 2, out, sizeof out), 1);
+    assert_string_equal(out, "blk.0.attn_q_norm.weight");
 }
 
 #define BASE "\"model_type\":\"llama\",\"intermediate_size\":100,\"num_hidden_layers\":2,\"vocab_size\":300"
@@ -348,7 +396,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_tinystories), cmocka_unit_test(test_qwen3), cmocka_unit_test(test_arch_and_defaults),
         cmocka_unit_test(test_ranges), cmocka_unit_test(test_rope_scaling), cmocka_unit_test(test_generation_config),
-        cmocka_unit_test(test_names), cmocka_unit_test(test_gemma3),
+        cmocka_unit_test(test_names), cmocka_unit_test(test_gemma3), cmocka_unit_test(test_qwen3moe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model/model.h"
+#include "model/moe.h"
 #include "model/source.h"
 #include "quant/types.h"
 #include "st_writer.h"
@@ -329,6 +331,101 @@ static void test_written_qwen(void **state) {
     kite_source_close(&src);
 }
 
+/* A Qwen3-MoE model: make_model's attention, the dense MLP replaced by a router and E experts of XF, either
+ * one matrix per expert or transformers 5's fused mlp.experts.gate_up_proj [E, 2 XF, DIM] (each expert's gate
+ * rows, then its up rows) and mlp.experts.down_proj [E, DIM, XF]. */
+enum { MOE_E = 3, MOE_XF = 4 };
+
+static model_desc make_moe(bool fused) {
+    model_desc m = make_model(true, false, true);
+    char name[96], fmt[96];
+    for (int l = 0; l < LAYERS; l++) {
+        static const char *const dense[3] = {"gate_proj", "up_proj", "down_proj"};
+        for (int k = 0; k < 3; k++) {
+            snprintf(name, sizeof name, "model.layers.%d.mlp.%s.weight", l, dense[k]);
+            drop(&m, name);
+        }
+        add(&m, "F32", 2, MOE_E, DIM, "model.layers.%d.mlp.gate.weight", l);
+        if (fused) {
+            add(&m, "F32", 3, MOE_E, 2 * MOE_XF, "model.layers.%d.mlp.experts.gate_up_proj", l);
+            m.t[m.n - 1].shape[2] = DIM;
+            add(&m, "F32", 3, MOE_E, DIM, "model.layers.%d.mlp.experts.down_proj", l);
+            m.t[m.n - 1].shape[2] = MOE_XF;
+            continue;
+        }
+        for (int x = 0; x < MOE_E; x++) {
+            snprintf(fmt, sizeof fmt, "model.layers.%%d.mlp.experts.%d.gate_proj.weight", x);
+            add(&m, "F32", 2, MOE_XF, DIM, fmt, l);
+            snprintf(fmt, sizeof fmt, "model.layers.%%d.mlp.experts.%d.up_proj.weight", x);
+            add(&m, "F32", 2, MOE_XF, DIM, fmt, l);
+            snprintf(fmt, sizeof fmt, "model.layers.%%d.mlp.experts.%d.down_proj.weight", x);
+            add(&m, "F32", 2, DIM, MOE_XF, fmt, l);
+        }
+    }
+    return m;
+}
+
+static const char *moe_config(void) {
+    static char buf[1400];
+    const char *base = config_for("qwen3_moe", false);
+    snprintf(buf, sizeof buf, "%.*s,\"num_experts\":%d,\"num_experts_per_tok\":2,\"moe_intermediate_size\":%d}",
+             (int)strlen(base) - 1, base, MOE_E, MOE_XF);
+    return buf;
+}
+
+/* Element i of tensor k of the written file holds k * 1000 + i (st_writer.h). */
+static void expect_ramp(const kite_tensor *view, int k, int64_t first, int64_t rows, int64_t cols, int64_t stride) {
+    const float *v = view->data;
+    assert_int_equal(view->ne[0], cols);
+    assert_int_equal(view->ne[1], rows);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            if (v[r * cols + c] != (float)(k * 1000 + first + r * stride + c))
+                fail_msg("%s[%lld][%lld] = %g, expected %g", view->name, (long long)r, (long long)c, (double)v[r * cols + c],
+                         (double)(k * 1000 + first + r * stride + c));
+}
+
+static void test_written_qwen3moe(void **state) {
+    (void)state;
+    kite_source src;
+    kite_weights w;
+    kite_error e = {0};
+    model_desc m = make_moe(false);
+    write_model(&m, moe_config(), 2);
+    int rc = kite_source_open_hf(&src, tmp_root, &e);
+    if (rc) print_error("%s\n", e.msg);
+    assert_int_equal(rc, KITE_OK);
+    assert_int_equal(src.hp.arch, KITE_ARCH_QWEN3MOE);
+    assert_int_equal(kite_source_find(&src, "blk.1.ffn_down_exps.2.weight")->ne[0], MOE_XF);
+    assert_int_equal(kite_weights_bind(&w, &src, NULL, NULL, &e), KITE_OK);
+    assert_int_equal(w.layers[1].moe->n_experts, MOE_E);
+    assert_int_equal(w.layers[1].moe->down[2].rows, DIM);
+    kite_weights_free(&w);
+    kite_source_close(&src);
+    drop(&m, "model.layers.1.mlp.experts.1.up_proj.weight");
+    write_model(&m, moe_config(), 0);
+    open_status(tmp_root, "expert 1's blk.1.ffn_up_exps.1.weight");
+
+    m = make_moe(true);
+    write_model(&m, moe_config(), 0);
+    rc = kite_source_open_hf(&src, tmp_root, &e);
+    if (rc) print_error("%s\n", e.msg);
+    assert_int_equal(rc, KITE_OK);
+    assert_int_equal(kite_weights_bind(&w, &src, NULL, NULL, &e), KITE_OK);
+    const kite_moe_layer *moe = w.layers[1].moe;
+    const int k_gate_up = find(&m, "model.layers.1.mlp.experts.gate_up_proj"), k_down = find(&m, "model.layers.1.mlp.experts.down_proj");
+    for (int x = 0; x < MOE_E; x++) {
+        expect_ramp(&moe->views[x], k_gate_up, (int64_t)x * 2 * MOE_XF * DIM, MOE_XF, DIM, DIM);                  /* gate */
+        expect_ramp(&moe->views[MOE_E + x], k_gate_up, ((int64_t)x * 2 * MOE_XF + MOE_XF) * DIM, MOE_XF, DIM, DIM); /* up */
+        expect_ramp(&moe->views[2 * MOE_E + x], k_down, (int64_t)x * DIM * MOE_XF, DIM, MOE_XF, MOE_XF);             /* down */
+    }
+    kite_weights_free(&w);
+    kite_source_close(&src);
+    m.t[find(&m, "model.layers.0.mlp.experts.gate_up_proj")].shape[1] = MOE_XF; /* gate or up missing */
+    write_model(&m, moe_config(), 0);
+    open_status(tmp_root, "blk.0.ffn_gate_up_exps.weight has shape [8, 4, 3]");
+}
+
 static void test_broken_folders(void **state) {
     (void)state;
     model_desc m = make_model(true, false, false);
@@ -455,7 +552,7 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_folder), cmocka_unit_test(test_written_single_and_sharded),
-        cmocka_unit_test(test_written_qwen), cmocka_unit_test(test_broken_folders), cmocka_unit_test(test_truncated_weights),
+        cmocka_unit_test(test_written_qwen), cmocka_unit_test(test_written_qwen3moe), cmocka_unit_test(test_broken_folders), cmocka_unit_test(test_truncated_weights),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -65,6 +65,19 @@ bool oracle_default_spec(const char *arch, oracle_spec *s) {
         };
         return true;
     }
+    if (strcmp(arch, "qwen3moe") == 0) {
+        /* Qwen3-MoE: Qwen3's attention, then 8 experts of 64 with 2 per token in each of 2 layers (the dense
+         * feed_forward_length, 128, is written as the converter does and unused). */
+        *s = (oracle_spec){
+            .arch = "qwen3moe", .hf_model_type = "qwen3_moe", .hf_class = "Qwen3MoeForCausalLM", .tokenizer_pre = "qwen2",
+            .bos_text = "<|endoftext|>", .eos_text = "<|im_end|>", .add_bos = false,
+            .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32, .explicit_head_dim = true,
+            .ffn_dim = 128, .n_vocab = 151936, .n_ctx_train = 512, .rms_eps = 1e-6f, .rope_theta = 1000000.0f,
+            .qk_norm = true, .tied_embeddings = true, .n_experts = 8, .n_experts_used = 2, .expert_ffn_dim = 64,
+            .seed = 0x3e0eull,
+        };
+        return true;
+    }
     if (strcmp(arch, "qwen3") == 0) {
         /* Qwen3: QK-norm, head_dim 32 given explicitly (4 heads x 32 = 128 != dim 64), tied embeddings. */
         *s = (oracle_spec){
@@ -128,6 +141,8 @@ typedef struct hf_tensor {
     bool f16;               /* stored as F16 in both files */
     int permute_heads;      /* > 0: Llama q/k, permuted for the GGUF with this many heads */
     bool hf_minus_one;      /* a Gemma norm weight: data is the GGUF's w + 1, the HF file gets data - 1 */
+    int32_t n_stacked;      /* > 0: the first of this many experts' matrices (consecutive tensors) that the GGUF
+                               stacks into one 3-D tensor under this gguf_name; -1: a later one of them */
     float *data;            /* [rows or 1][cols], already rounded to F16 when f16 */
 } hf_tensor;
 
@@ -229,9 +244,28 @@ static int make_weights(const oracle_spec *s, model_weights *w, errbuf *e) {
         } else if (!ADD("post_attention_layernorm.weight", "ffn_norm.weight", 0, s->dim, 1.0, 0.1)) {
             return -1;
         }
-        if (!ADD("mlp.gate_proj.weight", "ffn_gate.weight", s->ffn_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
-        if (!ADD("mlp.up_proj.weight", "ffn_up.weight", s->ffn_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
-        if (!ADD("mlp.down_proj.weight", "ffn_down.weight", s->dim, s->ffn_dim, 0.0, 2.5 * embd_std / sqrt(ffn))) return -1;
+        if (s->n_experts > 0) {
+            /* The router's logits spread over a few units so the top-2 choice is clear and its weights differ
+             * from an even split; each expert is as large as a dense FFN of its width. */
+            if (!ADD("mlp.gate.weight", "ffn_gate_inp.weight", s->n_experts, s->dim, 0.0, 2.0 / sqrt(dim))) return -1;
+            static const char *const hf_kind[3] = {"gate_proj", "up_proj", "down_proj"};
+            static const char *const gguf_kind[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+            const double fx = s->expert_ffn_dim;
+            for (int k = 0; k < 3; k++)
+                for (int32_t x = 0; x < s->n_experts; x++) {
+                    char hf_suffix[64], gguf_suffix[64];
+                    snprintf(hf_suffix, sizeof hf_suffix, "mlp.experts.%d.%s.weight", x, hf_kind[k]);
+                    snprintf(gguf_suffix, sizeof gguf_suffix, "%s.weight", gguf_kind[k]);
+                    int32_t rows = k == 2 ? s->dim : s->expert_ffn_dim, cols = k == 2 ? s->expert_ffn_dim : s->dim;
+                    double std = k == 2 ? 2.5 * embd_std / sqrt(fx) : 1.0 / sqrt(dim);
+                    if (!ADD(hf_suffix, gguf_suffix, rows, cols, 0.0, std)) return -1;
+                    t->n_stacked = x == 0 ? s->n_experts : -1;
+                }
+        } else {
+            if (!ADD("mlp.gate_proj.weight", "ffn_gate.weight", s->ffn_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+            if (!ADD("mlp.up_proj.weight", "ffn_up.weight", s->ffn_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+            if (!ADD("mlp.down_proj.weight", "ffn_down.weight", s->dim, s->ffn_dim, 0.0, 2.5 * embd_std / sqrt(ffn))) return -1;
+        }
 #undef ADD
     }
     if (!(t = add_tensor(w, s->seed, "model.norm.weight", "output_norm.weight", 0, s->dim, 1.0, 0.1, e))) return -1;
@@ -426,6 +460,11 @@ static int write_gguf(const oracle_spec *s, const model_weights *w, const vocab 
             kite_gguf_w_f32(g, KEY("rope.scaling.factor"), s->rope_linear_factor);
         }
     }
+    if (s->n_experts > 0) { /* as Qwen2MoeModel.set_gguf_parameters (the counts from TextModel's) */
+        kite_gguf_w_u32(g, KEY("expert_count"), (uint32_t)s->n_experts);
+        kite_gguf_w_u32(g, KEY("expert_used_count"), (uint32_t)s->n_experts_used);
+        kite_gguf_w_u32(g, KEY("expert_feed_forward_length"), (uint32_t)s->expert_ffn_dim);
+    }
 #undef KEY
     kite_gguf_w_str(g, "tokenizer.ggml.model", "gpt2");
     kite_gguf_w_str(g, "tokenizer.ggml.pre", s->tokenizer_pre);
@@ -440,12 +479,18 @@ static int write_gguf(const oracle_spec *s, const model_weights *w, const vocab 
     int rc = 0;
     for (int i = 0; i < w->n && rc == 0; i++) {
         const hf_tensor *t = &w->t[i];
-        int64_t ne[2] = {t->cols, t->rows};
-        uint32_t n_dims = t->rows ? 2 : 1;
+        if (t->n_stacked < 0) continue; /* written with the group's first */
+        int64_t ne[3] = {t->cols, t->rows, t->n_stacked > 0 ? t->n_stacked : 1};
+        uint32_t n_dims = t->n_stacked > 0 ? 3 : t->rows ? 2 : 1;
         size_t count = (size_t)(t->rows ? t->rows : 1) * (size_t)t->cols;
         float *permuted = NULL;
         const float *src = t->data;
-        if (t->permute_heads > 0) {
+        if (t->n_stacked > 0) { /* torch.stack of the experts' matrices: expert x's rows after expert x-1's */
+            if (!(permuted = malloc(count * (size_t)t->n_stacked * sizeof(float)))) { rc = fail(e, "out of memory"); break; }
+            for (int32_t x = 0; x < t->n_stacked; x++) memcpy(permuted + count * (size_t)x, w->t[i + x].data, count * sizeof(float));
+            src = permuted;
+            count *= (size_t)t->n_stacked;
+        } else if (t->permute_heads > 0) {
             if (!(permuted = permute_rows(t, t->permute_heads))) { rc = fail(e, "out of memory"); break; }
             src = permuted;
         }
@@ -542,7 +587,15 @@ static int write_config(const oracle_spec *s, const vocab *v, const char *dir, e
         json_object_set_new(c, "attention_bias", json_false());
         json_object_set_new(c, "mlp_bias", json_false());
     }
-    if (strcmp(s->arch, "qwen2") == 0 || strcmp(s->arch, "qwen3") == 0) {
+    if (s->n_experts > 0) { /* transformers' Qwen3MoeConfig */
+        json_object_set_new(c, "num_experts", json_integer(s->n_experts));
+        json_object_set_new(c, "num_experts_per_tok", json_integer(s->n_experts_used));
+        json_object_set_new(c, "moe_intermediate_size", json_integer(s->expert_ffn_dim));
+        json_object_set_new(c, "norm_topk_prob", json_boolean(s->variant != ORACLE_VARIANT_MOE_UNNORMALISED));
+        json_object_set_new(c, "decoder_sparse_step", json_integer(1));
+        json_object_set_new(c, "mlp_only_layers", json_array());
+    }
+    if (strcmp(s->arch, "qwen2") == 0 || strcmp(s->arch, "qwen3") == 0 || strcmp(s->arch, "qwen3moe") == 0) {
         json_object_set_new(c, "use_sliding_window", json_false());
         json_object_set_new(c, "attention_bias", json_boolean(s->qkv_bias));
     }

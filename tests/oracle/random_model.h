@@ -22,6 +22,8 @@ typedef enum oracle_variant {
     ORACLE_VARIANT_ZERO_QKV_BIAS = 2,   /* qwen2: q/k/v biases all zero (as if the bias were dropped) */
     ORACLE_VARIANT_UNIT_QK_NORM = 3,    /* qwen3: q_norm/k_norm weights all one (norm weights ignored) */
     ORACLE_VARIANT_WIDE_WINDOW = 4,     /* gemma3: sliding window 4096 (the window ignored, all else intact) */
+    ORACLE_VARIANT_MOE_UNNORMALISED = 5,/* qwen3moe, HF folder only: norm_topk_prob false (top-k weights not divided
+                                           by their sum, which llama.cpp always does for qwen3moe) */
 } oracle_variant;
 
 typedef struct oracle_spec {
@@ -58,11 +60,17 @@ typedef struct oracle_spec {
     int32_t sliding_window;    /* local layers' window, 0 = none */
     int32_t swa_period;        /* sliding_window_pattern: period - 1 local layers, then a global one */
     float rope_linear_factor;  /* global layers' linear RoPE scaling factor, 0 = none */
+    /* Qwen3-MoE (arch "qwen3moe"): every layer's FFN is n_experts SwiGLU experts of expert_ffn_dim, top
+     * n_experts_used with normalised weights; GGUF stacks them into ffn_{gate,up,down}_exps (3-D) as the
+     * converter does, the HF folder keeps mlp.experts.E.{gate,up,down}_proj and the router mlp.gate. */
+    int32_t n_experts;
+    int32_t n_experts_used;
+    int32_t expert_ffn_dim;
     uint64_t seed;
     oracle_variant variant;
 } oracle_spec;
 
-/* The spec the oracle test uses for arch "llama", "qwen2" or "qwen3"; false for another name. */
+/* The spec the oracle test uses for arch "llama", "qwen2", "qwen3", "gemma3" or "qwen3moe"; false for another name. */
 bool oracle_default_spec(const char *arch, oracle_spec *spec);
 
 /* The vocabulary as GGUF metadata wants it, read from tokenizer_dir/tokenizer.json (the slow part of

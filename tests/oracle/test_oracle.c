@@ -49,6 +49,9 @@
  *   llama        2.0e-6         1.1e-6            1.9e-5                       1.2e-5 (logits to 17)
  *   qwen2        1.1e-6         1.8e-7            9.9e-6                       0
  *   qwen3        1.6e-6         4.2e-7            2.1e-5                       0
+ *   qwen3moe     2.1e-6         7.5e-7            2.0e-5                       0
+ * (qwen3moe: 8 experts, top-2, normalised; its control, an HF folder with norm_topk_prob false, reaches
+ * TV 0.61; its f16-cache run TV 1.5e-3, |dp| 5.3e-4, |dlog p| 1.1e-2, within the f16 bounds.)
  * The bounds sit 30-50x above that, to leave room for other CPUs and kernels with other summation
  * orders, and thousands of times below what a missing feature does: the negative controls measure a
  * total variation of 0.8-0.9, and so did kite builds with RoPE scaling, a q or k bias, or QK-norm
@@ -76,7 +79,7 @@
  * 2.5-3.7x above the measurement) and its negative control must exceed 100x the scaled TV bound. */
 #define GEMMA3_BOUND_SCALE 10.0
 
-enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 4 };
+enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 5 };
 
 /* node-llama-cpp hands over each position's distribution as a Map of the whole vocabulary, about 0.15 s
  * of CPU per position, so llama.cpp returns every position of the short prompts but only every third
@@ -113,6 +116,7 @@ typedef struct arch_case {
     const char *arch;
     const char *tokenizer;      /* folder under models/tokenizers */
     oracle_variant control;     /* the negative control's defect */
+    bool control_hf;            /* the control is an HF folder (its defect lives in config.json), not a GGUF */
     const char *control_what;
     const prompt_text *prompts;
     oracle_spec spec;
@@ -143,6 +147,8 @@ static arch_case CASES[N_ARCHS] = {
      .control_what = "QK-norm weights set to one", .prompts = QWEN_PROMPTS},
     {.arch = "gemma3", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_WIDE_WINDOW,
      .control_what = "sliding window 4096 instead of 16", .prompts = QWEN_PROMPTS},
+    {.arch = "qwen3moe", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_MOE_UNNORMALISED, .control_hf = true,
+     .control_what = "top-k expert weights not normalised (HF norm_topk_prob false)", .prompts = QWEN_PROMPTS},
 };
 
 static char TMP_DIR[4096];
@@ -222,7 +228,7 @@ static void prepare_case(arch_case *c, json_t *jobs) {
     }
     snprintf(c->gguf, sizeof c->gguf, "%s/%s.gguf", TMP_DIR, c->arch);
     snprintf(c->hf_dir, sizeof c->hf_dir, "%s/%s-hf", TMP_DIR, c->arch);
-    snprintf(c->control_gguf, sizeof c->control_gguf, "%s/%s-control.gguf", TMP_DIR, c->arch);
+    snprintf(c->control_gguf, sizeof c->control_gguf, "%s/%s-control%s", TMP_DIR, c->arch, c->control_hf ? "-hf" : ".gguf");
     snprintf(c->out_prefix, sizeof c->out_prefix, "%s/%s-llamacpp", TMP_DIR, c->arch);
     if (mkdir(c->hf_dir, 0777) != 0) {
         set_error(c->error, sizeof c->error, "cannot create %s: %s", c->hf_dir, strerror(errno));
@@ -248,7 +254,12 @@ static void prepare_case(arch_case *c, json_t *jobs) {
     }
     oracle_spec control = c->spec;
     control.variant = c->control;
-    if (oracle_write_model(&control, c->vocab, tok_dir, c->control_gguf, NULL, msg, sizeof msg)) {
+    if (c->control_hf && mkdir(c->control_gguf, 0777) != 0) {
+        set_error(c->error, sizeof c->error, "cannot create %s: %s", c->control_gguf, strerror(errno));
+        return;
+    }
+    if (oracle_write_model(&control, c->vocab, tok_dir, c->control_hf ? NULL : c->control_gguf, c->control_hf ? c->control_gguf : NULL,
+                           msg, sizeof msg)) {
         set_error(c->error, sizeof c->error, "writing the %s control model failed: %s", c->arch, msg);
         return;
     }
@@ -702,12 +713,13 @@ ARCH_TESTS(0, llama)
 ARCH_TESTS(1, qwen2)
 ARCH_TESTS(2, qwen3)
 ARCH_TESTS(3, gemma3)
+ARCH_TESTS(4, qwen3moe)
 
 /* The families to compare as arguments (GGUF architecture names; none: all). tests/oracle/tests.cmake
  * runs them as several ctest entries, so a parallel ctest spreads the families over the cores. */
 int main(int argc, char **argv) {
     static const struct CMUnitTest per_arch[N_ARCHS][TESTS_PER_ARCH] = {
-        ARCH_TEST_LIST(llama), ARCH_TEST_LIST(qwen2), ARCH_TEST_LIST(qwen3), ARCH_TEST_LIST(gemma3),
+        ARCH_TEST_LIST(llama), ARCH_TEST_LIST(qwen2), ARCH_TEST_LIST(qwen3), ARCH_TEST_LIST(gemma3), ARCH_TEST_LIST(qwen3moe),
     };
     for (int a = 1; a < argc; a++) {
         int found = -1;

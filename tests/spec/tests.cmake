@@ -13,3 +13,4 @@ function(kite_spec_family_test name shape)
 endfunction()
 # Gemma 3's sliding-window and global layers (and the ring's memory bound).
 kite_spec_family_test(test_spec_gemma3 tiny-gemma3 --ring)
+kite_spec_family_test(test_spec_qwen3moe tiny-qwen3moe)

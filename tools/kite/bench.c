@@ -329,17 +329,25 @@ static int run_bench(bench_args *a) { /* a: its default lengths may shrink to fi
 
     /* Bytes a decoded token reads and parameters a prefilled token multiplies: all weights but the
      * embedding table, which is gathered row by row, unless the output matrix is that table. */
-    uint64_t embd_bytes = 0;
-    int64_t embd_params = 0;
+    uint64_t embd_bytes = 0, expert_bytes = 0;
+    int64_t embd_params = 0, expert_params = 0;
     for (int32_t i = 0; i < info.n_tensors; i++) {
         kite_tensor_desc d;
-        if (kite_model_tensor(model, i, &d) == 0 && !strcmp(d.name, "token_embd.weight")) {
+        if (kite_model_tensor(model, i, &d) != 0) continue;
+        if (!strcmp(d.name, "token_embd.weight")) {
             embd_bytes = d.n_bytes;
             embd_params = d.shape[0] * (d.n_dims > 1 ? d.shape[1] : 1);
+        } else if (info.n_experts > 0 && strstr(d.name, "_exps")) { /* routed experts */
+            expert_bytes += d.n_bytes;
+            expert_params += d.shape[0] * d.shape[1] * d.shape[2] * d.shape[3];
         }
     }
     uint64_t decode_bytes = info.weight_bytes - (info.tied_embeddings ? 0 : embd_bytes);
     int64_t matmul_params = info.n_params - (info.tied_embeddings ? 0 : embd_params);
+    if (info.n_experts > 0) { /* a token reads and multiplies only its n_experts_used experts of each layer */
+        decode_bytes -= expert_bytes - expert_bytes / (uint64_t)info.n_experts * (uint64_t)info.n_experts_used;
+        matmul_params -= expert_params - expert_params / info.n_experts * info.n_experts_used;
+    }
 
     /* Default lengths a small model's context cannot hold shrink to fit it (stories260K.bin holds 512
      * tokens: prompts of 128 and 511); lengths given on the command line are measured as given, or refused. */
@@ -688,7 +696,7 @@ int kite_cmd_gen_model(int argc, char **argv) {
             return bench_fail(2, "unknown option %s (see kite gen-model --help)", opt);
         }
     }
-    if (!p.shape) return bench_fail(2, "kite gen-model needs --shape (llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, gemma3-1b, tiny-gemma3)");
+    if (!p.shape) return bench_fail(2, "kite gen-model needs --shape (llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, gemma3-1b, tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe)");
     if (!p.type) return bench_fail(2, "kite gen-model needs --type (f32, f16, bf16, q8_0, q4_0, q4_k_m)");
     if (!out) return bench_fail(2, "kite gen-model needs --out FILE");
     if (isatty(STDERR_FILENO)) p.progress = gen_progress;
