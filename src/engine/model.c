@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "grammar/mask.h"
 #include "quant/types.h"
+#include "spec/eagle3.h"
 
 kite_model_params kite_model_default_params(void) {
     kite_model_params p = {0};
@@ -118,6 +119,19 @@ int kite_model_open(kite_model **out, const char *path, const kite_model_params 
     pthread_mutex_init(&m->cost_lock, NULL);
     pthread_mutex_init(&m->vocab_lock, NULL);
     int st = KITE_OK;
+    if (path && !m->vocab_only && kite_eagle3_file_is_head(path)) {
+        /* An EAGLE-3 head: a drafter only (kite_spec_params.draft_model), with the target's tokenizer. */
+        if ((st = kite_eagle3_open(&m->eagle3, path, &e))) {
+            kite_model_free(m);
+            return kite_error_export(&e, err, err_size);
+        }
+        m->n_vocab = kite_eagle3_n_vocab(m->eagle3);
+        m->n_threads = params->n_threads > 0 ? params->n_threads : kite_cpu_count();
+        m->gen_defaults = kite_gen_default_params();
+        kite_log(KITE_LOG_INFO, "loaded %s: an EAGLE-3 draft head, dim %d", path, kite_eagle3_dim(m->eagle3));
+        *out = m;
+        return KITE_OK;
+    }
     if (path) {
         if ((st = open_source(&m->src, path, &e))) { free(m); return kite_error_export(&e, err, err_size); }
         m->n_vocab = m->src.hp.n_vocab;
@@ -140,6 +154,7 @@ int kite_model_open(kite_model **out, const char *path, const kite_model_params 
 void kite_model_free(kite_model *m) {
     if (!m) return;
     kite_tokenizer_free(m->tokenizer);
+    kite_eagle3_free(m->eagle3);
     kite_weights_free(&m->weights);
     kite_source_close(&m->src);
     pthread_mutex_destroy(&m->cost_lock);

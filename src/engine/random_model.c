@@ -534,9 +534,13 @@ static void report(const kite_random_model_params *p, float fraction) {
 
 int kite_write_random_model(const char *path, const kite_random_model_params *params, char *err, size_t err_size) {
     kite_error e = {0};
-    if (!path || !params || !params->shape || !params->type)
+    if (!path || !params || !params->shape || (!params->type && (!params->shape || strcmp(params->shape, "eagle3") != 0)))
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: path, params, shape and type must not be NULL"),
                kite_error_export(&e, err, err_size);
+    if (strcmp(params->shape, "eagle3") == 0) { /* a drafter for a given target (random_eagle3.c) */
+        kite_write_random_eagle3(path, params, &e);
+        return kite_error_export(&e, err, err_size);
+    }
     const model_shape *shape = NULL;
     for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
         if (strcmp(params->shape, k_shapes[i].name) == 0) shape = &k_shapes[i];
