@@ -2,7 +2,8 @@
  * in llama.cpp's tensor names and metadata (architecture "eagle3", as its converter writes a head for
  * Llama 3.1 8B): the target's width, heads and FFN size, its tokenizer (copied), an output layer of its
  * own over the whole vocabulary (no d2t), the target's embedding borrowed (no token_embd), and target
- * layers [2, L/2, L-3] as the converter derives them (or [0, L/2, L] for targets under 6 layers). Weights
+ * layers [2, L/2, L-3] as the converter derives them (for targets under 6 layers [0, L/2, L-1], and
+ * [0, 1, 2] for 2 layers: 2 is the last layer's output, which llama.cpp's llama graph does not expose). Weights
  * come from the random-model stream (kite_random_model_row), quantized with the reference quantizers. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +99,7 @@ int kite_write_random_eagle3(const char *path, const kite_random_model_params *p
     (void)kite_gguf_get_f32(g, key, &eps);
     int64_t V = embd->ne[1];
     int32_t layers[3] = {2, (int32_t)L / 2, (int32_t)L - 3};
-    if (L < 6) layers[0] = 0, layers[1] = (int32_t)L / 2, layers[2] = (int32_t)L;
+    if (L < 6) layers[0] = 0, layers[1] = (int32_t)L / 2, layers[2] = L >= 3 ? (int32_t)L - 1 : (int32_t)L;
     w = kite_gguf_writer_new();
     if (!w) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto done; }
     char name[128];
