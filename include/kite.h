@@ -85,7 +85,8 @@ void kite_model_free(kite_model *model);
 int kite_default_model_path(const char **path, char *err, size_t err_size);
 
 typedef struct kite_model_info {
-    char architecture[32];  /* "llama", "qwen2", "qwen3" */
+    char architecture[32];  /* "llama", "qwen2", "qwen3"; "eagle3" for an EAGLE-3 draft head (only the
+                               vocabulary and width are filled in then) */
     char format[16];        /* "gguf", "safetensors", "llama2c" */
     char tokenizer[16];     /* "spm", "bpe" (byte-level), "none" */
     int32_t n_vocab;

@@ -180,6 +180,16 @@ static const char *arch_name(kite_arch a) {
 
 void kite_model_get_info(const kite_model *m, kite_model_info *info) {
     memset(info, 0, sizeof *info);
+    if (m->eagle3) { /* a draft head: no source of its own */
+        snprintf(info->architecture, sizeof info->architecture, "eagle3");
+        snprintf(info->format, sizeof info->format, "gguf");
+        snprintf(info->tokenizer, sizeof info->tokenizer, "none");
+        info->n_vocab = m->n_vocab;
+        info->dim = kite_eagle3_dim(m->eagle3);
+        info->n_layers = 1;
+        info->bos_id = info->eos_id = -1;
+        return;
+    }
     const kite_hparams *hp = &m->src.hp;
     snprintf(info->architecture, sizeof info->architecture, "%s", m->src.n_tensors ? arch_name(hp->arch) : "none");
     snprintf(info->format, sizeof info->format, "%s", m->src.format);
