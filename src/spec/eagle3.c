@@ -14,6 +14,10 @@
 
 /* Rows the head runs in one batch: a round of tree nodes (at most 8) or a chunk of committed rows. */
 enum { EAGLE3_MAX_ROWS = 64 };
+/* Feature rows kept below the head's cache front: a truncation up to this far back reruns only the
+ * rows past it; a deeper one restarts the cache where the features start (fewer positions attended
+ * to: drafts get worse, never the output). Bounds the rows' memory (3 x dim floats a position). */
+enum { EAGLE3_FEATURE_SLACK = 256 };
 
 struct kite_eagle3 {
     kite_mapped_file file;
@@ -503,7 +507,9 @@ double kite_eagle3_one_step_ms(kite_eagle3_run *r, kite_pool *pool) {
             double t = kite_now_ms() - t0;
             if (t < best) best = t;
         }
-        r->lo = lo, r->D = D < 0 ? 0 : 0; /* row 0 was overwritten: the cache is rebuilt */
+        r->lo = lo;
+        r->D = 0; /* row 0 was overwritten: the next draft rebuilds the cache */
+        (void)D;
     }
     free(logits); free(pre); free(g);
     return best;
@@ -548,7 +554,7 @@ static int run_nodes(void *ctx, kite_draft_tree *t, int32_t first, int32_t end, 
 int kite_eagle3_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
                       kite_draft_tree *t, kite_error *e) {
     kite_eagle3_run *r = st->eagle3;
-    const kite_features *f = &s->features;
+    kite_features *f = &s->features;
     const int32_t P = s->n_past, Dm = r->h->dim, W = f->width;
     if (P < 1 || P > r->n_ctx || W != 3 * r->h->target_dim) return KITE_OK; /* nothing to draft from */
     /* Rows still valid: run with the token the context now has after them (a truncation, a new turn or
@@ -582,6 +588,7 @@ int kite_eagle3_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_
         free(g), free(pre);
         r->D = p + n;
     }
+    if (r->D - EAGLE3_FEATURE_SLACK > f->pos0) kite_features_drop_before(f, r->D - EAGLE3_FEATURE_SLACK);
     t->fed[0] = true;
     r->tree = t, r->P = P, r->pool = s->pool;
     return kite_spec_grow_tree(st, s, budget, gp, t, r->V, run_nodes, r, e);

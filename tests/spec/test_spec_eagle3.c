@@ -25,7 +25,7 @@
 #include "kite.h"
 #include "spec/eagle3.h"
 
-enum { GEN = 40, N_PROMPT = 60, MAX_GEN = 64, N_CTX = 512 };
+enum { GEN = 40, N_PROMPT = 60, MAX_GEN = 320, N_CTX = 512 };
 
 static char g_dir[64];
 static char g_target_path[128], g_head_path[128], g_other_path[128], g_other_head_path[128], g_cut_path[128];
@@ -265,6 +265,44 @@ static void test_exact_with_head(void **state) {
     kite_session_free(s);
 }
 
+/* Past the head's feature slack (256 positions): the session keeps a bounded number of feature rows,
+ * and after a truncation deeper than them (the cache restarts where the features start) output stays
+ * plain decoding's. */
+static void long_run(bool speculative, run_result *first, run_result *second, int32_t *held) {
+    kite_session *s = open_session();
+    if (speculative) {
+        kite_spec_params sp = spec_of(KITE_DRAFT_EAGLE3, 4, 2);
+        set_spec(s, &sp);
+    }
+    prompt(s);
+    kite_gen_params gp = gen_config(1);
+    gp.max_tokens = 300;
+    gen(s, &gp, first);
+    *held = s->features.n;
+    char err[256];
+    if (kite_session_truncate(s, 20, err, sizeof err)) fail_msg("truncate: %s", err);
+    if (kite_prompt(s, g_prompt + 7, 5, err, sizeof err)) fail_msg("kite_prompt: %s", err);
+    gp.max_tokens = GEN;
+    gen(s, &gp, second);
+    kite_session_free(s);
+}
+
+static void test_long_context_and_deep_truncation(void **state) {
+    (void)state;
+    run_result *r = calloc(4, sizeof *r);
+    assert_non_null(r);
+    int32_t held_plain, held_spec;
+    long_run(false, &r[0], &r[1], &held_plain);
+    long_run(true, &r[2], &r[3], &held_spec);
+    assert_int_equal(r[0].n, 300);
+    assert_same(&r[0], &r[2], "300 tokens, past the feature slack");
+    assert_same(&r[1], &r[3], "after a truncation below the feature rows");
+    assert_int_equal(held_plain, 0);                          /* nothing captured without the head */
+    if (held_spec > 256 + 64) fail_msg("%d feature rows held past the slack", held_spec);
+    assert_true(held_spec > 0);
+    free(r);
+}
+
 /* ---- the head's cache ----------------------------------------------------------------------------- */
 
 static void draft_now(kite_session *s, bool rebuild, kite_draft_tree *t, float *logits) {
@@ -370,6 +408,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_capture_matches_plain),
         cmocka_unit_test(test_exact_with_head),
+        cmocka_unit_test(test_long_context_and_deep_truncation),
         cmocka_unit_test(test_cache_in_step),
         cmocka_unit_test(test_bad_heads_refused),
     };
