@@ -107,14 +107,34 @@ static bool get_u32(const kite_gguf *g, const char *suffix, uint32_t *v) {
     return kite_gguf_get_u32(g, key, v);
 }
 
+static int open_head(kite_eagle3 *h, const char *path, const void *data, size_t size, kite_error *e);
+
 int kite_eagle3_open(kite_eagle3 **out, const char *path, kite_error *e) {
     *out = NULL;
     kite_eagle3 *h = calloc(1, sizeof *h);
     if (!h) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
-    h->ks = kite_kernels();
     int st = kite_map_file(&h->file, path, e);
     if (st) { free(h); return st; }
-    if ((st = kite_gguf_open(&h->g, h->file.data, h->file.size, e))) {
+    if ((st = open_head(h, path, h->file.data, h->file.size, e))) return st; /* h freed */
+    *out = h;
+    return KITE_OK;
+}
+
+int kite_eagle3_open_bytes(kite_eagle3 **out, const void *data, size_t size, kite_error *e) {
+    *out = NULL;
+    kite_eagle3 *h = calloc(1, sizeof *h);
+    if (!h) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    int st = open_head(h, "(memory)", data, size, e);
+    if (st) return st;
+    *out = h;
+    return KITE_OK;
+}
+
+/* Parses and packs the head from data (which must outlive it); frees h on failure. */
+static int open_head(kite_eagle3 *h, const char *path, const void *data, size_t size, kite_error *e) {
+    h->ks = kite_kernels();
+    int st;
+    if ((st = kite_gguf_open(&h->g, data, size, e))) {
         char inner[sizeof e->msg];
         snprintf(inner, sizeof inner, "%s", e->msg);
         kite_eagle3_free(h);
@@ -208,7 +228,6 @@ int kite_eagle3_open(kite_eagle3 **out, const char *path, kite_error *e) {
     h->inv_freq = malloc(sizeof(float) * head_dim / 2);
     if (!h->inv_freq) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
     for (uint32_t i = 0; i < head_dim / 2; i++) h->inv_freq[i] = powf(h->rope_theta, -2.0f * (float)i / (float)head_dim);
-    *out = h;
     return KITE_OK;
 fail:;
     char inner[sizeof e->msg];
@@ -223,7 +242,7 @@ void kite_eagle3_free(kite_eagle3 *h) {
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) kite_packed_matrix_free(m[i]);
     free(h->attn_norm); free(h->hidden_norm); free(h->ffn_norm); free(h->output_norm); free(h->enc_norm); free(h->inv_freq);
     kite_gguf_free(h->g);
-    kite_unmap_file(&h->file);
+    if (h->file.data) kite_unmap_file(&h->file);
     free(h);
 }
 
@@ -277,8 +296,7 @@ struct kite_eagle3_run {
     size_t act_bytes;
     float *node_pre;            /* [KITE_MAX_DRAFT + 1][dim] pre-norm state of each tree node's row */
     int32_t *vis;               /* [EAGLE3_MAX_ROWS][cap_rows] visible rows */
-    /* The tree being drafted (for the node callback). */
-    const kite_draft_tree *tree;
+    /* The pass being drafted (for the node callback). */
     int32_t P;
     kite_pool *pool;
 };
@@ -476,24 +494,6 @@ static void run_committed(kite_eagle3_run *r, kite_pool *pool, const int32_t *to
     run_batch(r, pool, n, token, g, pos, pos, n_vis, n - 1, logits_last, pre);
 }
 
-int kite_eagle3_run_rows(kite_eagle3_run *r, kite_pool *pool, const int32_t *token, const float *hidden, bool fc_in, int32_t n,
-                         int32_t pos0, float *logits, float *prenorm, kite_error *e) {
-    if (n < 1 || n > EAGLE3_MAX_ROWS || pos0 < r->lo || pos0 + n > r->n_ctx)
-        return kite_fail(e, KITE_ERR_INVALID_ARG, "EAGLE-3 rows %d..%d outside the head's cache", pos0, pos0 + n - 1);
-    float *g = malloc(sizeof(float) * (size_t)n * (size_t)r->h->dim);
-    if (!g) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
-    if (fc_in) fuse(r, pool, hidden, n, g);
-    else memcpy(g, hidden, sizeof(float) * (size_t)n * (size_t)r->h->dim);
-    r->D = pos0;
-    /* Every row's logits: run them one by one from the last row's view (each row sees the ones before). */
-    for (int32_t i = 0; i < n; i++)
-        run_committed(r, pool, token + i, g + (size_t)i * r->h->dim, 1, pos0 + i, logits ? logits + (size_t)i * r->V : NULL,
-                      prenorm + (size_t)i * r->h->dim);
-    r->D = pos0 + n;
-    free(g);
-    return KITE_OK;
-}
-
 double kite_eagle3_one_step_ms(kite_eagle3_run *r, kite_pool *pool) {
     float *logits = malloc(sizeof(float) * (size_t)r->V), *pre = malloc(sizeof(float) * (size_t)r->h->dim);
     float *g = calloc((size_t)r->h->dim, sizeof(float));
@@ -590,6 +590,6 @@ int kite_eagle3_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_
     }
     if (r->D - EAGLE3_FEATURE_SLACK > f->pos0) kite_features_drop_before(f, r->D - EAGLE3_FEATURE_SLACK);
     t->fed[0] = true;
-    r->tree = t, r->P = P, r->pool = s->pool;
+    r->P = P, r->pool = s->pool;
     return kite_spec_grow_tree(st, s, budget, gp, t, r->V, run_nodes, r, e);
 }

@@ -33,6 +33,8 @@ bool kite_eagle3_file_is_head(const char *path);
 /* Maps, validates (every tensor's shape against the metadata, a truncated file is a format error) and
  * packs the head for kite_kernels(). */
 int kite_eagle3_open(kite_eagle3 **out, const char *path, kite_error *e);
+/* The same over a GGUF image in memory (which must outlive the head): the fuzz target's entry. */
+int kite_eagle3_open_bytes(kite_eagle3 **out, const void *data, size_t size, kite_error *e);
 void kite_eagle3_free(kite_eagle3 *h);
 /* The head's vocabulary (its own embedding's or output's rows; 0 when it borrows both from the target). */
 int32_t kite_eagle3_n_vocab(const kite_eagle3 *h);
@@ -57,12 +59,6 @@ int kite_eagle3_draft(struct kite_spec_state *st, struct kite_session *s, int32_
 /* Milliseconds of one head row with its output layer (the drafting cost before any is measured). */
 double kite_eagle3_one_step_ms(kite_eagle3_run *r, kite_pool *pool);
 
-/* For tests and the llama.cpp comparison: runs rows (token[i], hidden[i]) at positions pos0 + i as
- * committed rows (causal over the cache from position lo), giving logits [n][V] (may be NULL) and the
- * pre-norm states [n][dim]. fc_in: when not NULL, hidden rows are target features [n][3 * target dim]
- * to be fused by fc first. Resets the cache to [lo, pos0) rows kept. */
-int kite_eagle3_run_rows(kite_eagle3_run *r, kite_pool *pool, const int32_t *token, const float *hidden, bool fc_in,
-                         int32_t n, int32_t pos0, float *logits, float *prenorm, kite_error *e);
 /* Forgets the head's cache (the next draft rebuilds it from the feature rows). */
 void kite_eagle3_run_reset(kite_eagle3_run *r);
 
