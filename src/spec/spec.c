@@ -155,7 +155,8 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
     /* The target's hidden states are captured only while a learned drafter reads them (last: nothing
      * above may fail after the session changed). */
     const int32_t *layers = st->eagle3 ? kite_eagle3_target_layers(p->draft_model->eagle3) : NULL;
-    if (st->eagle3 || s->features.width > 0) {
+    bool reads_nothing = st->params.drafter <= KITE_DRAFT_ORACLE; /* the drafters that read no hidden states */
+    if (st->eagle3 || (reads_nothing && s->features.width > 0)) {
         int rc = kite_session_set_capture(s, layers, layers ? KITE_EAGLE3_N_FEATURES : 0, e);
         if (rc) { kite_spec_free(st); return rc; }
     }
