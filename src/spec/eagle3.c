@@ -39,6 +39,7 @@ struct kite_eagle3 {
     float *attn_norm, *hidden_norm, *ffn_norm, *output_norm; /* [dim] */
     float *enc_norm;                           /* [3 * target_dim] when norm_before_fc */
     float *inv_freq;                           /* [head_dim / 2] */
+    kite_weight_arena arena;                   /* the packed matrices (huge pages, as the target's) */
 };
 
 /* ---- loading ----------------------------------------------------------------------------------------- */
@@ -88,7 +89,24 @@ static int load_matrix(kite_eagle3 *h, const char *name, int64_t cols, int64_t r
     int st = find(h, name, cols, rows, true, &t, e);
     if (st) return st;
     kite_tensor k = as_tensor(t);
-    return h->ks->pack(&k, NULL, m, e);
+    return h->ks->pack(&k, h->arena.base ? &h->arena : NULL, m, e);
+}
+
+/* One arena for every matrix of the head (packing falls back to allocations of its own past it). */
+static int size_arena(kite_eagle3 *h, kite_error *e) {
+    static const char *const names[] = {"fc.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight",
+                                        "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
+                                        "blk.0.ffn_down.weight", "output.weight"};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const kite_gguf_tensor *t = kite_gguf_find_tensor(h->g, names[i]);
+        if (!t || !kite_type_get(t->type)) continue;
+        kite_tensor k = as_tensor(t);
+        size_t b = (h->ks->pack_bytes(&k) + 63) / 64 * 64;
+        if (b > ((size_t)1 << 40)) continue;
+        total += b;
+    }
+    return total ? kite_weight_arena_init(&h->arena, total, e) : KITE_OK;
 }
 
 static int load_vector(kite_eagle3 *h, const char *name, int64_t n, float **out, kite_error *e) {
@@ -199,12 +217,13 @@ static int open_head(kite_eagle3 *h, const char *path, const void *data, size_t 
     }
     int64_t D = dim, q_dim = (int64_t)n_heads * head_dim, kv_dim = (int64_t)n_kv * head_dim, F = 3 * (int64_t)tdim;
     const kite_gguf_tensor *t;
+    if ((st = size_arena(h, e))) goto fail;
     if ((st = find(h, "token_embd.weight", D, 0, false, &t, e))) goto fail;
     if (t) h->tok_embd = as_tensor(t), h->has_embd = true;
     if ((st = find(h, "output.weight", D, 0, false, &t, e))) goto fail;
     if (t) {
         kite_tensor k = as_tensor(t);
-        if ((st = h->ks->pack(&k, NULL, &h->output, e))) goto fail;
+        if ((st = h->ks->pack(&k, h->arena.base ? &h->arena : NULL, &h->output, e))) goto fail;
         h->has_output = true;
     }
     if (h->has_embd && h->has_output && h->tok_embd.ne[1] != h->output.rows) {
@@ -240,6 +259,7 @@ void kite_eagle3_free(kite_eagle3 *h) {
     if (!h) return;
     kite_packed_matrix *m[] = {&h->fc, &h->wq, &h->wk, &h->wv, &h->wo, &h->gate, &h->up, &h->down, &h->output};
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) kite_packed_matrix_free(m[i]);
+    kite_weight_arena_free(&h->arena); /* after the matrices carved from it */
     free(h->attn_norm); free(h->hidden_norm); free(h->ffn_norm); free(h->output_norm); free(h->enc_norm); free(h->inv_freq);
     kite_gguf_free(h->g);
     if (h->file.data) kite_unmap_file(&h->file);

@@ -25,7 +25,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "llama.h"
+#include "llama_api.h"
 
 #include "engine/engine.h"
 #include "kite.h"
@@ -38,83 +38,18 @@
 enum { N_DRAFT = 8, MAX_PROMPT = 64 };
 static const float BOUND = 2e-5f;
 
-typedef struct llama_api {
-    void *ggml, *llama;
-    void (*backend_init)(void);
-    void (*log_set)(ggml_log_callback, void *);
-    struct llama_model_params (*model_default_params)(void);
-    struct llama_context_params (*context_default_params)(void);
-    struct llama_model *(*model_load)(const char *, struct llama_model_params);
-    void (*model_free)(struct llama_model *);
-    struct llama_context *(*init_from_model)(struct llama_model *, struct llama_context_params);
-    void (*free_ctx)(struct llama_context *);
-    int32_t (*decode)(struct llama_context *, struct llama_batch);
-    int32_t (*encode)(struct llama_context *, struct llama_batch);
-    float *(*get_logits_ith)(struct llama_context *, int32_t);
-    void (*ggml_load_all_from_path)(const char *);
-    /* src/llama-ext.h */
-    void (*set_layer_inp)(struct llama_context *, uint32_t, bool);
-    float *(*get_layer_inp)(struct llama_context *, uint32_t);
-    void (*set_nextn)(struct llama_context *, bool, bool);
-    float *(*get_nextn)(struct llama_context *);
-    float *(*get_nextn_ith)(struct llama_context *, int32_t);
-    const int32_t *(*target_layer_ids)(const struct llama_model *);
-    uint32_t (*target_layer_ids_n)(const struct llama_model *);
-} llama_api;
-
 static llama_api L;
 static char g_dir[64], g_target_path[128], g_head_path[128];
 static kite_model *g_target, *g_head;
 static struct llama_model *l_target, *l_head;
 
-static void quiet(enum ggml_log_level level, const char *text, void *user) {
-    (void)level, (void)text, (void)user;
-}
-
-#define SYM(lib, field, name)                                                                       \
-    do {                                                                                            \
-        *(void **)&L.field = dlsym(lib, name);                                                     \
-        if (!L.field) { fprintf(stderr, "libllama lacks %s\n", name); return -1; }                 \
-    } while (0)
-
-static int open_llama(void) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/libggml.v0.4.0.so", KITE_LLAMA_LIB_DIR);
-    L.ggml = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-    snprintf(path, sizeof path, "%s/libllama.v0.4.0.so", KITE_LLAMA_LIB_DIR);
-    L.llama = L.ggml ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
-    if (!L.llama) {
-        fprintf(stderr, "cannot open llama.cpp's libraries in %s (run npm ci in tests/oracle): %s\n", KITE_LLAMA_LIB_DIR, dlerror());
-        return -1;
-    }
-    SYM(L.ggml, ggml_load_all_from_path, "ggml_backend_load_all_from_path");
-    SYM(L.llama, backend_init, "llama_backend_init");
-    SYM(L.llama, log_set, "llama_log_set");
-    SYM(L.llama, model_default_params, "llama_model_default_params");
-    SYM(L.llama, context_default_params, "llama_context_default_params");
-    SYM(L.llama, model_load, "llama_model_load_from_file");
-    SYM(L.llama, model_free, "llama_model_free");
-    SYM(L.llama, init_from_model, "llama_init_from_model");
-    SYM(L.llama, free_ctx, "llama_free");
-    SYM(L.llama, decode, "llama_decode");
-    SYM(L.llama, encode, "llama_encode");
-    SYM(L.llama, get_logits_ith, "llama_get_logits_ith");
-    SYM(L.llama, set_layer_inp, "_Z30llama_set_embeddings_layer_inpP13llama_contextjb");
-    SYM(L.llama, get_layer_inp, "_Z30llama_get_embeddings_layer_inpP13llama_contextj");
-    SYM(L.llama, set_nextn, "_Z26llama_set_embeddings_nextnP13llama_contextbb");
-    SYM(L.llama, get_nextn, "_Z26llama_get_embeddings_nextnP13llama_context");
-    SYM(L.llama, get_nextn_ith, "_Z30llama_get_embeddings_nextn_ithP13llama_contexti");
-    SYM(L.llama, target_layer_ids, "_Z28llama_model_target_layer_idsPK11llama_model");
-    SYM(L.llama, target_layer_ids_n, "_Z30llama_model_target_layer_ids_nPK11llama_model");
-    L.log_set(quiet, NULL);
-    L.ggml_load_all_from_path(KITE_LLAMA_LIB_DIR);
-    L.backend_init();
-    return 0;
-}
-
 static int setup(void **state) {
     (void)state;
-    if (open_llama()) return -1;
+    char why[512];
+    if (llama_api_open(&L, KITE_LLAMA_LIB_DIR, why, sizeof why)) {
+        fprintf(stderr, "%s\n", why);
+        return -1;
+    }
     snprintf(g_dir, sizeof g_dir, "/tmp/kite-eagle3-llamacpp-XXXXXX");
     if (!mkdtemp(g_dir)) return -1;
     snprintf(g_target_path, sizeof g_target_path, "%s/target.gguf", g_dir);
