@@ -309,7 +309,8 @@ struct kite_eagle3_run {
     int32_t cap_rows;           /* n_ctx committed rows, then one per tree node */
     float *k, *v;               /* [n_kv_heads][cap_rows][head_dim] */
     int32_t lo, D;              /* committed rows [lo, D) hold positions lo..D-1 */
-    int32_t *row_token;         /* [n_ctx] token x[p+1] the row of position p was run with */
+    int32_t *seen;              /* [n_ctx + 1] the context the rows were run in: seen[p + 1] is the token the row
+                                   of position p took, seen[0..lo] the tokens before the first row */
     float *g, *cat, *q, *kk, *vv, *att, *h1, *xn, *gate, *up, *pre; /* [EAGLE3_MAX_ROWS][width] scratch */
     float *erow;                /* [dim] an embedding row */
     void *act;
@@ -335,7 +336,7 @@ int kite_eagle3_run_new(kite_eagle3_run **out, const kite_eagle3 *h, const kite_
     size_t qd = (size_t)h->n_heads * h->head_dim, kvd = (size_t)h->n_kv_heads * h->head_dim;
     r->k = malloc(sizeof(float) * kvn);
     r->v = malloc(sizeof(float) * kvn);
-    r->row_token = malloc(sizeof(int32_t) * (size_t)n_ctx);
+    r->seen = malloc(sizeof(int32_t) * ((size_t)n_ctx + 1));
     r->g = malloc(sizeof(float) * R * (F > D ? F : D));
     r->cat = malloc(sizeof(float) * R * 2 * D);
     r->q = malloc(sizeof(float) * R * qd);
@@ -356,7 +357,7 @@ int kite_eagle3_run_new(kite_eagle3_run **out, const kite_eagle3 *h, const kite_
         if (b > r->act_bytes) r->act_bytes = b;
     }
     r->act = r->act_bytes ? malloc(r->act_bytes) : NULL;
-    if (!r->k || !r->v || !r->row_token || !r->g || !r->cat || !r->q || !r->kk || !r->vv || !r->att || !r->h1 || !r->xn ||
+    if (!r->k || !r->v || !r->seen || !r->g || !r->cat || !r->q || !r->kk || !r->vv || !r->att || !r->h1 || !r->xn ||
         !r->gate || !r->up || !r->pre || !r->erow || !r->node_pre || !r->vis || (r->act_bytes && !r->act)) {
         kite_eagle3_run_free(r);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for the EAGLE-3 head's cache (%d positions)", n_ctx);
@@ -367,7 +368,7 @@ int kite_eagle3_run_new(kite_eagle3_run **out, const kite_eagle3 *h, const kite_
 
 void kite_eagle3_run_free(kite_eagle3_run *r) {
     if (!r) return;
-    free(r->k); free(r->v); free(r->row_token); free(r->g); free(r->cat); free(r->q); free(r->kk); free(r->vv);
+    free(r->k); free(r->v); free(r->seen); free(r->g); free(r->cat); free(r->q); free(r->kk); free(r->vv);
     free(r->att); free(r->h1); free(r->xn); free(r->gate); free(r->up); free(r->pre); free(r->erow); free(r->node_pre);
     free(r->vis); free(r->act);
     free(r);
@@ -509,7 +510,7 @@ static void run_committed(kite_eagle3_run *r, kite_pool *pool, const int32_t *to
         n_vis[i] = pos0 + i - r->lo + 1;
         int32_t *v = r->vis + (size_t)i * r->cap_rows;
         for (int32_t p = r->lo; p <= pos0 + i; p++) v[p - r->lo] = p;
-        r->row_token[pos0 + i] = token[i];
+        r->seen[pos0 + i + 1] = token[i];
     }
     run_batch(r, pool, n, token, g, pos, pos, n_vis, n - 1, logits_last, pre);
 }
@@ -577,17 +578,19 @@ int kite_eagle3_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_
     kite_features *f = &s->features;
     const int32_t P = s->n_past, Dm = r->h->dim, W = f->width;
     if (P < 1 || P > r->n_ctx || W != 3 * r->h->target_dim) return KITE_OK; /* nothing to draft from */
-    /* Rows still valid: run with the token the context now has after them (a truncation, a new turn or
-     * another root change it); the root's own row (position P - 1) is always run again. */
+    /* Rows still valid: those whose context up to the token they took is the session's now (a
+     * truncation, a new turn or another root change it); the root's own row (position P - 1) is always
+     * run again. A row p is valid iff seen[0 .. p + 1] match. */
     int32_t D = r->D < P - 1 ? r->D : P - 1;
-    for (int32_t p = r->lo; p < D; p++)
-        if (r->row_token[p] != s->history[p + 1]) { D = p; break; }
-    /* Feature rows for [D, P) must be held; when they start later (capture began mid-context, or rows
-     * were replaced), the cache restarts where they start. */
+    for (int32_t q = 0; q <= D; q++)
+        if (r->seen[q] != s->history[q]) { D = q > 0 ? q - 1 : 0; break; }
+    /* Feature rows for [D, P) must be held; when they start later (capture began mid-context, a
+     * truncation went below them), the cache restarts where they start. */
     if (f->n == 0 || f->pos0 + f->n < P) return KITE_OK;
     if (D < f->pos0 || D < r->lo) {
         r->lo = f->pos0;
         D = r->lo;
+        memcpy(r->seen, s->history, sizeof(int32_t) * ((size_t)r->lo + 1));
     }
     if (r->lo >= P) return KITE_OK;
     r->D = D;
