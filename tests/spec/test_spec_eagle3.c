@@ -247,6 +247,28 @@ static void test_exact_with_head(void **state) {
                 kite_session_free(s);
             }
     }
+    /* Rejection verification reads the head's distributions: identical to plain when greedy, and the
+     * same tokens again for a seed when sampling (exact in distribution only, so not plain's). */
+    for (int cfg = 0; cfg < 2; cfg++) {
+        kite_gen_params gp = gen_config(cfg == 0 ? 0 : 2);
+        run_result plain, a, b;
+        kite_session *s = open_session();
+        prompt(s);
+        gen(s, &gp, &plain);
+        kite_session_free(s);
+        for (int k = 0; k < 2; k++) {
+            s = open_session();
+            kite_spec_params sp = spec_of(KITE_DRAFT_EAGLE3, 6, 1);
+            sp.verify = KITE_VERIFY_REJECTION;
+            set_spec(s, &sp);
+            prompt(s);
+            gen(s, &gp, k ? &b : &a);
+            kite_session_free(s);
+        }
+        assert_same(&a, &b, "EAGLE-3 rejection verification, run twice");
+        if (cfg == 0) assert_same(&plain, &a, "EAGLE-3 rejection verification, greedy");
+        assert_true(a.stats.drafted > 0);
+    }
     /* The head passed as a plain draft model drafts as a head too. */
     kite_gen_params gp = gen_config(0);
     kite_session *s = open_session();
