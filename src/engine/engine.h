@@ -11,7 +11,8 @@
 
 struct kite_model {
     kite_source src;        /* mapped files and canonical tensors */
-    kite_weights weights;   /* tensors bound to layers (unset when vocab_only) */
+    kite_weights weights;   /* tensors bound to layers (unset when vocab_only or an EAGLE-3 head) */
+    struct kite_eagle3 *eagle3; /* an EAGLE-3 draft head (spec/eagle3.h): only a drafter, never a session's model */
     bool vocab_only;        /* only the tokenizer is usable */
     int32_t n_vocab;        /* the model's vocabulary (rows of the embedding), or the tokenizer's */
     kite_tokenizer *tokenizer;

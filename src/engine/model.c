@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "grammar/mask.h"
 #include "quant/types.h"
+#include "spec/eagle3.h"
 
 kite_model_params kite_model_default_params(void) {
     kite_model_params p = {0};
@@ -118,6 +119,19 @@ int kite_model_open(kite_model **out, const char *path, const kite_model_params 
     pthread_mutex_init(&m->cost_lock, NULL);
     pthread_mutex_init(&m->vocab_lock, NULL);
     int st = KITE_OK;
+    if (path && !m->vocab_only && kite_eagle3_file_is_head(path)) {
+        /* An EAGLE-3 head: a drafter only (kite_spec_params.draft_model), with the target's tokenizer. */
+        if ((st = kite_eagle3_open(&m->eagle3, path, &e))) {
+            kite_model_free(m);
+            return kite_error_export(&e, err, err_size);
+        }
+        m->n_vocab = kite_eagle3_n_vocab(m->eagle3);
+        m->n_threads = params->n_threads > 0 ? params->n_threads : kite_cpu_count();
+        m->gen_defaults = kite_gen_default_params();
+        kite_log(KITE_LOG_INFO, "loaded %s: an EAGLE-3 draft head, dim %d", path, kite_eagle3_dim(m->eagle3));
+        *out = m;
+        return KITE_OK;
+    }
     if (path) {
         if ((st = open_source(&m->src, path, &e))) { free(m); return kite_error_export(&e, err, err_size); }
         m->n_vocab = m->src.hp.n_vocab;
@@ -140,6 +154,7 @@ int kite_model_open(kite_model **out, const char *path, const kite_model_params 
 void kite_model_free(kite_model *m) {
     if (!m) return;
     kite_tokenizer_free(m->tokenizer);
+    kite_eagle3_free(m->eagle3);
     kite_weights_free(&m->weights);
     kite_source_close(&m->src);
     pthread_mutex_destroy(&m->cost_lock);
@@ -165,6 +180,16 @@ static const char *arch_name(kite_arch a) {
 
 void kite_model_get_info(const kite_model *m, kite_model_info *info) {
     memset(info, 0, sizeof *info);
+    if (m->eagle3) { /* a draft head: no source of its own */
+        snprintf(info->architecture, sizeof info->architecture, "eagle3");
+        snprintf(info->format, sizeof info->format, "gguf");
+        snprintf(info->tokenizer, sizeof info->tokenizer, "none");
+        info->n_vocab = m->n_vocab;
+        info->dim = kite_eagle3_dim(m->eagle3);
+        info->n_layers = 1;
+        info->bos_id = info->eos_id = -1;
+        return;
+    }
     const kite_hparams *hp = &m->src.hp;
     snprintf(info->architecture, sizeof info->architecture, "%s", m->src.n_tensors ? arch_name(hp->arch) : "none");
     snprintf(info->format, sizeof info->format, "%s", m->src.format);

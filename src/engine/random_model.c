@@ -46,6 +46,8 @@ static const model_shape k_shapes[] = {
     {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f},
     {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0, 0, 0, 0, 0.0f},
     {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f},
+    /* tiny with 4 layers: an EAGLE-3 head for it reads layer inputs only (0, 2, 3), as llama.cpp's llama graph exposes. */
+    {"tiny-l4", "llama", 256, 4, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f},
     /* Gemma 3 1B: 26 layers, five sliding-window layers (window 512) for each global one. */
     {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, true, 512, 6, 0, 0, 0, 0.0f},
     /* Tests: layers 0-1 local (window 8), layer 2 global. */
@@ -564,15 +566,19 @@ static void report(const kite_random_model_params *p, float fraction) {
 
 int kite_write_random_model(const char *path, const kite_random_model_params *params, char *err, size_t err_size) {
     kite_error e = {0};
-    if (!path || !params || !params->shape || !params->type)
+    if (!path || !params || !params->shape || (!params->type && (!params->shape || strcmp(params->shape, "eagle3") != 0)))
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: path, params, shape and type must not be NULL"),
                kite_error_export(&e, err, err_size);
+    if (strcmp(params->shape, "eagle3") == 0) { /* a drafter for a given target (random_eagle3.c) */
+        kite_write_random_eagle3(path, params, &e);
+        return kite_error_export(&e, err, err_size);
+    }
     const model_shape *shape = NULL;
     for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
         if (strcmp(params->shape, k_shapes[i].name) == 0) shape = &k_shapes[i];
     if (!shape)
-        return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, gemma3-1b, "
-                         "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe)",
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, tiny-l4, gemma3-1b, "
+                         "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, eagle3)",
                          params->shape),
                kite_error_export(&e, err, err_size);
     int type_index = -1;

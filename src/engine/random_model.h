@@ -6,6 +6,12 @@
 
 #include <stdint.h>
 
+#include "base/error.h"
+#include "kite.h"
+
+/* kite_write_random_model's "eagle3" shape: a random EAGLE-3 head fitting params->target_path. */
+int kite_write_random_eagle3(const char *path, const kite_random_model_params *params, kite_error *e);
+
 /* Standard deviation of every random weight matrix (embeddings, projections, output). */
 #define KITE_RANDOM_WEIGHT_STD 0.02f
 

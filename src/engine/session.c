@@ -33,6 +33,10 @@ int kite_session_open(kite_session **out, kite_model *model, const kite_session_
         kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_open: the model was opened with vocab_only");
         return kite_error_export(&e, err, err_size);
     }
+    if (model->eagle3) {
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_open: an EAGLE-3 head only drafts for a model (pass it as the draft)");
+        return kite_error_export(&e, err, err_size);
+    }
     const kite_hparams *hp = &model->weights.hp;
     int32_t n_ctx = params->n_ctx > 0 ? params->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     if (!kite_kv_type_name(params->kv_type)) {

@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "grammar/mask.h"
 #include "sample/sampler.h"
+#include "spec/eagle3.h"
 
 /* Distinct noise streams derived from the user's seed, so the rejection verifier's coin flips and
  * the oracle's corruptions never reuse the Gumbel noise of the target's own samples. */
@@ -64,7 +65,7 @@ static double one_token_ms(kite_session *d) {
 
 int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params *p, kite_error *e) {
     memset(st, 0, sizeof *st);
-    if (p->drafter < KITE_DRAFT_NONE || p->drafter > KITE_DRAFT_ORACLE)
+    if (p->drafter < KITE_DRAFT_NONE || p->drafter > KITE_DRAFT_EAGLE3)
         return kite_fail(e, KITE_ERR_INVALID_ARG, "unknown drafter %d", (int)p->drafter);
     if (p->budget < 0 || p->budget > KITE_MAX_DRAFT)
         return kite_fail(e, KITE_ERR_INVALID_ARG, "speculative budget %d is out of range (1..%d, or 0 for auto)", p->budget,
@@ -84,7 +85,15 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
                 return kite_fail(e, KITE_ERR_INVALID_ARG, "oracle id %d at index %zu is outside the vocabulary (0..%d)",
                                  p->oracle_ids[i], i, V - 1);
     st->params = *p;
-    if (p->drafter == KITE_DRAFT_MODEL) {
+    /* A draft "model" that is an EAGLE-3 head (kite_model_open recognises the architecture) drafts as one. */
+    if (p->drafter == KITE_DRAFT_MODEL && p->draft_model && p->draft_model->eagle3) st->params.drafter = KITE_DRAFT_EAGLE3;
+    if (st->params.drafter == KITE_DRAFT_EAGLE3) {
+        if (!p->draft_model || !p->draft_model->eagle3)
+            return kite_fail(e, KITE_ERR_INVALID_ARG, "the EAGLE-3 drafter needs an EAGLE-3 head (GGUF architecture eagle3) as draft_model");
+        int rc = kite_eagle3_check_target(p->draft_model->eagle3, &s->model->weights, e);
+        if (!rc) rc = kite_eagle3_run_new(&st->eagle3, p->draft_model->eagle3, &s->model->weights, s->n_ctx, e);
+        if (rc) { kite_spec_free(st); return rc; }
+    } else if (p->drafter == KITE_DRAFT_MODEL) {
         if (!p->draft_model) return kite_fail(e, KITE_ERR_INVALID_ARG, "the model drafter needs a draft model");
         if (p->draft_model->vocab_only) return kite_fail(e, KITE_ERR_INVALID_ARG, "the draft model was opened with vocab_only");
         if (!same_vocabulary(s->model, p->draft_model))
@@ -110,7 +119,7 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
         st->draft->pool = s->pool;
         st->draft->pool_borrowed = true;
     }
-    if (p->drafter == KITE_DRAFT_MODEL) {
+    if (st->params.drafter == KITE_DRAFT_MODEL || st->params.drafter == KITE_DRAFT_EAGLE3) {
         st->hist = malloc(sizeof(int32_t) * ((size_t)s->n_ctx + KITE_MAX_DRAFT + 1));
         if (!st->hist) {
             kite_spec_free(st);
@@ -132,7 +141,7 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
     for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.6;
     kite_model *m = s->model;
     pthread_mutex_lock(&m->cost_lock);
-    bool learned = m->have_learned && m->learned_for.drafter == p->drafter && m->learned_for.draft_model == p->draft_model &&
+    bool learned = m->have_learned && m->learned_for.drafter == st->params.drafter && m->learned_for.draft_model == p->draft_model &&
                    m->learned_for.oracle_error_rate == p->oracle_error_rate;
     if (learned) {
         memcpy(st->accept_rate, m->learned_accept, sizeof st->accept_rate);
@@ -142,6 +151,15 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
     }
     pthread_mutex_unlock(&m->cost_lock);
     if (!learned && st->draft) st->draft_ms_per_token = one_token_ms(st->draft);
+    if (!learned && st->eagle3) st->draft_ms_per_token = kite_eagle3_one_step_ms(st->eagle3, s->pool);
+    /* The target's hidden states are captured only while a learned drafter reads them (last: nothing
+     * above may fail after the session changed). */
+    const int32_t *layers = st->eagle3 ? kite_eagle3_target_layers(p->draft_model->eagle3) : NULL;
+    bool reads_nothing = st->params.drafter <= KITE_DRAFT_ORACLE; /* the drafters that read no hidden states */
+    if (st->eagle3 || (reads_nothing && s->features.width > 0)) {
+        int rc = kite_session_set_capture(s, layers, layers ? KITE_EAGLE3_N_FEATURES : 0, e);
+        if (rc) { kite_spec_free(st); return rc; }
+    }
     return KITE_OK;
 }
 
@@ -158,6 +176,7 @@ void kite_spec_learned_store(const kite_spec_state *st, kite_model *m) {
 void kite_spec_free(kite_spec_state *st) {
     if (!st) return;
     kite_session_free(st->draft);
+    kite_eagle3_run_free(st->eagle3);
     free(st->draft_logits);
     free(st->draft_q);
     free(st->work);
@@ -452,9 +471,8 @@ static void draft_oracle(kite_spec_state *st, kite_session *s, int32_t budget, u
 
 /* Draft-model logits processed like the target's (same penalties over the node's own history, same
  * masks), as log-probabilities at the sampling temperature (T = 1 when greedy). */
-static void draft_logq(kite_spec_state *st, kite_session *d, const kite_gen_params *gp, const float *logits,
+static void draft_logq(kite_spec_state *st, int32_t V, const kite_gen_params *gp, const float *logits,
                        const uint64_t *allowed, const int32_t *history, size_t n_history, float *logq) {
-    int32_t V = d->model->n_vocab;
     memcpy(logq, logits, sizeof(float) * (size_t)V);
     if (allowed) kite_gmask_apply(allowed, logq, V); /* the grammar's mask at the node, as the target's */
     kite_process_logits(gp, logq, V, history, n_history);
@@ -501,10 +519,21 @@ int kite_spec_catch_up(kite_spec_state *st, kite_session *s, kite_error *e) {
  * highest value, whatever their depth (values only fall along a path), a node's children in the
  * order of their noisy scores, and runs them through the draft model in one batch to expand them
  * next round. The last round's nodes are not run (nobody needs their logits). */
+/* The draft model's forward pass as kite_spec_grow_tree's node runner. */
+static int run_draft_nodes(void *ctx, kite_draft_tree *t, int32_t first, int32_t end, float *logits, kite_error *e) {
+    (void)e;
+    kite_spec_state *st = ctx;
+    kite_session *d = st->draft;
+    kite_forward(&d->model->weights, &d->kv, &d->scratch, d->pool, t->token + first, t->parent, first, end - first,
+                 d->n_past, logits, true);
+    for (int32_t j = first; j < end; j++) t->fed[j] = true;
+    return KITE_OK;
+}
+
 static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
                        kite_draft_tree *t, kite_error *e) {
     kite_session *d = st->draft;
-    int32_t V = d->model->n_vocab, P = s->n_past;
+    int32_t P = s->n_past;
     double t0 = kite_now_ms();
     int rc = kite_spec_catch_up(st, s, e); /* after plain steps; the prompt itself was fed by kite_prompt */
     if (rc) return rc;
@@ -514,6 +543,13 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
     int32_t n0 = t->n;
     kite_forward(&d->model->weights, &d->kv, &d->scratch, d->pool, t->token, t->parent, 0, n0, P, st->draft_logits, true);
     for (int32_t j = 0; j < n0; j++) t->fed[j] = true;
+    return kite_spec_grow_tree(st, s, budget, gp, t, d->model->n_vocab, run_draft_nodes, st, e);
+}
+
+int kite_spec_grow_tree(kite_spec_state *st, kite_session *s, int32_t budget, const kite_gen_params *gp, kite_draft_tree *t,
+                        int32_t V, kite_spec_run_nodes_fn run_nodes, void *run_ctx, kite_error *e) {
+    int32_t P = s->n_past;
+    int32_t n0 = t->n;
     int32_t width = st->params.tree_width;
     bool rejection = st->params.verify == KITE_VERIFY_REJECTION;
     uint64_t seed = rejection ? gp->seed ^ SEED_DRAFT_SAMPLE : gp->seed;
@@ -546,7 +582,7 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
             nh += path_len;
             for (int32_t k = j, at = nh - 1; k >= 0; k = t->parent[k]) st->hist[at--] = t->token[k];
             float *logq = st->draft_q + (size_t)j * V;
-            draft_logq(st, d, gp, st->draft_logits + (size_t)j * V, allowed, st->hist, (size_t)nh, logq);
+            draft_logq(st, V, gp, st->draft_logits + (size_t)j * V, allowed, st->hist, (size_t)nh, logq);
             int64_t pos = (int64_t)P + t->depth[j] + 1;
             /* Top-C by score, C small: repeated selection. */
             int32_t picked[8];
@@ -602,9 +638,8 @@ static int draft_model(kite_spec_state *st, kite_session *s, int32_t root, int32
         int32_t new_end = t->n;
         if (t->n - 1 >= budget) break; /* done; the last round's nodes stay unfed */
         /* Run the new nodes to get their logits. */
-        kite_forward(&d->model->weights, &d->kv, &d->scratch, d->pool, t->token + new_first, t->parent, new_first,
-                     new_end - new_first, P, st->draft_logits + (size_t)new_first * V, true);
-        for (int32_t j = new_first; j < new_end; j++) t->fed[j] = true;
+        int rc = run_nodes(run_ctx, t, new_first, new_end, st->draft_logits + (size_t)new_first * V, e);
+        if (rc) return rc;
         expand_first = new_first;
         expand_end = new_end;
     }
@@ -664,6 +699,7 @@ int kite_spec_draft_after(kite_spec_state *st, kite_session *s, int32_t root, co
     case KITE_DRAFT_NGRAM: draft_ngram(st, s, root, budget, t); break;
     case KITE_DRAFT_ORACLE: draft_oracle(st, s, budget, gp->seed, t); break;
     case KITE_DRAFT_MODEL: return draft_model(st, s, root, budget, gp, t, e); /* masks as it drafts */
+    case KITE_DRAFT_EAGLE3: return kite_eagle3_draft(st, s, root, budget, gp, t, e); /* masks as it drafts */
     default: return KITE_OK;
     }
     if (st->gmask) tree_constrain(st, t);
@@ -752,7 +788,8 @@ int32_t kite_spec_walk(kite_spec_state *st, const kite_gen_params *gp, const kit
         }
         if (child >= 0) {
             bool accepted = false;
-            const float *draft_logq = st->params.drafter == KITE_DRAFT_MODEL ? st->draft_q + (size_t)node * V : NULL;
+            const float *draft_logq = st->params.drafter == KITE_DRAFT_MODEL || st->params.drafter == KITE_DRAFT_EAGLE3
+                                          ? st->draft_q + (size_t)node * V : NULL;
             y = kite_spec_rejection_step(st, gp, target, V, history, (size_t)pos, pos, t->token[child], draft_logq, &accepted);
             if (!accepted) child = -1;
         } else {

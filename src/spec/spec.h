@@ -26,6 +26,7 @@ typedef struct kite_draft_tree {
 typedef struct kite_spec_state {
     kite_spec_params params;
     struct kite_session *draft;   /* KITE_DRAFT_MODEL: a session on the draft model (sharing our pool) */
+    struct kite_eagle3_run *eagle3; /* KITE_DRAFT_EAGLE3: the head's cache and scratch (spec/eagle3.h) */
     float *draft_logits;          /* [KITE_MAX_DRAFT + 1][n_vocab] draft logits per tree node */
     float *draft_q;               /* [KITE_MAX_DRAFT + 1][n_vocab] draft distributions (rejection) */
     float *work;                  /* [n_vocab] scratch */
@@ -85,6 +86,13 @@ int kite_spec_draft_after(kite_spec_state *st, struct kite_session *s, int32_t r
 /* A chain root -> ids[0] -> ... -> ids[n - 1] (n <= KITE_MAX_DRAFT), drafted by the caller (a grammar's
  * forced text). */
 void kite_spec_draft_chain(kite_draft_tree *t, int32_t root, const int32_t *ids, int32_t n);
+/* Runs tree nodes [first, end) through a drafter, writing their draft logits to logits[end - first][V]. */
+typedef int (*kite_spec_run_nodes_fn)(void *ctx, kite_draft_tree *t, int32_t first, int32_t end, float *logits, kite_error *e);
+/* Grows t (whose nodes' draft logits are in st->draft_logits; the last one is expanded first) best-first
+ * to budget drafted tokens by top-C expansion under the shared noise (spec.c, draft_model's comment),
+ * calling run_nodes on each round's new nodes but the last. */
+int kite_spec_grow_tree(kite_spec_state *st, struct kite_session *s, int32_t budget, const kite_gen_params *gp,
+                        kite_draft_tree *t, int32_t V, kite_spec_run_nodes_fn run_nodes, void *run_ctx, kite_error *e);
 /* Keeps the draft model's cache in step with the accepted path of the last pass. */
 void kite_spec_commit(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path, int32_t pos0);
 

@@ -51,6 +51,38 @@ def run_json(args):
     return json.loads(out)
 
 
+def eagle3_cli():
+    """`--draft HEAD.gguf` with an EAGLE-3 head written by `kite gen-model --shape eagle3 --target`: the
+    same ids as plain decoding (greedy chain, seeded tree) with drafts made; a head for another target
+    fails with one error line naming the width mismatch."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        paths = {n: os.path.join(d, n + ".gguf") for n in ("tiny", "head", "other", "other-head")}
+        for args in (["--shape", "tiny", "--type", "f32", "--out", paths["tiny"]],
+                     ["--shape", "eagle3", "--target", paths["tiny"], "--out", paths["head"]],
+                     ["--shape", "tiny-gemma3", "--type", "f32", "--out", paths["other"]],
+                     ["--shape", "eagle3", "--target", paths["other"], "--out", paths["other-head"]]):
+            p = subprocess.run([KITE, "gen-model"] + args, capture_output=True, timeout=120)
+            if not check(p.returncode == 0, f"gen-model {' '.join(args)}: {p.stderr.decode(errors='replace')}"):
+                return
+        base = ["--model", paths["tiny"], "--prompt", "one two three one two", "--max-tokens", "24", "--ignore-eos"]
+        for sampling, spec in ((["--temperature", "0"], ["--spec-budget", "4"]),
+                               (["--temperature", "1", "--seed", "3"], ["--spec-budget", "8", "--spec-tree", "3"])):
+            plain = run_json(base + sampling)
+            got = run_json(base + sampling + ["--draft", paths["head"]] + spec)
+            if plain is None or got is None:
+                continue
+            label = f"eagle3 head {' '.join(sampling + spec)}"
+            ok = check(got["ids"] == plain["ids"], f"{label}: ids differ from plain")
+            ok &= check(got["stats"].get("drafted", 0) > 0, f"{label}: nothing drafted")
+            print(f"{label:90s} {'same ids' if ok else 'DIFFERENT'}  tau {got['stats'].get('tau', 0):.2f}")
+        rc, out, err = run(base + ["--draft", paths["other-head"]])
+        lines = [l for l in err.splitlines() if l.strip()]
+        ok = check(rc == 1 and len(lines) == 1 and "error" in lines[0] and "EAGLE-3" in err and "width 128" in err,
+                   f"eagle3 head for another target: exit {rc}, {err!r}")
+        print(f"{'eagle3 head for another target':90s} {'ok' if ok else 'FAIL'}: {err.strip()}")
+
+
 def bench_spec():
     """`kite bench --spec` on two small prompt sets: the JSON has every category at both temperatures,
     speculation reproduced plain decoding, the oracle's tau is the hand-computed one, the plot is SVG."""
@@ -172,6 +204,7 @@ def main():
         print(f"{label:90s} {'ok' if ok else 'FAIL'}: {err.strip()}")
 
     bench_spec()
+    eagle3_cli()
     print(f"{failures} failure(s)")
     return 1 if failures else 0
 

@@ -551,6 +551,12 @@ int kite_bench_spec(int argc, char **argv) {
     kite_model_get_info(b.model, &info);
     const char *drafter_name = a.oracle ? "oracle" : !a.draft || !strcmp(a.draft, "ngram") ? "ngram" : "model";
     if (!strcmp(drafter_name, "model") && (rc = open_with_tokenizer(&a, a.draft, "draft model: ", &b.draft))) goto done;
+    bool eagle3 = false; /* the draft is an EAGLE-3 head */
+    if (b.draft) {
+        kite_model_info di;
+        kite_model_get_info(b.draft, &di);
+        if (!strcmp(di.architecture, "eagle3")) eagle3 = true, drafter_name = "eagle3";
+    }
     b.n_ctx = a.ctx ? a.ctx : info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
     int32_t max_prompt = b.n_ctx - a.gen_tokens - KITE_MAX_DRAFT - 1;
     if (max_prompt < 4) {
@@ -559,7 +565,7 @@ int kite_bench_spec(int argc, char **argv) {
     }
 
     kite_spec_params spec = kite_spec_default_params();
-    spec.drafter = a.oracle ? KITE_DRAFT_ORACLE : b.draft ? KITE_DRAFT_MODEL : KITE_DRAFT_NGRAM;
+    spec.drafter = a.oracle ? KITE_DRAFT_ORACLE : eagle3 ? KITE_DRAFT_EAGLE3 : b.draft ? KITE_DRAFT_MODEL : KITE_DRAFT_NGRAM;
     spec.draft_model = b.draft;
     spec.budget = a.budget;
     spec.tree_width = a.tree;
@@ -660,7 +666,7 @@ int kite_bench_spec(int argc, char **argv) {
     else snprintf(budget_text, sizeof budget_text, "auto");
     char drafter_text[160];
     if (a.oracle) snprintf(drafter_text, sizeof drafter_text, "oracle (acceptance %.2f)", a.oracle_acceptance);
-    else if (b.draft) snprintf(drafter_text, sizeof drafter_text, "model %s", a.draft);
+    else if (b.draft) snprintf(drafter_text, sizeof drafter_text, "%s %s", drafter_name, a.draft);
     else snprintf(drafter_text, sizeof drafter_text, "ngram");
     const char *model_base = strrchr(a.model, '/') && strrchr(a.model, '/')[1] ? strrchr(a.model, '/') + 1 : a.model;
     snprintf(title, sizeof title, "%s: drafter %s, budget %s, tree %d, %s; %d prompts/category, %d tokens", model_base,

@@ -1,0 +1,41 @@
+/* node-llama-cpp's prebuilt libllama, dlopen'ed, with the few calls an EAGLE-3 comparison needs
+ * (types from the bundled source's llama.h). The functions of llama.cpp's src/llama-ext.h are C++
+ * declarations: they are looked up by their mangled names, whose signatures are plain C types. */
+#ifndef KITE_TESTS_ORACLE_LLAMA_API_H
+#define KITE_TESTS_ORACLE_LLAMA_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "llama.h"
+
+typedef struct llama_api {
+    void *ggml, *llama;
+    void (*backend_init)(void);
+    void (*log_set)(ggml_log_callback, void *);
+    struct llama_model_params (*model_default_params)(void);
+    struct llama_context_params (*context_default_params)(void);
+    struct llama_model *(*model_load)(const char *, struct llama_model_params);
+    void (*model_free)(struct llama_model *);
+    struct llama_context *(*init_from_model)(struct llama_model *, struct llama_context_params);
+    void (*free_ctx)(struct llama_context *);
+    int32_t (*decode)(struct llama_context *, struct llama_batch);
+    int32_t (*encode)(struct llama_context *, struct llama_batch);
+    float *(*get_logits_ith)(struct llama_context *, int32_t);
+    void (*ggml_load_all_from_path)(const char *);
+    /* src/llama-ext.h */
+    void (*set_layer_inp)(struct llama_context *, uint32_t, bool);
+    float *(*get_layer_inp)(struct llama_context *, uint32_t);
+    void (*set_nextn)(struct llama_context *, bool, bool);
+    float *(*get_nextn)(struct llama_context *);
+    float *(*get_nextn_ith)(struct llama_context *, int32_t);
+    const int32_t *(*target_layer_ids)(const struct llama_model *);
+    uint32_t (*target_layer_ids_n)(const struct llama_model *);
+} llama_api;
+
+
+/* Opens the libraries in dir, loads the CPU backends, quiets the log. Non-zero (why says what is
+ * missing) on failure. */
+int llama_api_open(llama_api *api, const char *dir, char *why, size_t why_size);
+
+#endif
