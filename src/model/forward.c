@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "model/moe.h"
+#include "model/pool_work.h"
 #include "quant/types.h"
 
 /* Up to three products that share one input x: the activations are quantized once and one pool job
@@ -44,35 +45,6 @@ static void matmul_task(void *ctx, int64_t task, int thread) {
     job->ks->matmul(part->w, job->act, job->x, job->n, part->y, part->y_stride, r0, r1);
 }
 
-/* Products and attention below this many multiply-adds run on the calling thread: handing them to the
- * pool costs both threads a round trip between cores (and the results' cache lines a move), which small
- * models paid on every product. With each thread owning a span of the tasks (base/threadpool.c), the
- * other thread takes its share of even a tiny job, and llama2xs-281K decoded at 17-22k tok/s in some
- * runs instead of 35-39k. 256K multiply-adds are a few microseconds on one core: 144 KB of Q4_0
- * weights at one row, or attention over ~128 positions for 32 heads of 64. */
-#define HANDOFF_MIN_MACS ((int64_t)1 << 18)
-
-/* Runs fn over [0, count) on the pool when the work (macs, multiply-adds) pays for the hand-off. */
-static void run_sized(kite_pool *pool, kite_pool_fn fn, void *ctx, int64_t count, int64_t macs) {
-    if (count > 1 && macs >= HANDOFF_MIN_MACS && kite_pool_threads(pool) > 1) kite_pool_run(pool, fn, ctx, count);
-    else
-        for (int64_t t = 0; t < count; t++) fn(ctx, t, 0);
-}
-
-typedef struct quantize_job {
-    const kite_kernel_set *ks;
-    uint32_t type;
-    const float *x;
-    int64_t cols;
-    void *act;
-} quantize_job;
-
-static void quantize_task(void *ctx, int64_t task, int thread) {
-    (void)thread;
-    const quantize_job *job = ctx;
-    job->ks->quantize_act(job->type, job->x, job->cols, (int32_t)task, (int32_t)task + 1, job->act);
-}
-
 /* y_i[b][0..rows_i) = W_i x[b] for b < n and each of the n_parts matrices, which must share type and
  * cols (one quantization of x serves them all; callers with mixed types call once per matrix). The
  * activations are quantized once (by rows in parallel when there are several), then the threads take
@@ -91,9 +63,7 @@ static void matmul_parts(kite_pool *pool, kite_forward_scratch *s, const kite_ke
             return;
         }
         act = s->act;
-        quantize_job qj = {.ks = ks, .type = w->type, .x = x, .cols = w->cols, .act = act};
-        if (n >= 4 && kite_pool_threads(pool) > 1) kite_pool_run(pool, quantize_task, &qj, n); /* ~1 us a row */
-        else ks->quantize_act(w->type, x, w->cols, 0, n, act);
+        kite_quantize_rows(ks, pool, w->type, x, w->cols, n, act);
     }
     matmul_job job = {.ks = ks, .n_parts = n_parts, .act = act, .x = x, .n = n};
     int64_t tasks = 0, macs = 0;
@@ -103,7 +73,7 @@ static void matmul_parts(kite_pool *pool, kite_forward_scratch *s, const kite_ke
         tasks += (parts[p].w->rows + ks->row_block - 1) / ks->row_block;
         macs += parts[p].w->rows * parts[p].w->cols * n;
     }
-    run_sized(pool, matmul_task, &job, tasks, macs);
+    kite_run_sized(pool, matmul_task, &job, tasks, macs);
 }
 
 static void matmul(kite_pool *pool, kite_forward_scratch *s, const kite_kernel_set *ks, const kite_packed_matrix *w,
@@ -168,9 +138,9 @@ static void rope(float *v, int32_t head_dim, const float *c, const float *sn, ki
  * these change no bits, only how long a prefill or a verification pass waits on one core. */
 
 /* Runs fn over [0, count) on the pool when there is more than one task, inline otherwise (a hand-off
- * costs more than one row's work): run_sized with work that always pays. */
+ * costs more than one row's work): kite_run_sized with work that always pays. */
 static void run_each(kite_pool *pool, kite_pool_fn fn, void *ctx, int64_t count) {
-    run_sized(pool, fn, ctx, count, HANDOFF_MIN_MACS);
+    kite_run_sized(pool, fn, ctx, count, KITE_HANDOFF_MIN_MACS);
 }
 
 /* x[src] += xn[src] (when add), then xn[b] = rmsnorm(x[src]) * weight, where src = rows[b] (or b when
@@ -467,7 +437,7 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
             .window = local ? hp->sliding_window : 0,
             .scale = hp->attn_scale > 0.0f ? hp->attn_scale : 1.0f / sqrtf((float)hd),
         };
-        run_sized(pool, attention_task, &aj, (int64_t)n * hp->n_kv_heads, attn_macs);
+        kite_run_sized(pool, attention_task, &aj, (int64_t)n * hp->n_kv_heads, attn_macs);
         /* Output projection into xn, then the residual add and the FFN norm. */
         if (s->act_hook) observe(s, l, "attn_output", s->att_out, n, q_width);
         matmul(pool, s, w->kernels, &L->wo, s->att_out, s->xn, dim, n);

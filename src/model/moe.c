@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/pool_work.h"
 #include "quant/types.h"
 
 void kite_moe_layer_free(kite_moe_layer *moe) {
@@ -61,14 +62,6 @@ void kite_moe_scratch_free(kite_moe_scratch *ms) {
     memset(ms, 0, sizeof *ms);
 }
 
-/* As forward.c: work below this many multiply-adds stays on the calling thread. */
-#define MOE_HANDOFF_MIN_MACS ((int64_t)1 << 18)
-
-static void run_tasks(kite_pool *pool, kite_pool_fn fn, void *ctx, int64_t count, int64_t macs) {
-    if (count > 1 && macs >= MOE_HANDOFF_MIN_MACS && kite_pool_threads(pool) > 1) kite_pool_run(pool, fn, ctx, count);
-    else
-        for (int64_t t = 0; t < count; t++) fn(ctx, t, 0);
-}
 
 /* ---- products over groups of rows: one pool job for all experts' matrices of one kind ------------ */
 
@@ -103,20 +96,6 @@ static void product_task(void *ctx, int64_t task, int thread) {
     j->ks->matmul(p->w, p->act, p->x, p->m, p->y, p->y_stride, r0, r1);
 }
 
-typedef struct quantize_job {
-    const kite_kernel_set *ks;
-    uint32_t type;
-    const float *x;
-    int64_t cols;
-    void *act;
-} quantize_job;
-
-static void quantize_task(void *ctx, int64_t task, int thread) {
-    (void)thread;
-    const quantize_job *j = ctx;
-    j->ks->quantize_act(j->type, j->x, j->cols, (int32_t)task, (int32_t)task + 1, j->act);
-}
-
 /* Quantizes rows [0, n) of x for weights of `type` into ms->act; NULL when the kernels read floats.
  * Row r's bytes start at act_bytes(type, cols, r) (each row is a whole number of aligned bytes), so
  * an expert's rows are a contiguous piece of the buffer. */
@@ -128,9 +107,7 @@ static void *quantize_rows(const kite_kernel_set *ks, kite_moe_scratch *ms, kite
         kite_log(KITE_LOG_ERROR, "moe: activation scratch of %zu bytes is smaller than %zu", ms->act_bytes, need);
         return NULL;
     }
-    quantize_job qj = {.ks = ks, .type = type, .x = x, .cols = cols, .act = ms->act};
-    if (n >= 4 && kite_pool_threads(pool) > 1) kite_pool_run(pool, quantize_task, &qj, n);
-    else ks->quantize_act(type, x, cols, 0, n, ms->act);
+    kite_quantize_rows(ks, pool, type, x, cols, n, ms->act);
     return ms->act;
 }
 
@@ -167,7 +144,7 @@ static void expert_products(const kite_moe_call *c, kite_moe_scratch *ms, kite_p
         }
     }
     product_job job = {.ks = ks, .parts = parts, .n_parts = n_parts};
-    if (n_parts) run_tasks(pool, product_task, &job, tasks, macs);
+    if (n_parts) kite_run_sized(pool, product_task, &job, tasks, macs);
 }
 
 /* gate = silu(gate) * up in chunks, as forward.c's SwiGLU. */
@@ -241,7 +218,7 @@ void kite_moe_ffn(const kite_moe_call *c, kite_moe_scratch *ms, kite_pool *pool,
         const void *act = quantize_rows(c->ks, ms, pool, moe->router.type, x, dim, n);
         parts[0] = (product_part){.w = &moe->router, .act = act, .x = x, .m = n, .y = ms->logits, .y_stride = E};
         product_job job = {.ks = c->ks, .parts = parts, .n_parts = 1};
-        run_tasks(pool, product_task, &job, (E + c->ks->row_block - 1) / c->ks->row_block, (int64_t)E * dim * n);
+        kite_run_sized(pool, product_task, &job, (E + c->ks->row_block - 1) / c->ks->row_block, (int64_t)E * dim * n);
     }
     memset(ms->count, 0, sizeof(int32_t) * (size_t)E);
     for (int32_t b = 0; b < n; b++) {
@@ -274,7 +251,7 @@ void kite_moe_ffn(const kite_moe_call *c, kite_moe_scratch *ms, kite_pool *pool,
     expert_products(c, ms, pool, gate_up, gate_up_out, 2, ms->xg, dim, ffn, total, parts);
     silu_job sj = {.ks = c->ks, .gate = ms->gate, .up = ms->up, .count = (int64_t)total * ffn};
     int64_t chunks = (sj.count + MOE_SILU_CHUNK - 1) / MOE_SILU_CHUNK;
-    run_tasks(pool, silu_task, &sj, chunks, chunks > 1 ? MOE_HANDOFF_MIN_MACS : 0);
+    kite_run_sized(pool, silu_task, &sj, chunks, chunks > 1 ? KITE_HANDOFF_MIN_MACS : 0);
     if (c->hook)
         for (int32_t e = 0; e < E; e++)
             if (ms->count[e]) hook(c, "ffn_down_exps", e, ms->gate + (int64_t)ms->start[e] * ffn, ms->count[e], ffn);
