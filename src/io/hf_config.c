@@ -1,6 +1,7 @@
 #include "io/hf_config.h"
 
 #include "model/arch/gemma3.h"
+#include "model/arch/qwen35.h"
 #include "model/arch/qwen3moe.h"
 
 #include <jansson.h>
@@ -104,6 +105,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
         {"qwen3", "Qwen3ForCausalLM", KITE_ARCH_QWEN3},
         {"gemma3_text", "Gemma3ForCausalLM", KITE_ARCH_GEMMA3},
         {"qwen3_moe", "Qwen3MoeForCausalLM", KITE_ARCH_QWEN3MOE},
+        {"qwen3_5_text", "Qwen3_5ForCausalLM", KITE_ARCH_QWEN35},
     };
     const size_t n_known = sizeof known / sizeof known[0];
     const json_t *mt = field(root, "model_type");
@@ -112,7 +114,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
         for (size_t i = 0; i < n_known; i++)
             if (strcmp(s, known[i].model_type) == 0) { *arch = known[i].arch; return KITE_OK; }
         return kite_fail(e, KITE_ERR_UNSUPPORTED,
-                         "%s: unsupported architecture '%.64s' (model_type in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, gemma3_text",
+                         "%s: unsupported architecture '%.64s' (model_type in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, qwen3_5_text, gemma3_text",
                          label, s);
     }
     if (mt) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"model_type\" is not a string", label);
@@ -124,7 +126,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
     for (size_t i = 0; i < n_known; i++)
         if (strcmp(s, known[i].class_name) == 0) { *arch = known[i].arch; return KITE_OK; }
     return kite_fail(e, KITE_ERR_UNSUPPORTED,
-                     "%s: unsupported architecture '%.64s' (architectures in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, gemma3_text",
+                     "%s: unsupported architecture '%.64s' (architectures in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, qwen3_5_text, gemma3_text",
                      label, s);
 }
 
@@ -269,6 +271,66 @@ static int parse_qwen3moe(const json_t *root, kite_hparams *hp, const char *labe
     return KITE_OK;
 }
 
+/* Qwen3.5's keys, as transformers' Qwen3_5TextConfig: linear_{conv_kernel_dim, key_head_dim, value_head_dim,
+ * num_key_heads, num_value_heads}, full_attention_interval (default 4) and layer_types (which must follow
+ * it), attn_output_gate (default true; false is not supported), RoPE in rope_parameters (transformers 5)
+ * or at the top level: rope_theta and partial_rotary_factor (default 0.25). Value heads stay in HF's order
+ * (grouped by key head) and the norms but linear_attn.norm are x * (1 + w). */
+static int parse_qwen35(const json_t *root, kite_hparams *hp, const char *label, kite_error *e) {
+    int rc;
+    int64_t kernel = 0, hk = 0, hv = 0, nk = 0, nv = 0, interval = 4;
+    if ((rc = get_int(root, "linear_conv_kernel_dim", 1, 16, true, 0, &kernel, label, e)) ||
+        (rc = get_int(root, "linear_key_head_dim", 1, MAX_HEAD_DIM, true, 0, &hk, label, e)) ||
+        (rc = get_int(root, "linear_value_head_dim", 1, MAX_HEAD_DIM, true, 0, &hv, label, e)) ||
+        (rc = get_int(root, "linear_num_key_heads", 1, MAX_HEADS, true, 0, &nk, label, e)) ||
+        (rc = get_int(root, "linear_num_value_heads", 1, MAX_HEADS, true, 0, &nv, label, e)) ||
+        (rc = get_int(root, "full_attention_interval", 1, MAX_LAYERS, false, 4, &interval, label, e)))
+        return rc;
+    if (nv % nk != 0) return kite_fail(e, KITE_ERR_FORMAT, "%s: %lld value heads are not a multiple of %lld key heads", label,
+                                       (long long)nv, (long long)nk);
+    const json_t *types = field(root, "layer_types");
+    if (types) {
+        if (!json_is_array(types) || (int64_t)json_array_size(types) != hp->n_layers)
+            return kite_fail(e, KITE_ERR_FORMAT, "%s: \"layer_types\" is not a list of %d layer types", label, hp->n_layers);
+        for (int32_t l = 0; l < hp->n_layers; l++) {
+            const char *t = json_string_value(json_array_get(types, (size_t)l));
+            const bool linear = (l + 1) % interval != 0;
+            if (!t || strcmp(t, linear ? "linear_attention" : "full_attention") != 0)
+                return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: layer_types[%d] = %s; kite supports a full-attention layer every "
+                                 "full_attention_interval (%lld) layers only", label, l, t ? t : "?", (long long)interval);
+        }
+    }
+    const json_t *gate = field(root, "attn_output_gate");
+    if (gate && !json_is_true(gate))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: \"attn_output_gate\": false is not supported", label);
+    const json_t *rp = field(root, "rope_parameters");
+    if (rp && !json_is_object(rp)) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"rope_parameters\" is not an object", label);
+    const json_t *rope = rp ? rp : root;
+    double theta = hp->rope_theta, partial = 0.25;
+    if ((rc = get_num(rope, "rope_theta", 0.0, false, 1e12, hp->rope_theta, &theta, NULL, label, e)) ||
+        (rc = get_num(rope, "partial_rotary_factor", 0.0, false, 1.0, 0.25, &partial, NULL, label, e)))
+        return rc;
+    const json_t *type = rp ? field(rp, "rope_type") : NULL;
+    if (type && (!json_is_string(type) || strcmp(json_string_value(type), "default") != 0))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: rope_type '%.32s' is not supported for qwen3_5_text", label,
+                         json_is_string(type) ? json_string_value(type) : "?");
+    const int32_t rot = (int32_t)((double)hp->head_dim * partial); /* as the converter's int(head_dim * factor) */
+    if (rot < 2 || rot % 2 != 0) return kite_fail(e, KITE_ERR_FORMAT, "%s: partial_rotary_factor %g gives %d rotated dimensions",
+                                                  label, partial, rot);
+    hp->rope_theta = (float)theta;
+    hp->n_rot = rot;
+    hp->dn_conv_kernel = (int32_t)kernel;
+    hp->dn_head_k_dim = (int32_t)hk;
+    hp->dn_head_v_dim = (int32_t)hv;
+    hp->dn_n_k_heads = (int32_t)nk;
+    hp->dn_n_v_heads = (int32_t)nv;
+    hp->dn_v_grouped = true;
+    hp->full_attn_interval = (int32_t)interval;
+    hp->attn_output_gate = true;
+    hp->norm_weight_offset = 1.0f;
+    return KITE_OK;
+}
+
 int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_hparams *hp, int32_t *bos_id,
                          int32_t *eos_id, kite_error *e) {
     memset(hp, 0, sizeof *hp);
@@ -346,6 +408,7 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
     hp->tied_embeddings = json_is_true(tie);
     if (hp->arch == KITE_ARCH_GEMMA3 && (rc = parse_gemma3(root, hp, label, e))) goto done;
     if (hp->arch == KITE_ARCH_QWEN3MOE && (rc = parse_qwen3moe(root, hp, label, e))) goto done;
+    if (hp->arch == KITE_ARCH_QWEN35 && (rc = parse_qwen35(root, hp, label, e))) goto done;
     if ((rc = parse_rope_scaling(root, hp, label, e))) goto done;
 
     bool given;
@@ -466,7 +529,8 @@ int kite_hf_canonical_name_arch(kite_arch arch, const char *hf_name, int32_t n_l
             return n > 0 && (size_t)n < out_size ? 1 : -1;
         }
     }
-    const char *gemma = arch == KITE_ARCH_GEMMA3 ? kite_gemma3_hf_layer_name(rest) : NULL;
+    const char *gemma = arch == KITE_ARCH_GEMMA3 ? kite_gemma3_hf_layer_name(rest)
+                        : arch == KITE_ARCH_QWEN35 ? kite_qwen35_hf_layer_name(rest) : NULL;
     if (gemma) {
         if (layer >= n_layers) return -1;
         int n = snprintf(out, out_size, "blk.%d.%s", (int)layer, gemma);
