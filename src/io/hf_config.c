@@ -341,35 +341,49 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
     int rc;
     int64_t dim = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, ctx = 0;
     double eps = 0.0, theta = 0.0;
-    if ((rc = parse_arch(root, &hp->arch, label, e))) goto done;
+    /* Qwen3.5's checkpoints are the vision-language Qwen3_5ForConditionalGeneration: the language model's
+     * config sits in text_config (its weights under model.language_model., kite_hf_canonical_name_arch). */
+    const json_t *cfg = root, *mt = field(root, "model_type"), *text_config = field(root, "text_config");
+    if (json_is_string(mt) && strcmp(json_string_value(mt), "qwen3_5") == 0) {
+        if (!json_is_object(text_config)) {
+            rc = kite_fail(e, KITE_ERR_FORMAT, "%s: model_type qwen3_5 without a \"text_config\" object", label);
+            goto done;
+        }
+        cfg = text_config;
+    } else if (json_is_string(mt) && strcmp(json_string_value(mt), "qwen3_5_moe") == 0) {
+        rc = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: qwen3_5_moe (Gated DeltaNet with routed experts) is not supported yet; kite runs "
+                       "the dense qwen3_5", label);
+        goto done;
+    }
+    if ((rc = parse_arch(cfg, &hp->arch, label, e))) goto done;
 
-    const json_t *act = field(root, "hidden_act");
+    const json_t *act = field(cfg, "hidden_act");
     if (act && hp->arch != KITE_ARCH_GEMMA3 && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
         rc = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: hidden_act '%.32s' is not supported; kite runs silu", label,
                        json_is_string(act) ? json_string_value(act) : "?");
         goto done;
     }
-    if (json_is_true(field(root, "mlp_bias"))) {
+    if (json_is_true(field(cfg, "mlp_bias"))) {
         rc = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: \"mlp_bias\": true is not supported", label);
         goto done;
     }
-    if (json_is_true(field(root, "use_sliding_window"))) {
+    if (json_is_true(field(cfg, "use_sliding_window"))) {
         rc = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: \"use_sliding_window\": true is not supported", label);
         goto done;
     }
 
-    if ((rc = get_int(root, "hidden_size", 1, MAX_DIM, true, 0, &dim, label, e))) goto done;
-    if ((rc = get_int(root, "intermediate_size", 1, MAX_FFN, true, 0, &ffn, label, e))) goto done;
-    if ((rc = get_int(root, "num_hidden_layers", 1, MAX_LAYERS, true, 0, &layers, label, e))) goto done;
-    if ((rc = get_int(root, "num_attention_heads", 1, MAX_HEADS, true, 0, &heads, label, e))) goto done;
-    if ((rc = get_int(root, "num_key_value_heads", 1, heads, false, heads, &kv_heads, label, e))) goto done;
+    if ((rc = get_int(cfg, "hidden_size", 1, MAX_DIM, true, 0, &dim, label, e))) goto done;
+    if ((rc = get_int(cfg, "intermediate_size", 1, MAX_FFN, true, 0, &ffn, label, e))) goto done;
+    if ((rc = get_int(cfg, "num_hidden_layers", 1, MAX_LAYERS, true, 0, &layers, label, e))) goto done;
+    if ((rc = get_int(cfg, "num_attention_heads", 1, MAX_HEADS, true, 0, &heads, label, e))) goto done;
+    if ((rc = get_int(cfg, "num_key_value_heads", 1, heads, false, heads, &kv_heads, label, e))) goto done;
     if (heads % kv_heads != 0) {
         rc = kite_fail(e, KITE_ERR_FORMAT, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
                        label, (long long)heads, (long long)kv_heads);
         goto done;
     }
-    if (field(root, "head_dim")) {
-        if ((rc = get_int(root, "head_dim", 2, MAX_HEAD_DIM, true, 0, &head_dim, label, e))) goto done;
+    if (field(cfg, "head_dim")) {
+        if ((rc = get_int(cfg, "head_dim", 2, MAX_HEAD_DIM, true, 0, &head_dim, label, e))) goto done;
     } else {
         if (dim % heads != 0) {
             rc = kite_fail(e, KITE_ERR_FORMAT,
@@ -384,11 +398,12 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
                        (long long)head_dim, MAX_HEAD_DIM);
         goto done;
     }
-    if ((rc = get_int(root, "vocab_size", 1, INT32_MAX, true, 0, &vocab, label, e))) goto done;
-    if ((rc = get_int(root, "max_position_embeddings", 1, INT32_MAX, false, 2048, &ctx, label, e))) goto done;
-    if ((rc = get_num(root, "rms_norm_eps", 0.0, false, 1.0, 1e-6, &eps, NULL, label, e))) goto done;
-    if ((rc = get_num(root, "rope_theta", 0.0, false, 1e12, 10000.0, &theta, NULL, label, e))) goto done;
-    const json_t *tie = field(root, "tie_word_embeddings");
+    if ((rc = get_int(cfg, "vocab_size", 1, INT32_MAX, true, 0, &vocab, label, e))) goto done;
+    if ((rc = get_int(cfg, "max_position_embeddings", 1, INT32_MAX, false, 2048, &ctx, label, e))) goto done;
+    if ((rc = get_num(cfg, "rms_norm_eps", 0.0, false, 1.0, 1e-6, &eps, NULL, label, e))) goto done;
+    if ((rc = get_num(cfg, "rope_theta", 0.0, false, 1e12, 10000.0, &theta, NULL, label, e))) goto done;
+    const json_t *tie = field(cfg, "tie_word_embeddings");
+    if (!tie) tie = field(root, "tie_word_embeddings");
     if (tie && !json_is_boolean(tie)) {
         rc = kite_fail(e, KITE_ERR_FORMAT, "%s: \"tie_word_embeddings\" is not a boolean", label);
         goto done;
@@ -406,14 +421,16 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
     hp->rope_theta = (float)theta;
     hp->rope_layout = KITE_ROPE_HALF;
     hp->tied_embeddings = json_is_true(tie);
-    if (hp->arch == KITE_ARCH_GEMMA3 && (rc = parse_gemma3(root, hp, label, e))) goto done;
-    if (hp->arch == KITE_ARCH_QWEN3MOE && (rc = parse_qwen3moe(root, hp, label, e))) goto done;
-    if (hp->arch == KITE_ARCH_QWEN35 && (rc = parse_qwen35(root, hp, label, e))) goto done;
-    if ((rc = parse_rope_scaling(root, hp, label, e))) goto done;
+    if (hp->arch == KITE_ARCH_GEMMA3 && (rc = parse_gemma3(cfg, hp, label, e))) goto done;
+    if (hp->arch == KITE_ARCH_QWEN3MOE && (rc = parse_qwen3moe(cfg, hp, label, e))) goto done;
+    if (hp->arch == KITE_ARCH_QWEN35 && (rc = parse_qwen35(cfg, hp, label, e))) goto done;
+    if ((rc = parse_rope_scaling(cfg, hp, label, e))) goto done;
 
     bool given;
     if ((rc = get_token_id(root, "bos_token_id", bos_id, &given, label, e))) goto done;
+    if (!given && cfg != root && (rc = get_token_id(cfg, "bos_token_id", bos_id, &given, label, e))) goto done;
     if ((rc = get_token_id(root, "eos_token_id", eos_id, &given, label, e))) goto done;
+    if (!given && cfg != root && (rc = get_token_id(cfg, "eos_token_id", eos_id, &given, label, e))) goto done;
     if (*bos_id >= hp->n_vocab || *eos_id >= hp->n_vocab) {
         rc = kite_fail(e, KITE_ERR_FORMAT, "%s: bos_token_id %d / eos_token_id %d not below vocab_size %d", label,
                        *bos_id, *eos_id, hp->n_vocab);
@@ -512,6 +529,11 @@ int kite_hf_canonical_name_arch(kite_arch arch, const char *hf_name, int32_t n_l
         {"mlp.up_proj.bias", NULL},
         {"mlp.down_proj.bias", NULL},
     };
+    char unwrapped[256];
+    if (arch == KITE_ARCH_QWEN35 && strncmp(hf_name, "model.language_model.", 21) == 0) { /* Qwen3_5ForConditionalGeneration */
+        if (snprintf(unwrapped, sizeof unwrapped, "model.%s", hf_name + 21) >= (int)sizeof unwrapped) return -1;
+        hf_name = unwrapped;
+    }
     for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
         if (strcmp(hf_name, globals[i].hf) == 0) return snprintf(out, out_size, "%s", globals[i].canon) < (int)out_size;
     const char *prefix = "model.layers.";

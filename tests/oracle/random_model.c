@@ -275,6 +275,12 @@ static int make_weights_qwen35(const oracle_spec *s, model_weights *w, errbuf *e
     }
     if (!(t = add_tensor(w, s->seed, "model.norm.weight", "output_norm.weight", 0, s->dim, 1.0, 0.1, e))) return -1;
     t->hf_minus_one = true;
+    /* The published checkpoints are Qwen3_5ForConditionalGeneration: the language model under model.language_model. */
+    for (int i = 0; i < w->n; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "model.language_model.%s", w->t[i].hf_name + strlen("model."));
+        snprintf(w->t[i].hf_name, sizeof w->t[i].hf_name, "%s", name);
+    }
     return 0;
 }
 
@@ -752,6 +758,16 @@ static int write_config(const oracle_spec *s, const vocab *v, const char *dir, e
     if (strcmp(s->arch, "qwen2") == 0 || strcmp(s->arch, "qwen3") == 0 || strcmp(s->arch, "qwen3moe") == 0) {
         json_object_set_new(c, "use_sliding_window", json_false());
         json_object_set_new(c, "attention_bias", json_boolean(s->qkv_bias));
+    }
+    if (strcmp(s->arch, "qwen35") == 0) { /* as published: the text model's config inside the vision-language one */
+        json_t *outer = json_object();
+        json_object_set_new(outer, "architectures", json_pack("[s]", "Qwen3_5ForConditionalGeneration"));
+        json_object_set_new(outer, "model_type", json_string("qwen3_5"));
+        json_object_set_new(outer, "tie_word_embeddings", json_boolean(s->tied_embeddings));
+        json_object_del(c, "tie_word_embeddings");
+        json_object_set_new(outer, "vision_config", json_pack("{s:s, s:i}", "model_type", "qwen3_5", "depth", 1));
+        json_object_set_new(outer, "text_config", c);
+        c = outer;
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
