@@ -20,6 +20,25 @@ void kite_dn_dims_from(const kite_hparams *hp, kite_dn_dims *d) {
 
 /* ---- the recurrence of one head ------------------------------------------------------------------ */
 
+/* Lanes of the fixed-order sums: eight partial sums, combined pairwise, so the compiler can keep them in
+ * vector registers (a single accumulator is one add latency per element) and every caller (decoding, a
+ * drafted node, a replay) adds in the same order. */
+enum { LANES = 8 };
+
+static float lanes_total(const float *acc, float tail) {
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
+static float dot(const float *a, const float *b, int32_t n) {
+    float acc[LANES] = {0};
+    int32_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += a[i + l] * b[i + l];
+    float tail = 0.0f;
+    for (; i < n; i++) tail += a[i] * b[i];
+    return lanes_total(acc, tail);
+}
+
 /* One token: M = e^g M; M += beta (v - M k) k^T; o = M q (o may be NULL). Row j of M only meets row j, so
  * the decay, M k, the update and M q run row by row over a row held in cache. */
 static void head_step(float *M, int32_t hk, int32_t hv, const float *q, const float *k, const float *v, float g, float beta,
@@ -27,25 +46,11 @@ static void head_step(float *M, int32_t hk, int32_t hv, const float *q, const fl
     const float decay = expf(g);
     for (int32_t j = 0; j < hv; j++) {
         float *m = M + (size_t)j * hk;
-        float sk = 0.0f;
-        for (int32_t i = 0; i < hk; i++) {
-            m[i] *= decay;
-            sk += m[i] * k[i];
-        }
-        const float d = (v[j] - sk) * beta;
-        float oj = 0.0f;
-        for (int32_t i = 0; i < hk; i++) {
-            m[i] += k[i] * d;
-            oj += m[i] * q[i];
-        }
-        if (o) o[j] = oj;
+        for (int32_t i = 0; i < hk; i++) m[i] *= decay;
+        const float d = (v[j] - dot(m, k, hk)) * beta;
+        for (int32_t i = 0; i < hk; i++) m[i] += k[i] * d;
+        if (o) o[j] = dot(m, q, hk);
     }
-}
-
-static float dot(const float *a, const float *b, int32_t n) {
-    float s = 0.0f;
-    for (int32_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
 }
 
 /* Strided rows: q/k at q + t * qs (head_k floats), v at v + t * vs, o at o + t * os, g/beta at [t * gs]. */
@@ -62,8 +67,8 @@ static void head_steps(float *M, int32_t hk, int32_t hv, const head_rows *r, int
 }
 
 size_t kite_dn_chunk_work_floats(int32_t hk, int32_t hv) {
-    (void)hk;
-    return (size_t)KITE_DN_CHUNK * ((size_t)hv + 3);
+    const size_t C = KITE_DN_CHUNK;
+    return C * (5 + (size_t)hv + 2 * (size_t)hk + 2 * C); /* G, e^G, coef, two sums; u; k^T, q^T; two Gram matrices */
 }
 
 /* The chunk-parallel form. Within a chunk of L tokens from state S, with G_t = g_1 + .. + g_t:
@@ -71,32 +76,63 @@ size_t kite_dn_chunk_work_floats(int32_t hk, int32_t hv) {
  *   u_t = beta_t (v_t - e^{G_t} S k_t) - sum_{s<t} beta_t (k_t . k_s) e^{G_t - G_s} u_s
  * (the WY form: u = (I + A)^-1 beta (v - e^G S k), A strictly lower, solved by forward substitution);
  *   o_t = e^{G_t} S q_t + sum_{s<=t} e^{G_t - G_s} (k_s . q_t) u_s,   S' = M_L.
- * S is read twice and written once per chunk instead of three times per token. All exponents are
- * differences G_t - G_s <= 0 (g <= 0), so nothing overflows. */
+ * S is read twice and written once per chunk instead of three times per token, and the products run as
+ * small matrix products over the chunk's tokens (k and q transposed, so the inner loops are over t).
+ * All exponents are differences G_t - G_s <= 0 (g <= 0), so nothing overflows. */
 static void head_chunked(float *M, int32_t hk, int32_t hv, const head_rows *r, int32_t n, float *work) {
-    float *G = work, *eG = work + KITE_DN_CHUNK, *coef = work + 2 * KITE_DN_CHUNK, *u = work + 3 * KITE_DN_CHUNK;
-    for (int32_t c0 = 0; c0 < n; c0 += KITE_DN_CHUNK) {
-        const int32_t L = n - c0 < KITE_DN_CHUNK ? n - c0 : KITE_DN_CHUNK;
+    const int32_t C = KITE_DN_CHUNK;
+    float *G = work, *eG = G + C, *coef = eG + C, *acc = coef + C; /* acc: [2][C] */
+    float *u = acc + 2 * C;                 /* [C][hv] */
+    float *kT = u + (size_t)C * hv;         /* [hk][C] */
+    float *qT = kT + (size_t)hk * C;        /* [hk][C] */
+    float *KK = qT + (size_t)hk * C;        /* [C][C]: KK[t][s] = k_t . k_s */
+    float *KQ = KK + (size_t)C * C;         /* [C][C]: KQ[t][s] = k_s . q_t */
+    for (int32_t c0 = 0; c0 < n; c0 += C) {
+        const int32_t L = n - c0 < C ? n - c0 : C;
         const float *q = r->q + c0 * r->qs, *k = r->k + c0 * r->qs, *v = r->v + c0 * r->vs;
         const float *g = r->g + c0 * r->gs, *beta = r->beta + c0 * r->gs;
         float *o = r->o ? r->o + c0 * r->os : NULL;
         for (int32_t t = 0; t < L; t++) {
             G[t] = (t ? G[t - 1] : 0.0f) + g[t * r->gs];
             eG[t] = expf(G[t]);
+            for (int32_t i = 0; i < hk; i++) {
+                kT[(size_t)i * C + t] = k[t * r->qs + i];
+                qT[(size_t)i * C + t] = q[t * r->qs + i];
+            }
         }
-        /* S k_t and S q_t, row j of S at a time. */
+        /* S k_t and S q_t for every t, row j of S at a time. */
         for (int32_t j = 0; j < hv; j++) {
             const float *m = M + (size_t)j * hk;
+            float *sk = acc, *sq = acc + C;
+            for (int32_t t = 0; t < L; t++) sk[t] = sq[t] = 0.0f;
+            for (int32_t i = 0; i < hk; i++) {
+                const float mi = m[i], *ki = kT + (size_t)i * C, *qi = qT + (size_t)i * C;
+                for (int32_t t = 0; t < L; t++) {
+                    sk[t] += mi * ki[t];
+                    sq[t] += mi * qi[t];
+                }
+            }
             for (int32_t t = 0; t < L; t++) {
-                u[(size_t)t * hv + j] = beta[t * r->gs] * (v[t * r->vs + j] - eG[t] * dot(m, k + t * r->qs, hk));
-                if (o) o[t * r->os + j] = eG[t] * dot(m, q + t * r->qs, hk);
+                u[(size_t)t * hv + j] = beta[t * r->gs] * (v[t * r->vs + j] - eG[t] * sk[t]);
+                if (o) o[t * r->os + j] = eG[t] * sq[t];
+            }
+        }
+        /* The chunk's Gram matrices. */
+        for (int32_t t = 0; t < L; t++) {
+            float *kk = KK + (size_t)t * C, *kq = KQ + (size_t)t * C;
+            for (int32_t s = 0; s < L; s++) kk[s] = kq[s] = 0.0f;
+            for (int32_t i = 0; i < hk; i++) {
+                const float kti = k[t * r->qs + i], qti = q[t * r->qs + i], *ki = kT + (size_t)i * C;
+                for (int32_t s = 0; s < L; s++) {
+                    kk[s] += kti * ki[s];
+                    kq[s] += qti * ki[s];
+                }
             }
         }
         for (int32_t t = 1; t < L; t++) {
             float *ut = u + (size_t)t * hv;
-            const float *kt = k + t * r->qs;
             for (int32_t s = 0; s < t; s++) {
-                const float a = beta[t * r->gs] * dot(kt, k + s * r->qs, hk) * expf(G[t] - G[s]);
+                const float a = beta[t * r->gs] * KK[(size_t)t * C + s] * expf(G[t] - G[s]);
                 const float *us = u + (size_t)s * hv;
                 for (int32_t j = 0; j < hv; j++) ut[j] -= a * us[j];
             }
@@ -104,9 +140,8 @@ static void head_chunked(float *M, int32_t hk, int32_t hv, const head_rows *r, i
         if (o)
             for (int32_t t = 0; t < L; t++) {
                 float *ot = o + t * r->os;
-                const float *qt = q + t * r->qs;
                 for (int32_t s = 0; s <= t; s++) {
-                    const float c = dot(k + s * r->qs, qt, hk) * expf(G[t] - G[s]);
+                    const float c = KQ[(size_t)t * C + s] * expf(G[t] - G[s]);
                     const float *us = u + (size_t)s * hv;
                     for (int32_t j = 0; j < hv; j++) ot[j] += c * us[j];
                 }
