@@ -551,11 +551,12 @@ int kite_bench_spec(int argc, char **argv) {
     kite_model_get_info(b.model, &info);
     const char *drafter_name = a.oracle ? "oracle" : !a.draft || !strcmp(a.draft, "ngram") ? "ngram" : "model";
     if (!strcmp(drafter_name, "model") && (rc = open_with_tokenizer(&a, a.draft, "draft model: ", &b.draft))) goto done;
-    bool eagle3 = false; /* the draft is an EAGLE-3 head */
+    bool eagle3 = false, dflash = false; /* the draft is an EAGLE-3 head, a DFlash drafter */
     if (b.draft) {
         kite_model_info di;
         kite_model_get_info(b.draft, &di);
         if (!strcmp(di.architecture, "eagle3")) eagle3 = true, drafter_name = "eagle3";
+        if (!strcmp(di.architecture, "dflash")) dflash = true, drafter_name = "dflash";
     }
     b.n_ctx = a.ctx ? a.ctx : info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
     int32_t max_prompt = b.n_ctx - a.gen_tokens - KITE_MAX_DRAFT - 1;
@@ -565,7 +566,7 @@ int kite_bench_spec(int argc, char **argv) {
     }
 
     kite_spec_params spec = kite_spec_default_params();
-    spec.drafter = a.oracle ? KITE_DRAFT_ORACLE : eagle3 ? KITE_DRAFT_EAGLE3 : b.draft ? KITE_DRAFT_MODEL : KITE_DRAFT_NGRAM;
+    spec.drafter = a.oracle ? KITE_DRAFT_ORACLE : eagle3 ? KITE_DRAFT_EAGLE3 : dflash ? KITE_DRAFT_DFLASH : b.draft ? KITE_DRAFT_MODEL : KITE_DRAFT_NGRAM;
     spec.draft_model = b.draft;
     spec.budget = a.budget;
     spec.tree_width = a.tree;
