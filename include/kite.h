@@ -392,7 +392,8 @@ typedef enum kite_drafter {
     KITE_DRAFT_NGRAM = 1,  /* suffix / n-gram matches over the prompt, the output and the session's history */
     KITE_DRAFT_MODEL = 2,  /* a smaller model sharing the vocabulary (draft_model) */
     KITE_DRAFT_ORACLE = 3, /* benchmarks only: replays oracle_ids (a previous plain run), corrupting each
-                              proposed token with probability oracle_error_rate */
+                              proposed token with probability oracle_error_rate; with a DFlash drafter as
+                              draft_model, each pass also runs (and pays for) the drafter's block first */
     KITE_DRAFT_EAGLE3 = 4, /* an EAGLE-3 head (GGUF eagle3, draft_model) over the target's hidden states; a
                               draft_model that is one drafts so with KITE_DRAFT_MODEL too */
     KITE_DRAFT_DFLASH = 5, /* a DFlash block drafter (GGUF dflash, draft_model): a whole block in one pass over

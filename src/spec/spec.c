@@ -90,7 +90,10 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
     if (p->drafter == KITE_DRAFT_MODEL && p->draft_model && p->draft_model->eagle3) st->params.drafter = KITE_DRAFT_EAGLE3;
     /* So does a DFlash drafter (architecture dflash). */
     if (p->drafter == KITE_DRAFT_MODEL && p->draft_model && p->draft_model->dflash) st->params.drafter = KITE_DRAFT_DFLASH;
-    if (st->params.drafter == KITE_DRAFT_DFLASH) {
+    /* Benchmarks: the oracle with a DFlash drafter as draft_model runs (and is charged for) the drafter's
+     * pass, then proposes its own tokens instead: a known acceptance at the drafter's real cost. */
+    bool oracle_dflash = p->drafter == KITE_DRAFT_ORACLE && p->draft_model && p->draft_model->dflash;
+    if (st->params.drafter == KITE_DRAFT_DFLASH || oracle_dflash) {
         if (!p->draft_model || !p->draft_model->dflash)
             return kite_fail(e, KITE_ERR_INVALID_ARG, "the DFlash drafter needs a DFlash drafter (GGUF architecture dflash) as draft_model");
         int rc = kite_dflash_check_target(p->draft_model->dflash, &s->model->weights, e);
@@ -715,7 +718,14 @@ int kite_spec_draft_after(kite_spec_state *st, kite_session *s, int32_t root, co
     if (budget <= 0) return KITE_OK;
     switch (st->params.drafter) {
     case KITE_DRAFT_NGRAM: draft_ngram(st, s, root, budget, t); break;
-    case KITE_DRAFT_ORACLE: draft_oracle(st, s, budget, gp->seed, t); break;
+    case KITE_DRAFT_ORACLE:
+        if (st->dflash) { /* the DFlash pass is paid for, its tree replaced by the oracle's chain */
+            int rc = kite_dflash_draft(st, s, root, budget, gp, t, e);
+            if (rc) return rc;
+            kite_spec_draft_chain(t, root, NULL, 0);
+        }
+        draft_oracle(st, s, budget, gp->seed, t);
+        break;
     case KITE_DRAFT_MODEL: return draft_model(st, s, root, budget, gp, t, e); /* masks as it drafts */
     case KITE_DRAFT_EAGLE3: return kite_eagle3_draft(st, s, root, budget, gp, t, e); /* masks as it drafts */
     case KITE_DRAFT_DFLASH: return kite_dflash_draft(st, s, root, budget, gp, t, e);  /* masks as it drafts */
