@@ -132,7 +132,7 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
         st->draft->pool = s->pool;
         st->draft->pool_borrowed = true;
     }
-    if (st->params.drafter == KITE_DRAFT_MODEL || st->params.drafter == KITE_DRAFT_EAGLE3 || st->params.drafter == KITE_DRAFT_DFLASH) {
+    if (st->params.drafter == KITE_DRAFT_MODEL || st->params.drafter == KITE_DRAFT_EAGLE3 || st->dflash) {
         st->hist = malloc(sizeof(int32_t) * ((size_t)s->n_ctx + KITE_MAX_DRAFT + 1));
         if (!st->hist) {
             kite_spec_free(st);
