@@ -99,7 +99,7 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
         int rc = kite_dflash_check_target(p->draft_model->dflash, &s->model->weights, e);
         if (!rc) rc = kite_dflash_run_new(&st->dflash, p->draft_model->dflash, &s->model->weights, s->n_ctx, e);
         if (rc) { kite_spec_free(st); return rc; }
-        st->draft_cost_per_pass = true;
+        st->draft_block_rows = kite_dflash_block_size(p->draft_model->dflash);
     } else if (st->params.drafter == KITE_DRAFT_EAGLE3) {
         if (!p->draft_model || !p->draft_model->eagle3)
             return kite_fail(e, KITE_ERR_INVALID_ARG, "the EAGLE-3 drafter needs an EAGLE-3 head (GGUF architecture eagle3) as draft_model");
@@ -165,8 +165,8 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
     pthread_mutex_unlock(&m->cost_lock);
     if (!learned && st->draft) st->draft_ms_per_token = one_token_ms(st->draft);
     if (!learned && st->eagle3) st->draft_ms_per_token = kite_eagle3_one_step_ms(st->eagle3, s->pool);
-    if (!learned && st->dflash) /* a full block: the controller learns the cost of shorter ones */
-        st->draft_ms_per_token = kite_dflash_block_ms(st->dflash, s->pool, kite_dflash_block_size(p->draft_model->dflash));
+    if (!learned && st->dflash) /* per row of a full block (rows cost alike: the block is compute-bound) */
+        st->draft_ms_per_token = kite_dflash_block_ms(st->dflash, s->pool, st->draft_block_rows) / st->draft_block_rows;
     /* The target's hidden states are captured only while a learned drafter reads them (last: nothing
      * above may fail after the session changed). */
     const int32_t *layers = NULL;
@@ -301,6 +301,12 @@ double kite_spec_pass_cost(kite_session *s, int32_t B) {
 
 /* ---- budget controller ---------------------------------------------------------------------------- */
 
+/* What a pass drafting k tokens costs in units of draft_ms_per_token: k tokens, or a DFlash block's rows. */
+static double drafting_units(const kite_spec_state *st, int32_t k) {
+    if (st->draft_block_rows <= 0) return k;
+    return k + 1 < st->draft_block_rows ? k + 1 : st->draft_block_rows;
+}
+
 /* The chain length (0 = none) that maximises expected tokens per millisecond, and the smallest probe
  * interval (see kite_spec_choose_budget). */
 static int32_t best_chain(const kite_spec_state *st, kite_session *s, int32_t max_budget, int32_t *min_interval_out,
@@ -322,7 +328,7 @@ static int32_t best_chain(const kite_spec_state *st, kite_session *s, int32_t ma
         if (st->observed[k - 1] > 0) deepest_rate = st->accept_rate[k - 1];
         reach *= st->observed[k - 1] > 0 ? st->accept_rate[k - 1] : deepest_rate;
         expected += reach;
-        double cost = curve_at(curve, k + 1) + (st->draft_cost_per_pass ? st->draft_ms_per_token : st->draft_ms_per_token * k);
+        double cost = curve_at(curve, k + 1) + st->draft_ms_per_token * drafting_units(st, k);
         double rate = expected / cost;
         if (rate > best_rate * 1.0001) { best_rate = rate; best_k = k; }
         if ((double)(k + 1) / cost > plain_rate * 1.0001) could_pay = true;
@@ -506,7 +512,8 @@ static void draft_logq(kite_spec_state *st, int32_t V, const kite_gen_params *gp
 }
 
 void kite_spec_observe_draft_cost(kite_spec_state *st, double ms, int32_t budget) {
-    const double ms_per_token = st->draft_cost_per_pass || budget < 1 ? ms : ms / budget;
+    const double units = budget < 1 ? 1.0 : drafting_units(st, budget);
+    const double ms_per_token = ms / units;
     /* The first measurements replace the starting guess (a draft model's forward pass alone, which
      * misses the draft distributions and the choice of children: 30 us against 190 us per token for
      * TinyStories-656K's Q8_0 draft). */

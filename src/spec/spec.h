@@ -39,10 +39,10 @@ typedef struct kite_spec_state {
     /* Budget controller. */
     double accept_rate[KITE_MAX_DRAFT]; /* running estimate of P(node at depth d+1 accepted | parent accepted) */
     int32_t observed[KITE_MAX_DRAFT];   /* passes that informed accept_rate[d], while its step is 1/(n+2) */
-    double draft_ms_per_token;          /* running estimate of drafting cost: per drafted token, or per drafting
-                                           pass when draft_cost_per_pass (a DFlash block costs about the same
-                                           at any budget) */
-    bool draft_cost_per_pass;
+    double draft_ms_per_token;          /* running estimate of drafting cost: per drafted token, or per block row
+                                           when draft_block_rows > 0 */
+    int32_t draft_block_rows;           /* > 0 (DFlash): a pass drafting k tokens runs one block of
+                                           min(k + 1, draft_block_rows) rows, whatever the tree's shape */
     int32_t draft_cost_observed;        /* drafting passes that informed it, while its step is 1/(n+1) */
     int32_t plain_streak;               /* passes in a row the controller chose not to draft */
     int32_t probe_interval;             /* plain passes before the next one-token probe (KITE_PROBE_MIN or more,

@@ -278,7 +278,7 @@ static void test_exact_with_dflash(void **state) {
         sp.drafter = KITE_DRAFT_MODEL;
         set_spec(s, &sp);
         assert_int_equal(s->spec.params.drafter, KITE_DRAFT_DFLASH);
-        assert_true(s->spec.draft_cost_per_pass);
+        assert_int_equal(s->spec.draft_block_rows, 16); /* the controller costs a pass by its block's rows */
         prompt(s);
         gen(s, &gp, &got);
         assert_same(&plain, &got, adaptive ? "DFlash, adaptive budget" : "DFlash drafter given as a draft model");
