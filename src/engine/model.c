@@ -221,6 +221,11 @@ void kite_model_get_info(const kite_model *m, kite_model_info *info) {
     info->n_experts = hp->n_experts;
     info->n_experts_used = hp->n_experts_used;
     info->expert_ffn_dim = hp->expert_ffn_dim;
+    info->n_recurrent_layers = 0;
+    for (int32_t l = 0; l < hp->n_layers; l++) info->n_recurrent_layers += kite_layer_is_recurrent(hp, l);
+    info->recurrent_k_heads = hp->dn_n_k_heads;
+    info->recurrent_v_heads = hp->dn_n_v_heads;
+    info->recurrent_head_dim = hp->dn_head_k_dim;
     info->n_ctx_train = hp->n_ctx_train;
     info->rope_theta = hp->rope_theta;
     info->rms_eps = hp->rms_eps;
