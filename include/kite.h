@@ -109,6 +109,8 @@ typedef struct kite_model_info {
     int32_t n_experts;      /* mixture of experts (qwen3moe): routed experts per layer, 0 for a dense model */
     int32_t n_experts_used; /* experts each token runs (top-k) */
     int32_t expert_ffn_dim; /* each expert's intermediate width */
+    int32_t n_conv_layers;  /* lfm2: layers that are short gated convolutions instead of attention, 0 elsewhere */
+    int32_t conv_taps;      /* lfm2: the convolutions' kernel length */
 } kite_model_info;
 
 void kite_model_get_info(const kite_model *model, kite_model_info *info);

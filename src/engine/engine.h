@@ -140,11 +140,15 @@ typedef struct kite_session_file_shape {
     uint64_t fingerprint;   /* kite_model_fingerprint of the session's model */
     kite_kv_type kv_type;
     int32_t n_layers, n_kv_heads, head_dim, n_vocab;
+    /* LFM2: layers that are conv layers (no K/V rows in the file) and what each keeps instead: the conv rows
+     * (conv_dim f32) of the last conv_keep positions (the taps' window, conv_taps - 1). 0 elsewhere. */
+    int32_t n_conv_layers, conv_dim, conv_keep;
 } kite_session_file_shape;
 typedef struct kite_session_file_view {
     int32_t n_tokens;
     const unsigned char *tokens; /* [n_tokens] int32, little-endian, unaligned */
-    const unsigned char *kv;     /* K then V: [n_layers][n_kv_heads][n_tokens][head_dim] elements each */
+    const unsigned char *kv;     /* K then V: [attention layers][n_kv_heads][n_tokens][head_dim] elements each, then
+                                    [n_conv_layers][min(n_tokens, conv_keep)][conv_dim] f32 conv rows */
 } kite_session_file_view;
 /* A hash of the model's shape, tensor table and a sample of every tensor's bytes. */
 uint64_t kite_model_fingerprint(const kite_model *m);

@@ -205,6 +205,8 @@ void kite_model_get_info(const kite_model *m, kite_model_info *info) {
     info->n_experts = hp->n_experts;
     info->n_experts_used = hp->n_experts_used;
     info->expert_ffn_dim = hp->expert_ffn_dim;
+    for (int32_t l = 0; l < hp->n_layers; l++) info->n_conv_layers += kite_layer_is_conv(hp, l);
+    info->conv_taps = info->n_conv_layers > 0 ? hp->conv_taps : 0;
     info->n_ctx_train = hp->n_ctx_train;
     info->rope_theta = hp->rope_theta;
     info->rms_eps = hp->rms_eps;

@@ -184,7 +184,8 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
     } else {
         jobs[n_jobs++] = (pack_job){w->tok_embd, &w->output, true};
     }
-    if ((st = norm_f32(src, "output_norm.weight", dim, true, &w->output_norm, e))) goto fail;
+    const char *final_norm = hp->arch == KITE_ARCH_LFM2 ? "token_embd_norm.weight" : "output_norm.weight";
+    if ((st = norm_f32(src, final_norm, dim, true, &w->output_norm, e))) goto fail;
     w->layers = calloc((size_t)hp->n_layers, sizeof *w->layers);
     if (!w->layers) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
     for (int32_t l = 0; l < hp->n_layers; l++) {
@@ -197,10 +198,17 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
             if (!t) { st = e->status; goto fail; }                                            \
             jobs[n_jobs++] = (pack_job){t, &L->field, t == w->tok_embd};                      \
         }
-        MATRIX(wq, "attn_q.weight", q_width, dim);
-        MATRIX(wk, "attn_k.weight", kv_dim, dim);
-        MATRIX(wv, "attn_v.weight", kv_dim, dim);
-        MATRIX(wo, "attn_output.weight", dim, q_width);
+        const bool conv = kite_layer_is_conv(hp, l);
+        if (conv) {
+            MATRIX(conv_in, "shortconv.in_proj.weight", 3 * dim, dim);
+            MATRIX(conv_out, "shortconv.out_proj.weight", dim, dim);
+            if ((st = vector_f32(src, NAME("shortconv.conv.weight"), dim * hp->conv_taps, true, &L->conv_kernel, e))) goto fail;
+        } else {
+            MATRIX(wq, "attn_q.weight", q_width, dim);
+            MATRIX(wk, "attn_k.weight", kv_dim, dim);
+            MATRIX(wv, "attn_v.weight", kv_dim, dim);
+            MATRIX(wo, "attn_output.weight", dim, q_width);
+        }
         if (hp->n_experts > 0) {
             if (!(L->moe = calloc(1, sizeof *L->moe))) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
             pack_list list = {.jobs = jobs, .n = n_jobs, .cap = (int32_t)max_jobs};
@@ -212,7 +220,8 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
             MATRIX(w_down, "ffn_down.weight", dim, hp->ffn_dim);
         }
 #undef MATRIX
-        bool qk_norm = hp->arch == KITE_ARCH_QWEN3 || hp->arch == KITE_ARCH_GEMMA3 || hp->arch == KITE_ARCH_QWEN3MOE;
+        bool qk_norm = !conv && (hp->arch == KITE_ARCH_QWEN3 || hp->arch == KITE_ARCH_GEMMA3 || hp->arch == KITE_ARCH_QWEN3MOE ||
+                                 hp->arch == KITE_ARCH_LFM2);
         bool gemma3 = hp->arch == KITE_ARCH_GEMMA3;
         if ((st = norm_f32(src, NAME("attn_norm.weight"), dim, true, &L->attn_norm, e))) goto fail;
         if ((st = norm_f32(src, NAME("ffn_norm.weight"), dim, true, &L->ffn_norm, e))) goto fail;
@@ -243,6 +252,8 @@ void kite_weights_free(kite_weights *w) {
             kite_packed_matrix_free(&L->wq); kite_packed_matrix_free(&L->wk); kite_packed_matrix_free(&L->wv);
             kite_packed_matrix_free(&L->wo); kite_packed_matrix_free(&L->w_gate); kite_packed_matrix_free(&L->w_up);
             kite_packed_matrix_free(&L->w_down);
+            kite_packed_matrix_free(&L->conv_in); kite_packed_matrix_free(&L->conv_out);
+            free(L->conv_kernel);
             kite_moe_layer_free(L->moe);
             free(L->moe);
             free(L->attn_norm); free(L->ffn_norm); free(L->q_bias); free(L->k_bias); free(L->v_bias);
