@@ -24,6 +24,8 @@ typedef enum oracle_variant {
     ORACLE_VARIANT_WIDE_WINDOW = 4,     /* gemma3: sliding window 4096 (the window ignored, all else intact) */
     ORACLE_VARIANT_MOE_UNNORMALISED = 5,/* qwen3moe, HF folder only: norm_topk_prob false (top-k weights not divided
                                            by their sum, which llama.cpp always does for qwen3moe) */
+    ORACLE_VARIANT_CONV_REVERSED = 6,   /* lfm2: every channel's conv taps in reverse order (newest tap on the oldest
+                                           position), all else intact */
 } oracle_variant;
 
 typedef struct oracle_spec {
@@ -66,11 +68,20 @@ typedef struct oracle_spec {
     int32_t n_experts;
     int32_t n_experts_used;
     int32_t expert_ffn_dim;
+    /* LFM2 (arch "lfm2"): layer_kinds says per layer 'c' (a short gated conv of conv_taps taps) or 'a' (GQA
+     * attention with QK-norm); Hugging Face's names (operator_norm, feed_forward.w1/w3/w2, self_attn.out_proj,
+     * q/k_layernorm, conv.{in_proj,conv,out_proj}, model.embedding_norm last); the GGUF as conversion/lfm2.py
+     * writes it (per-layer head_count_kv with 0 for conv layers, shortconv.l_cache, the conv squeezed to
+     * [dim, L], token_embd_norm). config.json's intermediate_size is hf_ffn_dim, which block_auto_adjust_ff_dim
+     * (multiple of 64) turns into ffn_dim. */
+    const char *layer_kinds;
+    int32_t conv_taps;
+    int32_t hf_ffn_dim;
     uint64_t seed;
     oracle_variant variant;
 } oracle_spec;
 
-/* The spec the oracle test uses for arch "llama", "qwen2", "qwen3", "gemma3" or "qwen3moe"; false for another name. */
+/* The spec the oracle test uses for arch "llama", "qwen2", "qwen3", "gemma3", "qwen3moe" or "lfm2"; false for another name. */
 bool oracle_default_spec(const char *arch, oracle_spec *spec);
 
 /* The vocabulary as GGUF metadata wants it, read from tokenizer_dir/tokenizer.json (the slow part of

@@ -79,7 +79,7 @@
  * 2.5-3.7x above the measurement) and its negative control must exceed 100x the scaled TV bound. */
 #define GEMMA3_BOUND_SCALE 10.0
 
-enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 5 };
+enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 6 };
 
 /* node-llama-cpp hands over each position's distribution as a Map of the whole vocabulary, about 0.15 s
  * of CPU per position, so llama.cpp returns every position of the short prompts but only every third
@@ -149,6 +149,8 @@ static arch_case CASES[N_ARCHS] = {
      .control_what = "sliding window 4096 instead of 16", .prompts = QWEN_PROMPTS},
     {.arch = "qwen3moe", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_MOE_UNNORMALISED, .control_hf = true,
      .control_what = "top-k expert weights not normalised (HF norm_topk_prob false)", .prompts = QWEN_PROMPTS},
+    {.arch = "lfm2", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_CONV_REVERSED,
+     .control_what = "conv taps reversed", .prompts = QWEN_PROMPTS},
 };
 
 static char TMP_DIR[4096];
@@ -714,12 +716,14 @@ ARCH_TESTS(1, qwen2)
 ARCH_TESTS(2, qwen3)
 ARCH_TESTS(3, gemma3)
 ARCH_TESTS(4, qwen3moe)
+ARCH_TESTS(5, lfm2)
 
 /* The families to compare as arguments (GGUF architecture names; none: all). tests/oracle/tests.cmake
  * runs them as several ctest entries, so a parallel ctest spreads the families over the cores. */
 int main(int argc, char **argv) {
     static const struct CMUnitTest per_arch[N_ARCHS][TESTS_PER_ARCH] = {
         ARCH_TEST_LIST(llama), ARCH_TEST_LIST(qwen2), ARCH_TEST_LIST(qwen3), ARCH_TEST_LIST(gemma3), ARCH_TEST_LIST(qwen3moe),
+        ARCH_TEST_LIST(lfm2),
     };
     for (int a = 1; a < argc; a++) {
         int found = -1;
