@@ -50,8 +50,11 @@
  *   qwen2        1.1e-6         1.8e-7            9.9e-6                       0
  *   qwen3        1.6e-6         4.2e-7            2.1e-5                       0
  *   qwen3moe     2.1e-6         7.5e-7            2.0e-5                       0
+ *   lfm2         2.05e-6        7.7e-7            1.7e-5                       0
  * (qwen3moe: 8 experts, top-2, normalised; its control, an HF folder with norm_topk_prob false, reaches
- * TV 0.61; its f16-cache run TV 1.5e-3, |dp| 5.3e-4, |dlog p| 1.1e-2, within the f16 bounds.)
+ * TV 0.61; its f16-cache run TV 1.5e-3, |dp| 5.3e-4, |dlog p| 1.1e-2, within the f16 bounds. lfm2: conv, conv,
+ * attention, conv layers; its control, every channel's conv taps reversed, reaches TV 0.96; its f16-cache run TV
+ * 2.8e-4, the conv rows being f32 whatever the cache type.)
  * The bounds sit 30-50x above that, to leave room for other CPUs and kernels with other summation
  * orders, and thousands of times below what a missing feature does: the negative controls measure a
  * total variation of 0.8-0.9, and so did kite builds with RoPE scaling, a q or k bias, or QK-norm
