@@ -1,5 +1,6 @@
 /* The batched forward pass for the Llama family (Llama 1/2/3, Qwen2 with QKV bias, Qwen3 with QK-norm)
- * and Gemma 3 (scaled embedding, post-norms, GeGLU, sliding-window layers, soft-capped logits).
+ * and Gemma 3 (scaled embedding, post-norms, GeGLU, sliding-window layers, soft-capped logits), Qwen3-MoE's routed
+ * experts and LFM2's short gated convolution layers (model/arch/lfm2.h).
  * One code path for prefill (n = chunk), decode (n = 1) and, later, verification of drafted tokens.
  * Plain C, multi-threaded over output rows and attention heads. Every reduction runs in a fixed
  * order that does not depend on n or on a row's slot, so results are batch-invariant. */
