@@ -13,6 +13,7 @@ struct kite_model {
     kite_source src;        /* mapped files and canonical tensors */
     kite_weights weights;   /* tensors bound to layers (unset when vocab_only or an EAGLE-3 head) */
     struct kite_eagle3 *eagle3; /* an EAGLE-3 draft head (spec/eagle3.h): only a drafter, never a session's model */
+    struct kite_dflash *dflash; /* a DFlash block drafter (spec/dflash.h): likewise */
     bool vocab_only;        /* only the tokenizer is usable */
     int32_t n_vocab;        /* the model's vocabulary (rows of the embedding), or the tokenizer's */
     kite_tokenizer *tokenizer;

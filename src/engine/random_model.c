@@ -595,10 +595,14 @@ static void report(const kite_random_model_params *p, float fraction) {
 
 int kite_write_random_model(const char *path, const kite_random_model_params *params, char *err, size_t err_size) {
     kite_error e = {0};
-    if (!path || !params || !params->shape || (!params->type && (!params->shape || strcmp(params->shape, "eagle3") != 0)))
+    if (!path || !params || !params->shape || (!params->type && strcmp(params->shape, "eagle3") != 0 && strncmp(params->shape, "dflash", 6) != 0))
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: path, params, shape and type must not be NULL"),
                kite_error_export(&e, err, err_size);
-    if (strcmp(params->shape, "eagle3") == 0) { /* a drafter for a given target (random_eagle3.c) */
+    if (strncmp(params->shape, "dflash", 6) == 0) { /* a drafter for a given target (random_drafter.c) */
+        kite_write_random_dflash(path, params, &e);
+        return kite_error_export(&e, err, err_size);
+    }
+    if (strcmp(params->shape, "eagle3") == 0) { /* a drafter for a given target (random_drafter.c) */
         kite_write_random_eagle3(path, params, &e);
         return kite_error_export(&e, err, err_size);
     }
@@ -607,7 +611,7 @@ int kite_write_random_model(const char *path, const kite_random_model_params *pa
         if (strcmp(params->shape, k_shapes[i].name) == 0) shape = &k_shapes[i];
     if (!shape)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, tiny-l4, gemma3-1b, "
-                         "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, lfm2-350m, tiny-lfm2, eagle3)",
+                         "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, lfm2-350m, tiny-lfm2, eagle3, dflash)",
                          params->shape),
                kite_error_export(&e, err, err_size);
     int type_index = -1;

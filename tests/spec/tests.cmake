@@ -28,3 +28,6 @@ set_tests_properties(test_tree_commit_exact PROPERTIES ENVIRONMENT "${KITE_TEST_
 # EAGLE-3 heads: capture identical under speculation, exactness with the head drafting, its cache in step,
 # bad heads refused (random tiny target and head written by kite_write_random_model).
 kite_unit_test(test_spec_eagle3 ${CMAKE_CURRENT_LIST_DIR}/test_spec_eagle3.c)
+# DFlash block drafters: exactness with the drafter (blocks 16/32, causal, trees, budgets to 32, penalties),
+# its injected cache in step, bad drafters refused (random tiny target and drafters by kite_write_random_model).
+kite_unit_test(test_spec_dflash ${CMAKE_CURRENT_LIST_DIR}/test_spec_dflash.c)
