@@ -111,6 +111,8 @@ typedef struct kite_model_info {
     int32_t expert_ffn_dim; /* each expert's intermediate width */
     int32_t n_recurrent_layers; /* Gated DeltaNet (linear-attention) layers (qwen35), 0 elsewhere */
     int32_t recurrent_k_heads, recurrent_v_heads, recurrent_head_dim; /* their key and value heads, each head's size */
+    int32_t n_conv_layers;  /* lfm2: layers that are short gated convolutions instead of attention, 0 elsewhere */
+    int32_t conv_taps;      /* lfm2: the convolutions' kernel length */
 } kite_model_info;
 
 void kite_model_get_info(const kite_model *model, kite_model_info *info);

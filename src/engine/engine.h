@@ -147,11 +147,15 @@ typedef struct kite_session_file_shape {
     kite_kv_type kv_type;
     int32_t n_layers, n_kv_heads, head_dim, n_vocab;
     uint64_t dn_bytes;      /* the recurrent state after the K/V (Qwen3.5's DeltaNet layers, kite_dn_state), or 0 */
+    /* LFM2: layers that are conv layers (no K/V rows in the file) and what each keeps instead: the conv rows
+     * (conv_dim f32) of the last conv_keep positions (the taps' window, conv_taps - 1). 0 elsewhere. */
+    int32_t n_conv_layers, conv_dim, conv_keep;
 } kite_session_file_shape;
 typedef struct kite_session_file_view {
     int32_t n_tokens;
     const unsigned char *tokens; /* [n_tokens] int32, little-endian, unaligned */
-    const unsigned char *kv;     /* K then V: [n_layers][n_kv_heads][n_tokens][head_dim] elements each */
+    const unsigned char *kv;     /* K then V: [attention layers][n_kv_heads][n_tokens][head_dim] elements each, then
+                                    [n_conv_layers][min(n_tokens, conv_keep)][conv_dim] f32 conv rows */
     const unsigned char *dn;     /* dn_bytes of recurrent state (its four-int32 header checked), or NULL */
 } kite_session_file_view;
 /* A hash of the model's shape, tensor table and a sample of every tensor's bytes. */

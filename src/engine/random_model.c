@@ -41,34 +41,46 @@ typedef struct model_shape {
     /* qwen35: a gated full-attention layer every full_attn_interval layers, Gated DeltaNet layers between
      * (conv width, key and value heads of dn_head each, then the rotated part of an attention head). */
     int32_t full_attn_interval, dn_kernel, dn_n_k, dn_n_v, dn_head, n_rot;
+    const char *layer_kinds; /* lfm2: one letter per layer, 'c' a short conv block, 'a' attention (NULL: all attend) */
+    int32_t conv_taps;       /* lfm2: the conv's kernel length (shortconv.l_cache) */
 } model_shape;
+
+static bool shape_layer_is_conv(const model_shape *s, int l) { return s->layer_kinds && s->layer_kinds[l] == 'c'; }
 
 static const model_shape k_shapes[] = {
     /* TinyLlama-1.1B's layout with the FFN of the project's issue (8192 rather than TinyLlama's 5632). */
-    {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
-    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
-    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
-    {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
+    {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
     /* tiny with 4 layers: an EAGLE-3 head for it reads layer inputs only (0, 2, 3), as llama.cpp's llama graph exposes. */
-    {"tiny-l4", "llama", 256, 4, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
+    {"tiny-l4", "llama", 256, 4, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
     /* Gemma 3 1B: 26 layers, five sliding-window layers (window 512) for each global one. */
-    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, true, 512, 6, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
+    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, true, 512, 6, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
     /* Tests: layers 0-1 local (window 8), layer 2 global. */
-    {"tiny-gemma3", "gemma3", 128, 3, 4, 2, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
+    {"tiny-gemma3", "gemma3", 128, 3, 4, 2, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
     /* Qwen3-30B-A3B's layer (128 experts of 768, 8 per token, the dense feed_forward_length 6144 unused) with 4 of
      * its 48 layers: the real shape of every product for benchmarks, at 1/12 of the size (2.7B weights). */
     {"qwen3moe-a3b-4l", "qwen3moe", 2048, 4, 32, 4, 128, 6144, 151936, 40960, 1000000.0f, 1e-6f, false, true, 0, 0,
-     128, 8, 768, 0.0f, 0, 0, 0, 0, 0, 0},
+     128, 8, 768, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
     /* Tests: 8 experts of 64, 2 per token; weights 8x the default deviation (0.16) so the router's and the output's
      * logits spread over units (greedy choices and expert choices are not near-ties). */
-    {"tiny-qwen3moe", "qwen3moe", 128, 2, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-6f, true, true, 0, 0, 8, 2, 64, 8.0f, 0, 0, 0, 0, 0, 0},
+    {"tiny-qwen3moe", "qwen3moe", 128, 2, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-6f, true, true, 0, 0, 8, 2, 64, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
     /* Qwen3.5-0.8B's published config: 24 layers, every fourth gated attention (8 heads of 256, 2 KV heads, a
      * quarter of each head rotated), the others Gated DeltaNet (16 key and 16 value heads of 128, conv 4). */
     {"qwen3.5-0.8b", "qwen35", 1024, 24, 8, 2, 256, 3584, 248320, 262144, 10000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f,
-     4, 4, 16, 16, 128, 64},
+     4, 4, 16, 16, 128, 64, NULL, 0},
     /* Tests: layers 0-2 DeltaNet (2 key heads, 4 value heads of 16), layer 3 attention (8 of 32 rotated). */
     {"tiny-qwen35", "qwen35", 128, 4, 4, 2, 32, 256, 0, 512, 10000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 8.0f,
-     4, 4, 2, 4, 16, 8},
+     4, 4, 2, 4, 16, 8, NULL, 0},
+    /* LFM2-350M (LiquidAI/LFM2-350M's config.json): 16 layers, attention at 2, 5, 8, 10, 12, 14, the rest short
+     * convolutions of 3 taps; intermediate_size 6656 adjusted as llama.cpp's converter does (block_auto_adjust_ff_dim:
+     * 256 * ceil(int(2 * 6656 / 3) / 256) = 4608), vocabulary 65536, tied embeddings. */
+    {"lfm2-350m", "lfm2", 1024, 16, 16, 8, 64, 4608, 65536, 128000, 1000000.0f, 1e-5f, true, true, 0, 0, 0, 0, 0, 0.0f,
+     0, 0, 0, 0, 0, 0, "ccaccaccacacacac", 3},
+    /* Tests: conv, conv, attention, conv (two convs in a row, a conv after attention); weights 8x the default
+     * deviation so greedy choices are not near-ties. */
+    {"tiny-lfm2", "lfm2", 128, 4, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-5f, true, true, 0, 0, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, "ccac", 3},
 };
 
 enum { TINY_DEFAULT_VOCAB = 512 };
@@ -90,11 +102,11 @@ static bool use_more_bits(int i_layer, int n_layers) {
     return i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2;
 }
 
-typedef enum tensor_role { ROLE_NORM, ROLE_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_FFN_DOWN, ROLE_MATRIX, ROLE_ROUTER } tensor_role;
+typedef enum tensor_role { ROLE_NORM, ROLE_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_FFN_DOWN, ROLE_MATRIX, ROLE_ROUTER, ROLE_CONV } tensor_role;
 
 static uint32_t storage_type(model_type mt, tensor_role role, int layer, int n_layers, bool tied) {
-    /* llama-quantize keeps the MoE router (ffn_gate_inp) in F32, as the norms. */
-    if (role == ROLE_NORM || role == ROLE_ROUTER) return KITE_TYPE_F32;
+    /* llama-quantize keeps the MoE router (ffn_gate_inp) and LFM2's conv taps (rows of 3) in F32, as the norms. */
+    if (role == ROLE_NORM || role == ROLE_ROUTER || role == ROLE_CONV) return KITE_TYPE_F32;
     switch (mt) {
     case MT_F32: return KITE_TYPE_F32;
     case MT_F16: return KITE_TYPE_F16;
@@ -512,6 +524,16 @@ static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, te
             continue;
         }
         ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.attn_norm.weight", l);
+        if (shape_layer_is_conv(s, l)) { /* llama.cpp's lfm2 names and layouts */
+            ADD(ROLE_MATRIX, l, s->dim, 3 * s->dim, "blk.%d.shortconv.in_proj.weight", l);
+            ADD(ROLE_CONV, l, s->conv_taps, s->dim, "blk.%d.shortconv.conv.weight", l);
+            ADD(ROLE_MATRIX, l, s->dim, s->dim, "blk.%d.shortconv.out_proj.weight", l);
+            ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.ffn_norm.weight", l);
+            ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_gate.weight", l);
+            ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_up.weight", l);
+            ADD(ROLE_FFN_DOWN, l, s->ffn_dim, s->dim, "blk.%d.ffn_down.weight", l);
+            continue;
+        }
         ADD(ROLE_MATRIX, l, s->dim, q_dim, "blk.%d.attn_q.weight", l);
         ADD(ROLE_MATRIX, l, s->dim, kv_dim, "blk.%d.attn_k.weight", l);
         ADD(ROLE_ATTN_V, l, s->dim, kv_dim, "blk.%d.attn_v.weight", l);
@@ -540,7 +562,7 @@ static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, te
             ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.post_ffw_norm.weight", l);
         }
     }
-    ADD(ROLE_NORM, 0, s->dim, 1, "output_norm.weight");
+    ADD(ROLE_NORM, 0, s->dim, 1, "%s", s->layer_kinds ? "token_embd_norm.weight" : "output_norm.weight");
     if (!s->tied) ADD(ROLE_OUTPUT, 0, s->dim, n_vocab, "output.weight");
 #undef ADD
     for (int i = 0; i < n; i++) {
@@ -571,7 +593,14 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
     kite_gguf_w_u32(w, ARCH_KEY("block_count"), (uint32_t)s->n_layers);
     kite_gguf_w_u32(w, ARCH_KEY("feed_forward_length"), (uint32_t)s->ffn_dim);
     kite_gguf_w_u32(w, ARCH_KEY("attention.head_count"), (uint32_t)s->n_heads);
-    kite_gguf_w_u32(w, ARCH_KEY("attention.head_count_kv"), (uint32_t)s->n_kv_heads);
+    if (s->layer_kinds) { /* llama.cpp's lfm2: per-layer KV heads, 0 for a conv layer */
+        int32_t kv[64];
+        for (int l = 0; l < s->n_layers && l < 64; l++) kv[l] = shape_layer_is_conv(s, l) ? 0 : s->n_kv_heads;
+        kite_gguf_w_arr_i32(w, ARCH_KEY("attention.head_count_kv"), kv, (uint64_t)s->n_layers);
+        kite_gguf_w_u32(w, ARCH_KEY("shortconv.l_cache"), (uint32_t)s->conv_taps);
+    } else {
+        kite_gguf_w_u32(w, ARCH_KEY("attention.head_count_kv"), (uint32_t)s->n_kv_heads);
+    }
     kite_gguf_w_u32(w, ARCH_KEY("attention.key_length"), (uint32_t)s->head_dim);
     kite_gguf_w_u32(w, ARCH_KEY("attention.value_length"), (uint32_t)s->head_dim);
     kite_gguf_w_u32(w, ARCH_KEY("rope.dimension_count"), (uint32_t)(s->n_rot > 0 ? s->n_rot : s->head_dim));
@@ -633,7 +662,7 @@ int kite_write_random_model(const char *path, const kite_random_model_params *pa
         if (strcmp(params->shape, k_shapes[i].name) == 0) shape = &k_shapes[i];
     if (!shape)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, tiny-l4, gemma3-1b, "
-                         "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, qwen3.5-0.8b, tiny-qwen35, eagle3, dflash)",
+                         "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, qwen3.5-0.8b, tiny-qwen35, lfm2-350m, tiny-lfm2, eagle3, dflash)",
                          params->shape),
                kite_error_export(&e, err, err_size);
     int type_index = -1;

@@ -10,7 +10,9 @@
  *  40  i32 n_tokens
  *  44  u32 reserved (0)
  *  48  i32 tokens[n_tokens]
- *      K rows, then V rows: for each layer, for each KV head, n_tokens rows of head_dim elements (f16 or f32)
+ *      K rows, then V rows: for each layer with K/V, for each KV head, n_tokens rows of head_dim elements (the
+ *      cache's type)
+ *      conv rows (LFM2): for each conv layer, the last min(n_tokens, taps - 1) positions' rows of dim f32
  *      a model with recurrent layers (Qwen3.5): i32 base block set, base position, rows held, 0; both block sets
  *      of its state, then its kept rows (f32, kite_dn_state's layout), so the loaded session can start at
  *      n_tokens exactly as the saved one could
@@ -73,9 +75,12 @@ static uint64_t get_u64(const unsigned char *p) {
 /* Bytes of a file of n_tokens for shape x, or 0 when that would overflow. */
 static uint64_t file_bytes(const kite_session_file_shape *x, int64_t n_tokens) {
     uint64_t row_bytes = kite_kv_row_bytes(x->kv_type, x->head_dim);
-    uint64_t rows = (uint64_t)x->n_layers * (uint64_t)x->n_kv_heads * (uint64_t)n_tokens; /* each bounded by 2^31 */
+    if (x->n_conv_layers < 0 || x->n_conv_layers > x->n_layers || x->conv_dim < 0 || x->conv_keep < 0) return 0;
+    uint64_t rows = (uint64_t)(x->n_layers - x->n_conv_layers) * (uint64_t)x->n_kv_heads * (uint64_t)n_tokens; /* each bounded by 2^31 */
     if (row_bytes == 0 || rows > (UINT64_MAX / 4) / row_bytes) return 0;
-    return KITE_SESSION_HEADER_BYTES + 4 * (uint64_t)n_tokens + 2 * rows * row_bytes + x->dn_bytes + 8;
+    uint64_t keep = (uint64_t)(n_tokens < x->conv_keep ? n_tokens : x->conv_keep);
+    uint64_t conv_bytes = (uint64_t)x->n_conv_layers * keep * (uint64_t)x->conv_dim * 4; /* each bounded by 2^31 */
+    return KITE_SESSION_HEADER_BYTES + 4 * (uint64_t)n_tokens + 2 * rows * row_bytes + conv_bytes + x->dn_bytes + 8;
 }
 
 int kite_session_file_parse(const void *data, size_t size, const kite_session_file_shape *x, int32_t max_tokens,
@@ -136,6 +141,12 @@ int kite_session_file_parse(const void *data, size_t size, const kite_session_fi
     return KITE_OK;
 }
 
+static int32_t n_conv_layers(const kite_kv_cache *kv) {
+    int32_t n = 0;
+    for (int32_t l = 0; l < kv->n_layers; l++) n += kv->conv_index[l] >= 0;
+    return n;
+}
+
 static kite_session_file_shape session_shape(const kite_session *s) {
     const kite_hparams *hp = &s->model->weights.hp;
     return (kite_session_file_shape){
@@ -148,6 +159,9 @@ static kite_session_file_shape session_shape(const kite_session *s) {
         .dn_bytes = s->kv.dn ? 16 + sizeof(float) * (2 * (uint64_t)s->kv.dn->n_rec * s->kv.dn->block_floats +
                                                     (uint64_t)s->kv.dn->max_rows * s->kv.dn->n_rec * s->kv.dn->row_floats)
                              : 0,
+        .n_conv_layers = n_conv_layers(&s->kv),
+        .conv_dim = s->kv.conv_dim,
+        .conv_keep = s->kv.conv_taps > 0 ? s->kv.conv_taps - 1 : 0,
     };
 }
 
@@ -160,7 +174,7 @@ int kite_session_save(const kite_session *s, const char *path, char *err, size_t
     int32_t n = s->n_past; /* rows with K/V (an unfed generated token has none) */
     kite_kv_cache probe = s->kv; /* kite_kv_can_rewind may change only ring_high, of this copy */
     if (!kite_kv_can_rewind(&probe, n))
-        return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_save: the sliding-window cache no longer holds the window"),
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_save: the sliding-window or conv cache no longer holds the window"),
                kite_error_export(&e, err, err_size);
     size_t row_bytes = s->kv.row_bytes;
     unsigned char header[KITE_SESSION_HEADER_BYTES] = {0};
@@ -191,7 +205,7 @@ int kite_session_save(const kite_session *s, const char *path, char *err, size_t
     for (int pass = 0; pass < 2 && ok; pass++) {
         const char *base = pass == 0 ? s->kv.k : s->kv.v;
         for (int32_t l = 0; l < x.n_layers && ok; l++)
-            for (int32_t hd = 0; hd < x.n_kv_heads && ok; hd++) {
+            for (int32_t hd = 0; hd < x.n_kv_heads && ok && kite_kv_layer_has_kv(&s->kv, l); hd++) {
                 if (!kite_kv_is_ring(&s->kv, l)) {
                     const char *rows = base + kite_kv_offset(&s->kv, l, hd, 0);
                     h = fnv1a(h, rows, row_bytes * (size_t)n);
@@ -205,6 +219,15 @@ int kite_session_save(const kite_session *s, const char *path, char *err, size_t
                     ok = fwrite(row, row_bytes, 1, f) == 1;
                 }
             }
+    }
+    /* The conv rows the taps read next (kite_kv_can_rewind held them). */
+    for (int32_t l = 0; l < x.n_layers && ok; l++) {
+        if (s->kv.conv_index[l] < 0) continue;
+        for (int32_t p = n > x.conv_keep ? n - x.conv_keep : 0; p < n && ok; p++) {
+            const float *row = kite_kv_conv_row(&s->kv, l, p);
+            h = fnv1a(h, row, sizeof(float) * (size_t)x.conv_dim);
+            ok = fwrite(row, sizeof(float), (size_t)x.conv_dim, f) == (size_t)x.conv_dim;
+        }
     }
     const kite_dn_state *dn = s->kv.dn;
     if (dn && ok) {
@@ -252,7 +275,7 @@ int kite_session_load(kite_session *s, const char *path, char *err, size_t err_s
     for (int pass = 0; pass < 2; pass++) {
         char *base = pass == 0 ? s->kv.k : s->kv.v;
         for (int32_t l = 0; l < x.n_layers; l++)
-            for (int32_t hd = 0; hd < x.n_kv_heads; hd++) {
+            for (int32_t hd = 0; hd < x.n_kv_heads && kite_kv_layer_has_kv(&s->kv, l); hd++) {
                 if (!kite_kv_is_ring(&s->kv, l)) {
                     memcpy(base + kite_kv_offset(&s->kv, l, hd, 0), src, block);
                 } else {
@@ -265,6 +288,15 @@ int kite_session_load(kite_session *s, const char *path, char *err, size_t err_s
                 src += block;
             }
     }
+    int32_t conv_from = n > x.conv_keep ? n - x.conv_keep : 0;
+    for (int32_t l = 0; l < x.n_layers; l++) {
+        if (s->kv.conv_index[l] < 0) continue;
+        for (int32_t p = conv_from; p < n; p++) {
+            memcpy(kite_kv_conv_row(&s->kv, l, p), src, sizeof(float) * (size_t)x.conv_dim);
+            src += sizeof(float) * (size_t)x.conv_dim;
+        }
+    }
+    s->kv.conv_held_from = conv_from; /* older conv rows were not saved */
     s->kv.ring_high = n;
     kite_dn_state *dn = s->kv.dn;
     if (dn) {

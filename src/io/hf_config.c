@@ -2,6 +2,7 @@
 
 #include "model/arch/gemma3.h"
 #include "model/arch/qwen35.h"
+#include "model/arch/lfm2.h"
 #include "model/arch/qwen3moe.h"
 
 #include <jansson.h>
@@ -106,6 +107,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
         {"gemma3_text", "Gemma3ForCausalLM", KITE_ARCH_GEMMA3},
         {"qwen3_moe", "Qwen3MoeForCausalLM", KITE_ARCH_QWEN3MOE},
         {"qwen3_5_text", "Qwen3_5ForCausalLM", KITE_ARCH_QWEN35},
+        {"lfm2", "Lfm2ForCausalLM", KITE_ARCH_LFM2},
     };
     const size_t n_known = sizeof known / sizeof known[0];
     const json_t *mt = field(root, "model_type");
@@ -114,7 +116,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
         for (size_t i = 0; i < n_known; i++)
             if (strcmp(s, known[i].model_type) == 0) { *arch = known[i].arch; return KITE_OK; }
         return kite_fail(e, KITE_ERR_UNSUPPORTED,
-                         "%s: unsupported architecture '%.64s' (model_type in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, qwen3_5_text, gemma3_text",
+                         "%s: unsupported architecture '%.64s' (model_type in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, qwen3_5_text, gemma3_text, lfm2",
                          label, s);
     }
     if (mt) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"model_type\" is not a string", label);
@@ -126,7 +128,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
     for (size_t i = 0; i < n_known; i++)
         if (strcmp(s, known[i].class_name) == 0) { *arch = known[i].arch; return KITE_OK; }
     return kite_fail(e, KITE_ERR_UNSUPPORTED,
-                     "%s: unsupported architecture '%.64s' (architectures in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, qwen3_5_text, gemma3_text",
+                     "%s: unsupported architecture '%.64s' (architectures in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, qwen3_5_text, gemma3_text, lfm2",
                      label, s);
 }
 
@@ -242,6 +244,72 @@ static int parse_gemma3(const json_t *root, kite_hparams *hp, const char *label,
     hp->sliding_window = (int32_t)window;
     hp->swa_period = (int32_t)period;
     hp->rope_theta_local = (float)local_base;
+    return KITE_OK;
+}
+
+/* LFM2's keys, as transformers' Lfm2Config and llama.cpp's converter read them, after the common fields are
+ * in *hp: norm_eps (1e-5) for rms_norm_eps; the FFN width from intermediate_size (block_ff_dim first, as the
+ * converter) adjusted when block_auto_adjust_ff_dim (default true): int(2 ffn / 3), times
+ * block_ffn_dim_multiplier (1.0) truncated, rounded up to block_multiple_of (256); conv_L_cache (3);
+ * layer_types ("conv" / "full_attention"), or else full_attn_idxs (older configs); conv_bias must be false;
+ * tie_embedding / tie_word_embeddings default true. */
+static int parse_lfm2(const json_t *root, kite_hparams *hp, const char *label, kite_error *e) {
+    int rc;
+    double eps = 0.0, mult = 1.0;
+    int64_t ffn = hp->ffn_dim, multiple = 256, taps = 3;
+    bool given = false;
+    if ((rc = get_num(root, "norm_eps", 0.0, false, 1.0, 1e-5, &eps, &given, label, e))) return rc;
+    if (given || !field(root, "rms_norm_eps")) hp->rms_eps = (float)eps;
+    if ((rc = get_int(root, "block_ff_dim", 1, MAX_FFN, false, ffn, &ffn, label, e))) return rc;
+    const json_t *adjust = field(root, "block_auto_adjust_ff_dim");
+    if (adjust && !json_is_boolean(adjust))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: \"block_auto_adjust_ff_dim\" is not a boolean", label);
+    if (!adjust || json_is_true(adjust)) {
+        if ((rc = get_num(root, "block_ffn_dim_multiplier", 0.0, false, 64.0, 1.0, &mult, NULL, label, e))) return rc;
+        if ((rc = get_int(root, "block_multiple_of", 1, MAX_FFN, false, 256, &multiple, label, e))) return rc;
+        ffn = (int64_t)(2.0 * (double)ffn / 3.0);
+        ffn = (int64_t)(mult * (double)ffn);
+        ffn = multiple * ((ffn + multiple - 1) / multiple);
+        if (ffn < 1 || ffn > MAX_FFN)
+            return kite_fail(e, KITE_ERR_FORMAT, "%s: the adjusted FFN width %lld is out of range", label, (long long)ffn);
+    }
+    hp->ffn_dim = (int32_t)ffn;
+    if ((rc = get_int(root, "conv_L_cache", 2, KITE_LFM2_MAX_TAPS, false, 3, &taps, label, e))) return rc;
+    if (json_is_true(field(root, "conv_bias")))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: \"conv_bias\": true is not supported (llama.cpp has none)", label);
+    if (hp->n_layers > KITE_MAX_CONV_LAYERS)
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: %d layers; kite runs LFM2 models of up to %d", label, hp->n_layers,
+                         KITE_MAX_CONV_LAYERS);
+    hp->conv_taps = (int32_t)taps;
+    memset(hp->conv_layers, 0, sizeof hp->conv_layers);
+    const json_t *types = field(root, "layer_types"), *idxs = field(root, "full_attn_idxs");
+    if (types) {
+        if (!json_is_array(types) || (int64_t)json_array_size(types) != hp->n_layers)
+            return kite_fail(e, KITE_ERR_FORMAT, "%s: \"layer_types\" is not a list of %d strings", label, hp->n_layers);
+        for (size_t l = 0; l < json_array_size(types); l++) {
+            const json_t *t = json_array_get(types, l);
+            const char *name = json_is_string(t) ? json_string_value(t) : "";
+            if (strcmp(name, "conv") == 0) hp->conv_layers[l / 64] |= (uint64_t)1 << (l % 64);
+            else if (strcmp(name, "full_attention") != 0)
+                return kite_fail(e, KITE_ERR_FORMAT, "%s: layer_types[%zu] is neither \"conv\" nor \"full_attention\"", label, l);
+        }
+    } else if (idxs) {
+        if (!json_is_array(idxs)) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"full_attn_idxs\" is not a list", label);
+        for (int32_t l = 0; l < hp->n_layers; l++) hp->conv_layers[l / 64] |= (uint64_t)1 << (l % 64);
+        for (size_t i = 0; i < json_array_size(idxs); i++) {
+            const json_t *v = json_array_get(idxs, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= hp->n_layers)
+                return kite_fail(e, KITE_ERR_FORMAT, "%s: full_attn_idxs[%zu] is not a layer index below %d", label, i, hp->n_layers);
+            json_int_t l = json_integer_value(v);
+            hp->conv_layers[l / 64] &= ~((uint64_t)1 << (l % 64));
+        }
+    } else {
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: neither \"layer_types\" nor \"full_attn_idxs\" says which layers attend", label);
+    }
+    const json_t *tie = field(root, "tie_word_embeddings");
+    if (!tie) tie = field(root, "tie_embedding");
+    if (tie && !json_is_boolean(tie)) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"tie_embedding\" is not a boolean", label);
+    hp->tied_embeddings = !tie || json_is_true(tie);
     return KITE_OK;
 }
 
@@ -424,6 +492,7 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
     if (hp->arch == KITE_ARCH_GEMMA3 && (rc = parse_gemma3(cfg, hp, label, e))) goto done;
     if (hp->arch == KITE_ARCH_QWEN3MOE && (rc = parse_qwen3moe(cfg, hp, label, e))) goto done;
     if (hp->arch == KITE_ARCH_QWEN35 && (rc = parse_qwen35(cfg, hp, label, e))) goto done;
+    if (hp->arch == KITE_ARCH_LFM2 && (rc = parse_lfm2(cfg, hp, label, e))) goto done;
     if ((rc = parse_rope_scaling(cfg, hp, label, e))) goto done;
 
     bool given;
@@ -529,6 +598,8 @@ int kite_hf_canonical_name_arch(kite_arch arch, const char *hf_name, int32_t n_l
         {"mlp.up_proj.bias", NULL},
         {"mlp.down_proj.bias", NULL},
     };
+    if (arch == KITE_ARCH_LFM2 && strcmp(hf_name, "model.embedding_norm.weight") == 0)
+        return snprintf(out, out_size, "token_embd_norm.weight") < (int)out_size; /* the final norm, llama.cpp's name */
     char unwrapped[256];
     if (arch == KITE_ARCH_QWEN35 && strncmp(hf_name, "model.language_model.", 21) == 0) { /* Qwen3_5ForConditionalGeneration */
         if (snprintf(unwrapped, sizeof unwrapped, "model.%s", hf_name + 21) >= (int)sizeof unwrapped) return -1;
@@ -548,6 +619,16 @@ int kite_hf_canonical_name_arch(kite_arch arch, const char *hf_name, int32_t n_l
         if (r == 1) {
             if (layer >= n_layers) return -1;
             int n = snprintf(out, out_size, "blk.%d.%s", (int)layer, moe);
+            return n > 0 && (size_t)n < out_size ? 1 : -1;
+        }
+    }
+    if (arch == KITE_ARCH_LFM2) {
+        bool unsupported = false;
+        const char *lfm2 = kite_lfm2_hf_layer_name(rest, &unsupported);
+        if (unsupported) return layer < n_layers ? -2 : -1;
+        if (lfm2) {
+            if (layer >= n_layers) return -1;
+            int n = snprintf(out, out_size, "blk.%d.%s", (int)layer, lfm2);
             return n > 0 && (size_t)n < out_size ? 1 : -1;
         }
     }

@@ -1,5 +1,6 @@
 /* The batched forward pass for the Llama family (Llama 1/2/3, Qwen2 with QKV bias, Qwen3 with QK-norm)
- * and Gemma 3 (scaled embedding, post-norms, GeGLU, sliding-window layers, soft-capped logits).
+ * and Gemma 3 (scaled embedding, post-norms, GeGLU, sliding-window layers, soft-capped logits), Qwen3-MoE's routed
+ * experts and LFM2's short gated convolution layers (model/arch/lfm2.h).
  * One code path for prefill (n = chunk), decode (n = 1) and, later, verification of drafted tokens.
  * Plain C, multi-threaded over output rows and attention heads. Every reduction runs in a fixed
  * order that does not depend on n or on a row's slot, so results are batch-invariant. */
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "model/arch/lfm2.h"
 #include "model/model.h"
 #include "model/moe.h"
 #include "model/pool_work.h"
@@ -370,6 +372,57 @@ static void qkv_row_task(void *ctx, int64_t b, int thread) {
     }
 }
 
+/* LFM2's conv layer, per batch row (model/arch/lfm2.h), in two steps over the pool: every row first stores its
+ * u = B * x in its sequence's conv ring at its node's row (pos0 + node, as K/V rows), then every row sums its
+ * taps, which may read rows the same pass stored (a chain's previous tokens, a tree node's ancestors). */
+typedef struct conv_row_job {
+    const kite_layer_weights *L;
+    const kite_forward_seq *seqs;
+    const int32_t *row_seq;  /* [n] sequence of each batch row */
+    const int32_t *row0;     /* [n_seqs] first batch row of each sequence */
+    float *bcx;              /* [n][3 dim]: B, C, x */
+    float *y;                /* [n][dim] */
+    int32_t dim, taps, layer;
+} conv_row_job;
+
+static void conv_store_task(void *ctx, int64_t b, int thread) {
+    (void)thread;
+    const conv_row_job *j = ctx;
+    const int32_t si = j->row_seq[b];
+    const kite_forward_seq *q = &j->seqs[si];
+    const float *bx = j->bcx + b * 3 * j->dim, *x = bx + 2 * j->dim;
+    float *u = kite_kv_conv_row(q->kv, j->layer, q->pos0 + q->first + ((int32_t)b - j->row0[si]));
+    for (int32_t c = 0; c < j->dim; c++) u[c] = bx[c] * x[c];
+}
+
+/* The conv rows of node `node`'s taps, the oldest first (NULL before position 0): the node itself, then its
+ * ancestors in the pass (a tree) or the rows before it (a chain), then the committed positions. */
+static void conv_tap_rows(const kite_forward_seq *q, int32_t layer, int32_t node, int32_t taps, const float **rows) {
+    int32_t k = taps - 1, row = q->pos0 + node; /* the cache row of the current tap */
+    while (k >= 0) {
+        rows[k--] = row >= 0 ? kite_kv_conv_row(q->kv, layer, row) : NULL;
+        if (row >= q->pos0 && q->parent) row = q->pos0 + q->parent[row - q->pos0]; /* a tree node: its parent's row */
+        else row--;                                                             /* a chain, or the committed context */
+    }
+}
+
+static void conv_apply_task(void *ctx, int64_t b, int thread) {
+    (void)thread;
+    const conv_row_job *j = ctx;
+    const int32_t si = j->row_seq[b], taps = j->taps, dim = j->dim;
+    const kite_forward_seq *q = &j->seqs[si];
+    const float *rows[KITE_LFM2_MAX_TAPS];
+    conv_tap_rows(q, j->layer, q->first + ((int32_t)b - j->row0[si]), taps, rows);
+    const float *C = j->bcx + b * 3 * dim + dim, *w = j->L->conv_kernel;
+    float *y = j->y + b * dim;
+    for (int32_t c = 0; c < dim; c++) {
+        float sum = 0.0f; /* llama.cpp's ggml_ssm_conv order: the oldest tap first */
+        for (int32_t k = 0; k < taps; k++)
+            if (rows[k]) sum += rows[k][c] * w[(int64_t)c * taps + k];
+        y[c] = C[c] * sum;
+    }
+}
+
 /* Capture k of every batch row: x (+ add, when not NULL), [n][dim] each. */
 static void capture_rows(kite_forward_scratch *s, int32_t k, const float *x, const float *add, int32_t n, int32_t dim) {
     for (int32_t r = 0; r < n; r++) {
@@ -431,7 +484,8 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
             row_seq[n] = si;
             if (q->want_logits == KITE_LOGITS_ALL || (q->want_logits == KITE_LOGITS_LAST && b == q->n - 1)) out_rows[n_out++] = n;
         }
-        if (q->kv->ring_rows > 0 && q->pos0 + q->first + q->n > q->kv->ring_high) q->kv->ring_high = q->pos0 + q->first + q->n;
+        if ((q->kv->ring_rows > 0 || q->kv->conv_rows > 0) && q->pos0 + q->first + q->n > q->kv->ring_high)
+            q->kv->ring_high = q->pos0 + q->first + q->n;
         if (q->kv->dn) kite_dn_plan_pass(q->kv->dn, q->parent, q->first, q->n, q->pos0, &s->dn_plans[si]);
         /* QK and AV over up to pos0 + first + n positions (a tree sees fewer). */
         attn_macs += 2 * (int64_t)q->n * hp->n_heads * hd * (q->pos0 + q->first + q->n);
@@ -456,6 +510,16 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
         if (next_capture < s->n_capture && s->capture_layer[next_capture] == l) capture_rows(s, next_capture++, s->x, NULL, n, dim);
         if (kite_layer_is_recurrent(hp, l)) {
             deltanet_layer(w, L, l, s, pool, seqs, n_seqs, n);
+        } else if (kite_layer_is_conv(hp, l)) {
+            /* LFM2's short convolution: in_proj, the taps over the conv rings, out_proj into xn */
+            if (s->act_hook) observe(s, l, "shortconv.in_proj", s->xn, n, dim);
+            matmul(pool, s, w->kernels, &L->conv_in, s->xn, s->conv_bcx, 3 * (int64_t)dim, n);
+            conv_row_job cj = {.L = L, .seqs = seqs, .row_seq = row_seq, .row0 = row0, .bcx = s->conv_bcx, .y = s->conv_y,
+                               .dim = dim, .taps = hp->conv_taps, .layer = l};
+            run_each(pool, conv_store_task, &cj, n);
+            run_each(pool, conv_apply_task, &cj, n);
+            if (s->act_hook) observe(s, l, "shortconv.out_proj", s->conv_y, n, dim);
+            matmul(pool, s, w->kernels, &L->conv_out, s->conv_y, s->xn, dim, n);
         } else {
         const bool gated = hp->attn_output_gate;
         const matmul_part qkv[3] = {{.w = &L->wq, .y = gated ? s->q_gate : s->q, .y_stride = gated ? 2 * q_width : q_width},
@@ -576,6 +640,14 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
     s->seq_row0 = calloc((size_t)max_batch, sizeof(int32_t));
     s->out_rows = calloc((size_t)max_batch, sizeof(int32_t));
     s->act = s->act_bytes ? aligned_alloc(64, s->act_bytes) : NULL;
+    if (hp->conv_taps > 0) {
+        s->conv_bcx = calloc((size_t)max_batch * 3 * (size_t)dim, sizeof(float));
+        s->conv_y = calloc((size_t)max_batch * (size_t)dim, sizeof(float));
+        if (!s->conv_bcx || !s->conv_y) {
+            kite_forward_scratch_free(s);
+            return kite_fail(e, KITE_ERR_NOMEM, "out of memory for activations (batch %d, context %d)", max_batch, n_ctx);
+        }
+    }
     if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att_out || !s->gate || !s->up || !s->slots ||
         !s->positions || !s->row_seq || !s->seq_row0 || !s->out_rows || (s->act_bytes && !s->act)) {
         kite_forward_scratch_free(s);
@@ -639,6 +711,7 @@ void kite_forward_scratch_free(kite_forward_scratch *s) {
     free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att_out);
     free(s->gate); free(s->up); free(s->slots); free(s->positions); free(s->act);
     free(s->row_seq); free(s->seq_row0); free(s->out_rows);
+    free(s->conv_bcx); free(s->conv_y);
     kite_moe_scratch_free(s->moe);
     free(s->moe);
     free(s->q_gate); free(s->attn_gate); free(s->dn_conv); free(s->dn_z); free(s->dn_out); free(s->dn_alpha); free(s->dn_b);
@@ -682,7 +755,19 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
     }
     size_t rows = 0; /* rows of row_bytes over all layers and heads */
+    int32_t n_conv = 0;
+    kv->conv_index = calloc((size_t)hp->n_layers, sizeof *kv->conv_index);
+    if (!kv->conv_index) {
+        kite_kv_cache_free(kv);
+        return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    }
     for (int32_t l = 0; l < hp->n_layers; l++) {
+        kv->conv_index[l] = kite_layer_is_conv(hp, l) ? n_conv++ : -1;
+        if (kite_layer_is_conv(hp, l)) { /* conv rows instead of K/V (below) */
+            kv->layer_rows[l] = 0;
+            kv->layer_base[l] = rows;
+            continue;
+        }
         kv->layer_rows[l] = kv->ring_rows > 0 && kite_layer_is_local(hp, l) ? kv->ring_rows : n_ctx;
         kv->layer_base[l] = rows;
         rows += (size_t)hp->n_kv_heads * (size_t)kv->layer_rows[l];
@@ -696,6 +781,18 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
     if (kv->dn) kv->bytes += kv->dn->bytes;
     kv->k = calloc(rows ? rows : 1, row_bytes);
     kv->v = calloc(rows ? rows : 1, row_bytes);
+    if (n_conv > 0) {
+        kv->conv_taps = hp->conv_taps;
+        kv->conv_dim = hp->dim;
+        kv->conv_rows = hp->conv_taps - 1 + KITE_KV_MAX_PASS;
+        size_t conv_floats = (size_t)n_conv * (size_t)kv->conv_rows * (size_t)kv->conv_dim;
+        kv->conv = calloc(conv_floats, sizeof(float));
+        kv->bytes += conv_floats * sizeof(float);
+        if (!kv->conv) {
+            kite_kv_cache_free(kv);
+            return kite_fail(e, KITE_ERR_NOMEM, "out of memory for the conv rows of %d layers", n_conv);
+        }
+    }
     if (!kv->k || !kv->v) {
         kite_kv_cache_free(kv);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for a KV cache of %d tokens (%.1f MiB)", n_ctx,
@@ -713,31 +810,59 @@ void kite_kv_commit(kite_kv_cache *kv, int32_t n_layers, int32_t pos0, const int
     for (int32_t i = 0; i < n_nodes; i++) {
         int32_t from = pos0 + nodes[i], to = pos0 + i;
         if (from == to) continue;
-        for (int32_t l = 0; l < n_layers; l++)
+        for (int32_t l = 0; l < n_layers; l++) {
+            if (!kite_kv_layer_has_kv(kv, l)) { /* a conv layer: its conv row moves the same way */
+                memmove(kite_kv_conv_row(kv, l, to), kite_kv_conv_row(kv, l, from), sizeof(float) * (size_t)kv->conv_dim);
+                continue;
+            }
             for (int32_t h = 0; h < kv->n_kv_heads; h++) {
                 size_t at_to = kite_kv_offset(kv, l, h, kite_kv_row(kv, l, to));
                 size_t at_from = kite_kv_offset(kv, l, h, kite_kv_row(kv, l, from));
                 memmove(k + at_to, k + at_from, head_bytes);
                 memmove(v + at_to, v + at_from, head_bytes);
             }
+        }
     }
 }
 
 bool kite_kv_can_rewind(kite_kv_cache *kv, int32_t n_past) {
     if (!kite_dn_can_rewind(kv->dn, n_past)) return false;
-    if (kv->ring_rows == 0) return true;
+    if (kv->ring_rows == 0 && kv->conv_rows == 0) return true;
     if (n_past <= 0) {
         kv->ring_high = 0;
+        kv->conv_held_from = 0;
         return true;
     }
-    int32_t first_needed = n_past - kv->window + 1 > 0 ? n_past - kv->window + 1 : 0;
-    return first_needed >= kv->ring_high - kv->ring_rows;
+    if (kv->ring_rows > 0) {
+        int32_t first_needed = n_past - kv->window + 1 > 0 ? n_past - kv->window + 1 : 0;
+        if (first_needed < kv->ring_high - kv->ring_rows) return false;
+    }
+    if (kv->conv_rows > 0) { /* the taps before n_past: positions n_past - (taps - 1) .. n_past - 1 */
+        int32_t first_needed = n_past - (kv->conv_taps - 1) > 0 ? n_past - (kv->conv_taps - 1) : 0;
+        if (first_needed < kv->ring_high - kv->conv_rows || first_needed < kv->conv_held_from) return false;
+    }
+    return true;
+}
+
+/* The conv rows of the positions before n that the taps read next (the last taps - 1), from src to dst;
+ * dst then holds nothing older (conv_held_from). */
+static void conv_copy_window(kite_kv_cache *dst, const kite_kv_cache *src, int32_t n) {
+    if (src->conv_rows == 0) return;
+    int32_t p0 = n - (src->conv_taps - 1) > 0 ? n - (src->conv_taps - 1) : 0;
+    for (int32_t l = 0; l < src->n_layers; l++) {
+        if (src->conv_index[l] < 0) continue;
+        for (int32_t p = p0; p < n; p++)
+            memcpy(kite_kv_conv_row(dst, l, p), kite_kv_conv_row(src, l, p), sizeof(float) * (size_t)src->conv_dim);
+    }
+    dst->conv_held_from = p0;
 }
 
 void kite_kv_copy_prefix(kite_kv_cache *dst, const kite_kv_cache *src, int32_t n) {
     if (dst->dn && src->dn) kite_dn_copy(dst->dn, src->dn);
     size_t head_bytes = src->row_bytes;
+    conv_copy_window(dst, src, n);
     for (int32_t l = 0; l < src->n_layers; l++) {
+        if (!kite_kv_layer_has_kv(src, l)) continue; /* a conv layer (conv_copy_window) */
         bool ring = kite_kv_is_ring(src, l) || kite_kv_is_ring(dst, l);
         int32_t keep = kite_kv_is_ring(dst, l) ? dst->layer_rows[l] : n;
         if (kite_kv_is_ring(src, l) && src->layer_rows[l] < keep) keep = src->layer_rows[l];
@@ -766,5 +891,7 @@ void kite_kv_cache_free(kite_kv_cache *kv) {
     free(kv->v);
     free(kv->layer_rows);
     free(kv->layer_base);
+    free(kv->conv_index);
+    free(kv->conv);
     memset(kv, 0, sizeof *kv);
 }

@@ -26,6 +26,10 @@ typedef struct kite_layer_weights {
     kite_packed_matrix w_gate;  /* [ffn_dim rows, dim] */
     kite_packed_matrix w_up;    /* [ffn_dim rows, dim] */
     kite_packed_matrix w_down;  /* [dim rows, ffn_dim] */
+    /* LFM2's conv layers (model/arch/lfm2.h) instead of wq/wk/wv/wo and the QK-norms; else empty / NULL. */
+    kite_packed_matrix conv_in;  /* [3 dim rows (B, C, x), dim] */
+    kite_packed_matrix conv_out; /* [dim rows, dim] */
+    float *conv_kernel;          /* [dim][conv_taps]: channel c's taps, the oldest position first */
     struct kite_moe_layer *moe; /* routed experts instead of w_gate/w_up/w_down (Qwen3-MoE, model/moe.h), or NULL */
     /* A Gated DeltaNet layer (Qwen3.5, kite_layer_is_recurrent) instead of wq/wk/wv/wo: */
     kite_packed_matrix w_qkv;   /* [conv_dim rows, dim]: the conv1d's input, q | k | v */
@@ -88,16 +92,35 @@ typedef struct kite_kv_cache {
     int32_t ring_rows;    /* window - 1 + KITE_KV_MAX_PASS when that is below n_ctx, else 0 (no ring) */
     int32_t ring_high;    /* 1 + the highest position written to the rings: a position p is still held iff
                              p >= ring_high - ring_rows */
-    size_t bytes;         /* k and v together, and the recurrent state */
+    /* LFM2's conv layers keep no K/V (layer_rows 0) but the conv's input rows u_p (model/arch/lfm2.h), f32 of
+     * conv_dim, in a ring of conv_rows = conv_taps - 1 + KITE_KV_MAX_PASS rows per conv layer (position p in
+     * row p % conv_rows), as a sliding-window layer keeps its K/V: a pass writes one row per node, a tree
+     * node's taps read its ancestors' rows, and commit, rewind, copy and save treat them like K/V rows. */
+    int32_t conv_taps;    /* 0: no conv layers */
+    int32_t conv_dim;
+    int32_t conv_rows;
+    int32_t conv_held_from; /* the conv rings hold no position below this (a copied or loaded context holds only
+                               the taps' window before its end); 0 after a pass from position 0 */
+    int32_t *conv_index;  /* [n_layers] the layer's ring among the conv layers, or -1 */
+    float *conv;          /* [conv layers][conv_rows][conv_dim] */
+    size_t bytes;         /* k and v together, the recurrent state and the conv rows */
     kite_dn_state *dn;    /* Qwen3.5's Gated DeltaNet layers' state (model/deltanet.h), or NULL */
 } kite_kv_cache;
+
+/* Whether layer keeps K/V rows (an attention layer; LFM2's conv layers keep conv rows instead). */
+static inline bool kite_kv_layer_has_kv(const kite_kv_cache *kv, int32_t layer) { return kv->layer_rows[layer] > 0; }
+
+/* Layer's conv row of position pos ([conv_dim] floats); layer must be a conv layer. */
+static inline float *kite_kv_conv_row(const kite_kv_cache *kv, int32_t layer, int32_t pos) {
+    return kv->conv + ((size_t)kv->conv_index[layer] * (size_t)kv->conv_rows + (size_t)(pos % kv->conv_rows)) * (size_t)kv->conv_dim;
+}
 
 /* Byte offset of (layer, KV head, cache row) in k or v; row from kite_kv_row. */
 static inline size_t kite_kv_offset(const kite_kv_cache *kv, int32_t layer, int32_t head, int32_t row) {
     return (kv->layer_base[layer] + (size_t)head * (size_t)kv->layer_rows[layer] + (size_t)row) * kv->row_bytes;
 }
 
-/* Whether layer's rows are a ring (kite_kv_cache). */
+/* Whether layer's rows are a ring (kite_kv_cache); layer must keep K/V (kite_kv_layer_has_kv). */
 static inline bool kite_kv_is_ring(const kite_kv_cache *kv, int32_t layer) { return kv->layer_rows[layer] < kv->n_ctx; }
 
 /* The cache row of position pos in layer. */
@@ -146,6 +169,8 @@ typedef struct kite_forward_scratch {
     float *att_out; /* [max_batch][n_heads*head_dim] */
     float *gate;    /* [max_batch][ffn_dim] */
     float *up;      /* [max_batch][ffn_dim] */
+    float *conv_bcx; /* [max_batch][3 dim] LFM2's in_proj output (B, C, x) when the model has conv layers, else NULL */
+    float *conv_y;   /* [max_batch][dim] C * conv, the out_proj's input */
     int32_t *slots; /* [n_threads][n_ctx] cache rows one node attends to */
     int32_t *positions; /* [max_batch] absolute position of each batch row */
     int32_t *row_seq;   /* [max_batch] sequence of each batch row (kite_forward_multi) */

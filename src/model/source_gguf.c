@@ -4,6 +4,7 @@
 
 #include "model/arch/gemma3.h"
 #include "model/arch/qwen35.h"
+#include "model/arch/lfm2.h"
 #include "model/arch/qwen3moe.h"
 #include "model/source.h"
 #include "model/validate.h"
@@ -142,8 +143,11 @@ int kite_source_open_gguf(kite_source *src, const char *path, kite_error *e) {
     } else if (gguf_str_eq(arch_str, "gemma3")) {
         hp->arch = KITE_ARCH_GEMMA3;
         hp->rope_layout = KITE_ROPE_HALF; /* llama.cpp's NEOX type, no q/k permutation */
+    } else if (gguf_str_eq(arch_str, "lfm2")) {
+        hp->arch = KITE_ARCH_LFM2;
+        hp->rope_layout = KITE_ROPE_HALF; /* llama.cpp's NEOX type */
     } else {
-        st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: unsupported architecture '%s'; kite runs llama, qwen2, qwen3, qwen3moe, qwen35, gemma3", path, arch);
+        st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: unsupported architecture '%s'; kite runs llama, qwen2, qwen3, qwen3moe, qwen35, gemma3, lfm2", path, arch);
         goto fail;
     }
     const uint32_t big = 1u << 20;
@@ -171,6 +175,7 @@ int kite_source_open_gguf(kite_source *src, const char *path, kite_error *e) {
     if (hp->arch == KITE_ARCH_GEMMA3 && (st = kite_gemma3_gguf_hparams(g, path, hp, e))) goto fail;
     if (hp->arch == KITE_ARCH_QWEN3MOE && (st = kite_qwen3moe_gguf_hparams(g, path, hp, e))) goto fail;
     if (hp->arch == KITE_ARCH_QWEN35 && (st = kite_qwen35_gguf_hparams(g, path, hp, e))) goto fail;
+    if (hp->arch == KITE_ARCH_LFM2 && (st = kite_lfm2_gguf_hparams(g, path, hp, e))) goto fail;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     kite_gguf_str scaling;

@@ -5,7 +5,9 @@
  * blk.N.post_ffw_norm.weight. Qwen3-MoE replaces ffn_{gate,up,down} by blk.N.ffn_gate_inp.weight (the router,
  * [dim, n_experts]) and the experts, either as llama.cpp's 3-D blk.N.ffn_{gate,up,down}_exps.weight or one
  * 2-D matrix per expert, blk.N.ffn_{gate,up,down}_exps.E.weight (Hugging Face folders), or gate and up fused
- * per expert in blk.N.ffn_gate_up_exps.weight (transformers 5). Loaders of other
+ * per expert in blk.N.ffn_gate_up_exps.weight (transformers 5). LFM2's conv layers have
+ * blk.N.shortconv.{in_proj,conv,out_proj}.weight instead of attn_{q,k,v,output,q_norm,k_norm}, and its final
+ * norm is token_embd_norm.weight (llama.cpp's name), not output_norm.weight. Loaders of other
  * formats translate. */
 #ifndef KITE_MODEL_TENSORS_H
 #define KITE_MODEL_TENSORS_H
@@ -30,6 +32,9 @@ typedef enum kite_arch {
 } kite_arch;
 
 /* The FFN's gate activation: SiLU (SwiGLU: Llama, Qwen) or GELU with the tanh approximation (GeGLU: Gemma). */
+/* Layers a hybrid model with convolution blocks (LFM2) may have: conv_layers is a bit set of this size. */
+enum { KITE_MAX_CONV_LAYERS = 256 };
+
 typedef enum kite_ffn_act { KITE_FFN_SILU = 0, KITE_FFN_GELU_TANH = 1 } kite_ffn_act;
 
 /* How RoPE pairs the dimensions of a head:
@@ -92,11 +97,20 @@ typedef struct kite_hparams {
     bool dn_v_grouped;            /* value head h reads key head h / (n_v / n_k) (Hugging Face's order); false:
                                      h % n_k (llama.cpp's converter reorders the value heads to that) */
     int32_t n_nextn_layers;       /* multi-token-prediction layers stored after the n_layers (not run) */
+    /* LFM2 (0 elsewhere: every layer attends): the layers marked in conv_layers are short gated convolutions
+     * of conv_taps taps (model/arch/lfm2.h) instead of attention. */
+    int32_t conv_taps;            /* the conv's kernel length L (LFM2: conv_L_cache = 3) */
+    uint64_t conv_layers[KITE_MAX_CONV_LAYERS / 64]; /* bit l: layer l is a conv layer */
 } kite_hparams;
 
 /* Whether layer l is a Gated DeltaNet (linear attention) layer of Qwen3.5. */
 static inline bool kite_layer_is_recurrent(const kite_hparams *hp, int32_t l) {
     return hp->full_attn_interval > 0 && (l + 1) % hp->full_attn_interval != 0;
+}
+
+/* Whether layer l is a short convolution block (LFM2) rather than attention. */
+static inline bool kite_layer_is_conv(const kite_hparams *hp, int32_t l) {
+    return hp->conv_taps > 0 && l >= 0 && l < KITE_MAX_CONV_LAYERS && (hp->conv_layers[l / 64] >> (l % 64) & 1u);
 }
 
 /* Whether layer l attends over a sliding window (a local layer) rather than the whole context. */

@@ -6,6 +6,7 @@
 
 #include "kernels/kernels.h"
 #include "model/arch/qwen35.h"
+#include "model/arch/lfm2.h"
 #include "model/arch/qwen3moe.h"
 
 static void format_shape(char *buf, size_t size, uint32_t n_dims, const int64_t *ne) {
@@ -75,6 +76,10 @@ static int check_hparams(const kite_source *src, kite_error *e) {
         (hp->sliding_window > 0 && (!(hp->rope_theta_local > 0.0f) || !isfinite(hp->rope_theta_local))))
         return kite_fail(e, KITE_ERR_FORMAT, "%s: sliding window %d, pattern %d, local RoPE base %g are inconsistent",
                          src->format, hp->sliding_window, hp->swa_period, (double)hp->rope_theta_local);
+    if (hp->conv_taps != 0 && (hp->arch != KITE_ARCH_LFM2 || hp->conv_taps < 2 || hp->conv_taps > KITE_LFM2_MAX_TAPS ||
+                               hp->n_layers > KITE_MAX_CONV_LAYERS))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: conv layers of %d taps in %d layers are not supported (LFM2: 2..%d taps, up to %d layers)",
+                         src->format, hp->conv_taps, hp->n_layers, KITE_LFM2_MAX_TAPS, KITE_MAX_CONV_LAYERS);
     if (!(hp->final_logit_softcap >= 0.0f) || !isfinite(hp->final_logit_softcap) || !(hp->attn_scale >= 0.0f) ||
         !isfinite(hp->attn_scale) || !(hp->embd_scale >= 0.0f) || !isfinite(hp->embd_scale))
         return kite_fail(e, KITE_ERR_FORMAT, "%s: soft-cap %g, attention scale %g or embedding scale %g is invalid",
@@ -88,7 +93,8 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
     if (rc) return rc;
     const int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
     if ((rc = check_tensor(src, "token_embd.weight", true, 2, hp->dim, hp->n_vocab, e))) return rc;
-    if ((rc = check_tensor(src, "output_norm.weight", true, 1, hp->dim, 1, e))) return rc;
+    const bool lfm2 = hp->arch == KITE_ARCH_LFM2;
+    if ((rc = check_tensor(src, lfm2 ? "token_embd_norm.weight" : "output_norm.weight", true, 1, hp->dim, 1, e))) return rc;
     if ((rc = check_tensor(src, "output.weight", false, 2, hp->dim, hp->n_vocab, e))) return rc;
     if (!kite_source_find(src, "output.weight") && !hp->tied_embeddings)
         return kite_fail(e, KITE_ERR_FORMAT, "%s: output.weight is missing and the embeddings are not tied", src->format);
@@ -96,7 +102,7 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
     if (hp->arch == KITE_ARCH_QWEN35) return kite_qwen35_validate(src, e);
     const bool gemma3 = hp->arch == KITE_ARCH_GEMMA3;
     const bool moe = hp->arch == KITE_ARCH_QWEN3MOE; /* routed experts instead of ffn_{gate,up,down} */
-    const bool need_bias = hp->arch == KITE_ARCH_QWEN2, need_qk_norm = hp->arch == KITE_ARCH_QWEN3 || gemma3 || moe;
+    const bool need_bias = hp->arch == KITE_ARCH_QWEN2, need_qk_norm = hp->arch == KITE_ARCH_QWEN3 || gemma3 || moe || lfm2;
     char name[96];
 #define CHECK(suffix, required, n_dims, ne0, ne1)                                              \
     do {                                                                                       \
@@ -105,6 +111,21 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
     } while (0)
     for (int32_t layer = 0; layer < hp->n_layers; layer++) {
         CHECK("attn_norm.weight", true, 1, hp->dim, 1);
+        CHECK("ffn_norm.weight", true, 1, hp->dim, 1);
+        CHECK("ffn_gate.weight", !moe, 2, hp->dim, hp->ffn_dim);
+        CHECK("ffn_up.weight", !moe, 2, hp->dim, hp->ffn_dim);
+        CHECK("ffn_down.weight", !moe, 2, hp->ffn_dim, hp->dim);
+        if (kite_layer_is_conv(hp, layer)) { /* LFM2's short convolution instead of attention */
+            CHECK("shortconv.in_proj.weight", true, 2, hp->dim, 3 * (int64_t)hp->dim);
+            CHECK("shortconv.out_proj.weight", true, 2, hp->dim, hp->dim);
+            /* llama.cpp's converter squeezes Hugging Face's [dim, 1, L] to [dim, L] */
+            snprintf(name, sizeof name, "blk.%d.shortconv.conv.weight", layer);
+            const kite_tensor *t = kite_source_find(src, name);
+            const int64_t hf_shape[3] = {hp->conv_taps, 1, hp->dim};
+            if (!t || !shape_matches(t, 3, hf_shape)) CHECK("shortconv.conv.weight", true, 2, hp->conv_taps, hp->dim);
+            else if (!t->data || t->n_bytes == 0) return kite_fail(e, KITE_ERR_FORMAT, "%s: tensor %s has no data", src->format, name);
+            continue;
+        }
         CHECK("attn_q.weight", true, 2, hp->dim, q_dim);
         CHECK("attn_k.weight", true, 2, hp->dim, kv_dim);
         CHECK("attn_v.weight", true, 2, hp->dim, kv_dim);
@@ -114,10 +135,6 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
         CHECK("attn_v.bias", need_bias, 1, kv_dim, 1);
         CHECK("attn_q_norm.weight", need_qk_norm, 1, hp->head_dim, 1);
         CHECK("attn_k_norm.weight", need_qk_norm, 1, hp->head_dim, 1);
-        CHECK("ffn_norm.weight", true, 1, hp->dim, 1);
-        CHECK("ffn_gate.weight", !moe, 2, hp->dim, hp->ffn_dim);
-        CHECK("ffn_up.weight", !moe, 2, hp->dim, hp->ffn_dim);
-        CHECK("ffn_down.weight", !moe, 2, hp->ffn_dim, hp->dim);
         CHECK("post_attention_norm.weight", gemma3, 1, hp->dim, 1);
         CHECK("post_ffw_norm.weight", gemma3, 1, hp->dim, 1);
     }

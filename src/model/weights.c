@@ -186,7 +186,8 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
     } else {
         jobs[n_jobs++] = (pack_job){w->tok_embd, &w->output, true};
     }
-    if ((st = norm_f32(src, "output_norm.weight", dim, true, &w->output_norm, e))) goto fail;
+    const char *final_norm = hp->arch == KITE_ARCH_LFM2 ? "token_embd_norm.weight" : "output_norm.weight";
+    if ((st = norm_f32(src, final_norm, dim, true, &w->output_norm, e))) goto fail;
     w->layers = calloc((size_t)hp->n_layers, sizeof *w->layers);
     if (!w->layers) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
     for (int32_t l = 0; l < hp->n_layers; l++) {
@@ -199,7 +200,7 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
             if (!t) { st = e->status; goto fail; }                                            \
             jobs[n_jobs++] = (pack_job){t, &L->field, t == w->tok_embd};                      \
         }
-        const bool recurrent = kite_layer_is_recurrent(hp, l);
+        const bool recurrent = kite_layer_is_recurrent(hp, l), conv = kite_layer_is_conv(hp, l);
         if (recurrent) {
             const int64_t key_dim = (int64_t)hp->dn_n_k_heads * hp->dn_head_k_dim;
             const int64_t value_dim = (int64_t)hp->dn_n_v_heads * hp->dn_head_v_dim, conv_dim = 2 * key_dim + value_dim;
@@ -219,6 +220,10 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
                 if ((st = vector_f32(src, NAME("ssm_a_log"), hp->dn_n_v_heads, true, &D->a, e))) goto fail;
                 for (int32_t h = 0; h < hp->dn_n_v_heads; h++) D->a[h] = -expf(D->a[h]);
             }
+        } else if (conv) {
+            MATRIX(conv_in, "shortconv.in_proj.weight", 3 * dim, dim);
+            MATRIX(conv_out, "shortconv.out_proj.weight", dim, dim);
+            if ((st = vector_f32(src, NAME("shortconv.conv.weight"), dim * hp->conv_taps, true, &L->conv_kernel, e))) goto fail;
         } else {
             MATRIX(wq, "attn_q.weight", hp->attn_output_gate ? 2 * q_width : q_width, dim);
             MATRIX(wk, "attn_k.weight", kv_dim, dim);
@@ -237,8 +242,8 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
         }
 #undef MATRIX
         const bool qwen35 = hp->arch == KITE_ARCH_QWEN35;
-        bool qk_norm = hp->arch == KITE_ARCH_QWEN3 || hp->arch == KITE_ARCH_GEMMA3 || hp->arch == KITE_ARCH_QWEN3MOE ||
-                       (qwen35 && !recurrent);
+        bool qk_norm = !conv && (hp->arch == KITE_ARCH_QWEN3 || hp->arch == KITE_ARCH_GEMMA3 || hp->arch == KITE_ARCH_QWEN3MOE ||
+                                 hp->arch == KITE_ARCH_LFM2 || (qwen35 && !recurrent));
         bool gemma3 = hp->arch == KITE_ARCH_GEMMA3;
         if ((st = norm_f32(src, NAME("attn_norm.weight"), dim, true, &L->attn_norm, e))) goto fail;
         /* Qwen3.5's FFN input norm is named post_attention_norm (HF post_attention_layernorm), as Gemma's
@@ -272,6 +277,8 @@ void kite_weights_free(kite_weights *w) {
             kite_packed_matrix_free(&L->wq); kite_packed_matrix_free(&L->wk); kite_packed_matrix_free(&L->wv);
             kite_packed_matrix_free(&L->wo); kite_packed_matrix_free(&L->w_gate); kite_packed_matrix_free(&L->w_up);
             kite_packed_matrix_free(&L->w_down);
+            kite_packed_matrix_free(&L->conv_in); kite_packed_matrix_free(&L->conv_out);
+            free(L->conv_kernel);
             kite_moe_layer_free(L->moe);
             free(L->moe);
             free(L->attn_norm); free(L->ffn_norm); free(L->q_bias); free(L->k_bias); free(L->v_bias);

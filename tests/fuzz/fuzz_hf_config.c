@@ -22,6 +22,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             (hp.sliding_window < 1 || hp.swa_period < 0 || !(hp.attn_scale > 0) || !(hp.rope_theta_local > 0) ||
              !(hp.final_logit_softcap >= 0) || !(hp.embd_scale > 0)))
             abort();
+        /* LFM2's: 2..16 taps, conv layers only among the model's layers, a positive FFN width */
+        if (hp.arch == KITE_ARCH_LFM2 && (hp.conv_taps < 2 || hp.conv_taps > 16 || hp.ffn_dim < 1 || hp.n_layers > KITE_MAX_CONV_LAYERS))
+            abort();
+        for (int32_t l = hp.n_layers; l < KITE_MAX_CONV_LAYERS; l++)
+            if (kite_layer_is_conv(&hp, l)) abort();
     }
     kite_gen_params p = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .repeat_penalty = 1.0f};
     if (kite_hf_parse_generation_config((const char *)data, size, "generation_config.json", &p, &bos, &eos, &e) ==
@@ -36,5 +41,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char out[96];
     kite_hf_canonical_name(name, 64, out, sizeof out);
     kite_hf_canonical_name_arch(KITE_ARCH_GEMMA3, name, 64, out, sizeof out);
+    kite_hf_canonical_name_arch(KITE_ARCH_LFM2, name, 64, out, sizeof out);
     return 0;
 }

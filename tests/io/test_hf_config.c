@@ -127,6 +127,75 @@ static void test_arch_and_defaults(void **state) {
 
 /* Gemma 3's text config: transformers' defaults, the periodic layer pattern from layer_types or
  * sliding_window_pattern, and the names of its norms. */
+/* LiquidAI/LFM2-350M's config.json (its fields kite reads, as published) and the older full_attn_idxs form. */
+static void test_lfm2(void **state) {
+    (void)state;
+    kite_hparams hp;
+    int32_t bos, eos;
+    kite_error e;
+#define LFM2 "\"architectures\":[\"Lfm2ForCausalLM\"],\"model_type\":\"lfm2\",\"block_auto_adjust_ff_dim\":true," \
+             "\"block_ff_dim\":6656,\"block_ffn_dim_multiplier\":1.0,\"block_multiple_of\":256," \
+             "\"hidden_size\":1024,\"intermediate_size\":6656,\"max_position_embeddings\":128000," \
+             "\"norm_eps\":1e-05,\"num_attention_heads\":16,\"num_hidden_layers\":16,\"num_key_value_heads\":8," \
+             "\"rope_theta\":1000000.0,\"vocab_size\":65536,\"bos_token_id\":1,\"eos_token_id\":7"
+#define LFM2_TYPES "\"layer_types\":[\"conv\",\"conv\",\"full_attention\",\"conv\",\"conv\",\"full_attention\",\"conv\"," \
+                   "\"conv\",\"full_attention\",\"conv\",\"full_attention\",\"conv\",\"full_attention\",\"conv\"," \
+                   "\"full_attention\",\"conv\"]"
+    assert_int_equal(parse("{" LFM2 "," LFM2_TYPES ",\"conv_L_cache\":3,\"conv_bias\":false}", &hp, &bos, &eos, &e), KITE_OK);
+    assert_int_equal(hp.arch, KITE_ARCH_LFM2);
+    assert_int_equal(hp.ffn_dim, 4608); /* 256 * ceil(int(2 * 6656 / 3) / 256), llama.cpp's n_ff for LFM2-350M */
+    assert_int_equal(hp.conv_taps, 3);
+    assert_int_equal(hp.head_dim, 64);
+    assert_int_equal(hp.n_kv_heads, 8);
+    assert_float_equal(hp.rms_eps, 1e-5f, 0.0f);
+    assert_true(hp.tied_embeddings);
+    static const int attn[] = {2, 5, 8, 10, 12, 14};
+    for (int l = 0, a = 0; l < 16; l++) {
+        bool is_attn = a < 6 && attn[a] == l;
+        a += is_attn;
+        assert_int_equal(kite_layer_is_conv(&hp, l), !is_attn);
+    }
+    assert_int_equal(parse("{" LFM2 ",\"full_attn_idxs\":[2,5,8,10,12,14],\"tie_embedding\":false}", &hp, &bos, &eos, &e), KITE_OK);
+    for (int l = 0, a = 0; l < 16; l++) {
+        bool is_attn = a < 6 && attn[a] == l;
+        a += is_attn;
+        assert_int_equal(kite_layer_is_conv(&hp, l), !is_attn);
+    }
+    assert_false(hp.tied_embeddings);
+    expect_fail("{" LFM2 "}", KITE_ERR_FORMAT, "layer_types");
+    expect_fail("{" LFM2 "," LFM2_TYPES ",\"conv_bias\":true}", KITE_ERR_UNSUPPORTED, "conv_bias");
+    expect_fail("{" LFM2 ",\"layer_types\":[\"conv\"]}", KITE_ERR_FORMAT, "layer_types");
+    expect_fail("{" LFM2 ",\"full_attn_idxs\":[16]}", KITE_ERR_FORMAT, "full_attn_idxs");
+    expect_fail("{" LFM2 "," LFM2_TYPES ",\"conv_L_cache\":40}", KITE_ERR_FORMAT, "conv_L_cache");
+#undef LFM2
+#undef LFM2_TYPES
+    char out[96];
+    static const char *const names[][2] = {
+        {"model.layers.0.operator_norm.weight", "blk.0.attn_norm.weight"},
+        {"model.layers.0.conv.in_proj.weight", "blk.0.shortconv.in_proj.weight"},
+        {"model.layers.0.conv.conv.weight", "blk.0.shortconv.conv.weight"},
+        {"model.layers.0.conv.out_proj.weight", "blk.0.shortconv.out_proj.weight"},
+        {"model.layers.2.self_attn.q_proj.weight", "blk.2.attn_q.weight"},
+        {"model.layers.2.self_attn.out_proj.weight", "blk.2.attn_output.weight"},
+        {"model.layers.2.self_attn.q_layernorm.weight", "blk.2.attn_q_norm.weight"},
+        {"model.layers.2.self_attn.k_layernorm.weight", "blk.2.attn_k_norm.weight"},
+        {"model.layers.3.ffn_norm.weight", "blk.3.ffn_norm.weight"},
+        {"model.layers.3.feed_forward.w1.weight", "blk.3.ffn_gate.weight"},
+        {"model.layers.3.feed_forward.w3.weight", "blk.3.ffn_up.weight"},
+        {"model.layers.3.feed_forward.w2.weight", "blk.3.ffn_down.weight"},
+        {"model.embedding_norm.weight", "token_embd_norm.weight"},
+        {"model.embed_tokens.weight", "token_embd.weight"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_LFM2, names[i][0], 16, out, sizeof out), 1);
+        assert_string_equal(out, names[i][1]);
+    }
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_LFM2, "model.layers.0.conv.conv.bias", 16, out, sizeof out), -2);
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_LFM2, "model.layers.16.conv.in_proj.weight", 16, out, sizeof out), -1);
+    /* outside LFM2, embedding_norm is not a name kite knows */
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_LLAMA, "model.embedding_norm.weight", 16, out, sizeof out), 0);
+}
+
 static void test_gemma3(void **state) {
     (void)state;
     kite_hparams hp;
@@ -396,7 +465,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_tinystories), cmocka_unit_test(test_qwen3), cmocka_unit_test(test_arch_and_defaults),
         cmocka_unit_test(test_ranges), cmocka_unit_test(test_rope_scaling), cmocka_unit_test(test_generation_config),
-        cmocka_unit_test(test_names), cmocka_unit_test(test_gemma3), cmocka_unit_test(test_qwen3moe),
+        cmocka_unit_test(test_names), cmocka_unit_test(test_gemma3), cmocka_unit_test(test_lfm2), cmocka_unit_test(test_qwen3moe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -91,6 +91,20 @@ bool oracle_default_spec(const char *arch, oracle_spec *s) {
         };
         return true;
     }
+    if (strcmp(arch, "lfm2") == 0) {
+        /* LFM2 in miniature: conv, conv, attention, conv (two convs in a row, one after attention), 3 taps, GQA 2:1
+         * with QK-norm, head_dim = dim / heads as LFM2 has, tied. config.json's intermediate_size 288 is adjusted to
+         * 64 * ceil(int(2 * 288 / 3) / 64) = 192, as the converter and transformers do. */
+        *s = (oracle_spec){
+            .arch = "lfm2", .hf_model_type = "lfm2", .hf_class = "Lfm2ForCausalLM", .tokenizer_pre = "qwen2",
+            .bos_text = "<|endoftext|>", .eos_text = "<|im_end|>", .add_bos = false,
+            .dim = 64, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .head_dim = 16,
+            .ffn_dim = 192, .n_vocab = 151936, .n_ctx_train = 512, .rms_eps = 1e-5f, .rope_theta = 1000000.0f,
+            .qk_norm = true, .tied_embeddings = true, .layer_kinds = "ccac", .conv_taps = 3, .hf_ffn_dim = 288,
+            .seed = 0x1f2ull,
+        };
+        return true;
+    }
     if (strcmp(arch, "qwen3") == 0) {
         /* Qwen3: QK-norm, head_dim 32 given explicitly (4 heads x 32 = 128 != dim 64), tied embeddings. */
         *s = (oracle_spec){
@@ -154,7 +168,7 @@ typedef struct hf_tensor {
     bool f16;               /* stored as F16 in both files */
     int permute_heads;      /* > 0: Llama q/k, permuted for the GGUF with this many heads */
     bool hf_minus_one;      /* a Gemma norm weight: data is the GGUF's w + 1, the HF file gets data - 1 */
-    bool hf_3d;             /* the HF shape is [rows, 1, cols] (a conv1d weight) */
+    bool hf_3d;             /* the HF shape is [rows, 1, cols], the GGUF's [rows, cols] (a conv1d weight) */
     bool gguf_negexp;       /* the GGUF gets -exp(data) (Qwen3.5's A_log) */
     bool gguf_zero;         /* ... or zeros (the decay control) */
     int v_reorder;          /* Qwen3.5: 1 = rows from v_start on, 2 = columns, are value heads of v_head rows/columns,
@@ -306,6 +320,43 @@ static float *reorder_v(const hf_tensor *t, int32_t n_k, int32_t n_v) {
     return out;
 }
 
+/* LFM2's layers and final norm, under Hugging Face's names (transformers' Lfm2 modeling) and llama.cpp's. The
+ * conv's B, C and x come out of in_proj near unit size, so B * x and C * conv are too, and its taps (about 0.6
+ * each, mean 0) differ enough per channel that their order matters. */
+static int make_lfm2_layers(const oracle_spec *s, model_weights *w, errbuf *e) {
+    const double dim = s->dim, ffn = s->ffn_dim, embd_std = 2.5 / sqrt(dim);
+    const int32_t kv_rows = s->n_kv_heads * s->head_dim;
+    char hf[96], gg[96];
+    hf_tensor *t;
+    for (int32_t l = 0; l < s->n_layers; l++) {
+#define ADD(hf_suffix, gguf_suffix, rows, cols, mean, std)                                                   \
+        (snprintf(hf, sizeof hf, "model.layers.%d.%s", l, hf_suffix),                                        \
+         snprintf(gg, sizeof gg, "blk.%d.%s", l, gguf_suffix),                                               \
+         (t = add_tensor(w, s->seed, hf, gg, rows, cols, mean, std, e)))
+        if (!ADD("operator_norm.weight", "attn_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
+        if (s->layer_kinds[l] == 'c') {
+            if (!ADD("conv.in_proj.weight", "shortconv.in_proj.weight", 3 * s->dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+            if (!ADD("conv.conv.weight", "shortconv.conv.weight", s->dim, s->conv_taps, 0.0, 0.6)) return -1;
+            t->hf_3d = true;
+            if (!ADD("conv.out_proj.weight", "shortconv.out_proj.weight", s->dim, s->dim, 0.0, 1.5 * embd_std / sqrt(dim))) return -1;
+        } else {
+            if (!ADD("self_attn.q_proj.weight", "attn_q.weight", s->dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+            if (!ADD("self_attn.k_proj.weight", "attn_k.weight", kv_rows, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+            if (!ADD("self_attn.v_proj.weight", "attn_v.weight", kv_rows, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+            if (!ADD("self_attn.q_layernorm.weight", "attn_q_norm.weight", 0, s->head_dim, 1.6, 0.2)) return -1;
+            if (!ADD("self_attn.k_layernorm.weight", "attn_k_norm.weight", 0, s->head_dim, 1.6, 0.2)) return -1;
+            if (!ADD("self_attn.out_proj.weight", "attn_output.weight", s->dim, s->dim, 0.0, 1.5 * embd_std / sqrt(dim))) return -1;
+        }
+        if (!ADD("ffn_norm.weight", "ffn_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
+        if (!ADD("feed_forward.w1.weight", "ffn_gate.weight", s->ffn_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+        if (!ADD("feed_forward.w3.weight", "ffn_up.weight", s->ffn_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+        if (!ADD("feed_forward.w2.weight", "ffn_down.weight", s->dim, s->ffn_dim, 0.0, 2.5 * embd_std / sqrt(ffn))) return -1;
+#undef ADD
+    }
+    if (!add_tensor(w, s->seed, "model.embedding_norm.weight", "token_embd_norm.weight", 0, s->dim, 1.0, 0.1, e)) return -1;
+    return 0;
+}
+
 /* Scales are chosen so that the next-token distribution has real entropy (logits with a standard
  * deviation near 2.5 over the vocabulary) and depends on the context as much as on the last token:
  * the attention and MLP outputs are about as large as the embedding in the residual stream, and
@@ -322,6 +373,7 @@ static int make_weights(const oracle_spec *s, model_weights *w, errbuf *e) {
     if (!(t = add_tensor(w, s->seed, "model.embed_tokens.weight", "token_embd.weight", s->n_vocab, s->dim, 0.0, embd_std, e)))
         return -1;
     if (s->f16_embeddings) round_to_f16(t);
+    if (s->layer_kinds) return make_lfm2_layers(s, w, e);
     for (int32_t l = 0; l < s->n_layers; l++) {
 #define ADD(hf_suffix, gguf_suffix, rows, cols, mean, std)                                                   \
         (snprintf(hf, sizeof hf, "model.layers.%d.%s", l, hf_suffix),                                        \
@@ -556,7 +608,15 @@ static int write_gguf(const oracle_spec *s, const model_weights *w, const vocab 
     kite_gguf_w_u32(g, KEY("block_count"), (uint32_t)s->n_layers);
     kite_gguf_w_u32(g, KEY("feed_forward_length"), (uint32_t)s->ffn_dim);
     kite_gguf_w_u32(g, KEY("attention.head_count"), (uint32_t)s->n_heads);
-    kite_gguf_w_u32(g, KEY("attention.head_count_kv"), (uint32_t)s->n_kv_heads);
+    if (s->layer_kinds) { /* conversion/lfm2.py: 0 KV heads marks a conv layer */
+        int32_t kv[64];
+        for (int32_t l = 0; l < s->n_layers && l < 64; l++) kv[l] = s->layer_kinds[l] == 'c' ? 0 : s->n_kv_heads;
+        kite_gguf_w_arr_i32(g, KEY("attention.head_count_kv"), kv, (uint64_t)s->n_layers);
+        kite_gguf_w_u32(g, KEY("shortconv.l_cache"), (uint32_t)s->conv_taps);
+        kite_gguf_w_u32(g, KEY("vocab_size"), (uint32_t)s->n_vocab);
+    } else {
+        kite_gguf_w_u32(g, KEY("attention.head_count_kv"), (uint32_t)s->n_kv_heads);
+    }
     kite_gguf_w_f32(g, KEY("rope.freq_base"), s->rope_theta);
     kite_gguf_w_f32(g, KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
     if (s->explicit_head_dim) {
@@ -625,6 +685,11 @@ static int write_gguf(const oracle_spec *s, const model_weights *w, const vocab 
         } else if (t->v_reorder && s->dn_n_v != s->dn_n_k) {
             if (!(permuted = reorder_v(t, s->dn_n_k, s->dn_n_v))) { rc = fail(e, "out of memory"); break; }
             src = permuted;
+        } else if (t->hf_3d && s->variant == ORACLE_VARIANT_CONV_REVERSED) {
+            if (!(permuted = malloc(count * sizeof(float)))) { rc = fail(e, "out of memory"); break; }
+            for (int32_t r = 0; r < t->rows; r++)
+                for (int32_t k = 0; k < t->cols; k++) permuted[(size_t)r * t->cols + k] = t->data[(size_t)r * t->cols + t->cols - 1 - k];
+            src = permuted;
         }
         if (t->gguf_negexp) {
             float *neg = malloc(count * sizeof *neg);
@@ -687,7 +752,7 @@ static int write_config(const oracle_spec *s, const vocab *v, const char *dir, e
     json_object_set_new(c, "architectures", json_pack("[s]", s->hf_class));
     json_object_set_new(c, "model_type", json_string(s->hf_model_type));
     json_object_set_new(c, "hidden_size", json_integer(s->dim));
-    json_object_set_new(c, "intermediate_size", json_integer(s->ffn_dim));
+    json_object_set_new(c, "intermediate_size", json_integer(s->hf_ffn_dim ? s->hf_ffn_dim : s->ffn_dim));
     json_object_set_new(c, "num_hidden_layers", json_integer(s->n_layers));
     json_object_set_new(c, "num_attention_heads", json_integer(s->n_heads));
     json_object_set_new(c, "num_key_value_heads", json_integer(s->n_kv_heads));
@@ -746,6 +811,21 @@ static int write_config(const oracle_spec *s, const vocab *v, const char *dir, e
         json_object_set_new(c, "layer_types", types);
         json_object_set_new(c, "attn_output_gate", json_true());
         json_object_set_new(c, "attention_bias", json_false());
+    }
+    if (s->layer_kinds) { /* transformers' Lfm2Config */
+        json_object_del(c, "rms_norm_eps");
+        json_object_del(c, "tie_word_embeddings");
+        json_object_set_new(c, "norm_eps", json_real((double)s->rms_eps));
+        json_object_set_new(c, "block_ff_dim", json_integer(s->hf_ffn_dim));
+        json_object_set_new(c, "block_auto_adjust_ff_dim", json_true());
+        json_object_set_new(c, "block_ffn_dim_multiplier", json_real(1.0));
+        json_object_set_new(c, "block_multiple_of", json_integer(64));
+        json_object_set_new(c, "conv_L_cache", json_integer(s->conv_taps));
+        json_object_set_new(c, "conv_bias", json_false());
+        json_object_set_new(c, "tie_embedding", json_boolean(s->tied_embeddings));
+        json_t *types = json_array();
+        for (int32_t l = 0; l < s->n_layers; l++) json_array_append_new(types, json_string(s->layer_kinds[l] == 'c' ? "conv" : "full_attention"));
+        json_object_set_new(c, "layer_types", types);
     }
     if (s->n_experts > 0) { /* transformers' Qwen3MoeConfig */
         json_object_set_new(c, "num_experts", json_integer(s->n_experts));

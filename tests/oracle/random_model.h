@@ -27,6 +27,8 @@ typedef enum oracle_variant {
     ORACLE_VARIANT_NO_OUTPUT_GATE = 6,  /* qwen35: the gate rows of attn_q zero (sigmoid 1/2 everywhere: no gating) */
     ORACLE_VARIANT_BETA_IGNORED = 7,    /* qwen35: ssm_beta zero (beta 1/2 for every token and head) */
     ORACLE_VARIANT_DECAY_IGNORED = 8,   /* qwen35: ssm_a zero (g = 0: the DeltaNet state never decays) */
+    ORACLE_VARIANT_CONV_REVERSED = 9,   /* lfm2: every channel's conv taps in reverse order (newest tap on the oldest
+                                           position), all else intact */
 } oracle_variant;
 
 typedef struct oracle_spec {
@@ -77,11 +79,20 @@ typedef struct oracle_spec {
     int32_t full_attn_interval;
     int32_t n_rot;
     int32_t dn_n_k, dn_n_v, dn_head, dn_kernel;
+    /* LFM2 (arch "lfm2"): layer_kinds says per layer 'c' (a short gated conv of conv_taps taps) or 'a' (GQA
+     * attention with QK-norm); Hugging Face's names (operator_norm, feed_forward.w1/w3/w2, self_attn.out_proj,
+     * q/k_layernorm, conv.{in_proj,conv,out_proj}, model.embedding_norm last); the GGUF as conversion/lfm2.py
+     * writes it (per-layer head_count_kv with 0 for conv layers, shortconv.l_cache, the conv squeezed to
+     * [dim, L], token_embd_norm). config.json's intermediate_size is hf_ffn_dim, which block_auto_adjust_ff_dim
+     * (multiple of 64) turns into ffn_dim. */
+    const char *layer_kinds;
+    int32_t conv_taps;
+    int32_t hf_ffn_dim;
     uint64_t seed;
     oracle_variant variant;
 } oracle_spec;
 
-/* The spec the oracle test uses for arch "llama", "qwen2", "qwen3", "gemma3" or "qwen3moe"; false for another name. */
+/* The spec the oracle test uses for arch "llama", "qwen2", "qwen3", "gemma3", "qwen3moe" or "lfm2"; false for another name. */
 bool oracle_default_spec(const char *arch, oracle_spec *spec);
 
 /* The vocabulary as GGUF metadata wants it, read from tokenizer_dir/tokenizer.json (the slow part of

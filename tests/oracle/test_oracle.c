@@ -50,8 +50,11 @@
  *   qwen2        1.1e-6         1.8e-7            9.9e-6                       0
  *   qwen3        1.6e-6         4.2e-7            2.1e-5                       0
  *   qwen3moe     2.1e-6         7.5e-7            2.0e-5                       0
+ *   lfm2         2.05e-6        7.7e-7            1.7e-5                       0
  * (qwen3moe: 8 experts, top-2, normalised; its control, an HF folder with norm_topk_prob false, reaches
- * TV 0.61; its f16-cache run TV 1.5e-3, |dp| 5.3e-4, |dlog p| 1.1e-2, within the f16 bounds.)
+ * TV 0.61; its f16-cache run TV 1.5e-3, |dp| 5.3e-4, |dlog p| 1.1e-2, within the f16 bounds. lfm2: conv, conv,
+ * attention, conv layers; its control, every channel's conv taps reversed, reaches TV 0.96; its f16-cache run TV
+ * 2.8e-4, the conv rows being f32 whatever the cache type.)
  * The bounds sit 30-50x above that, to leave room for other CPUs and kernels with other summation
  * orders, and thousands of times below what a missing feature does: the negative controls measure a
  * total variation of 0.8-0.9, and so did kite builds with RoPE scaling, a q or k bias, or QK-norm
@@ -79,7 +82,7 @@
  * 2.5-3.7x above the measurement) and its negative control must exceed 100x the scaled TV bound. */
 #define GEMMA3_BOUND_SCALE 10.0
 
-enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 6, MAX_EXTRA_CONTROLS = 2 };
+enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 7, MAX_EXTRA_CONTROLS = 2 };
 
 /* node-llama-cpp hands over each position's distribution as a Map of the whole vocabulary, about 0.15 s
  * of CPU per position, so llama.cpp returns every position of the short prompts but only every third
@@ -156,6 +159,8 @@ static arch_case CASES[N_ARCHS] = {
      .control_what = "attention output gate defeated (gate rows zero)", .prompts = QWEN_PROMPTS,
      .extra_control = {ORACLE_VARIANT_BETA_IGNORED, ORACLE_VARIANT_DECAY_IGNORED},
      .extra_what = {"DeltaNet beta ignored (ssm_beta zero)", "DeltaNet decay ignored (ssm_a zero)"}},
+    {.arch = "lfm2", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_CONV_REVERSED,
+     .control_what = "conv taps reversed", .prompts = QWEN_PROMPTS},
 };
 
 static char TMP_DIR[4096];
@@ -736,6 +741,7 @@ ARCH_TESTS(2, qwen3)
 ARCH_TESTS(3, gemma3)
 ARCH_TESTS(4, qwen3moe)
 ARCH_TESTS(5, qwen35)
+ARCH_TESTS(6, lfm2)
 
 /* The families to compare as arguments (GGUF architecture names; none: all). tests/oracle/tests.cmake
  * runs them as several ctest entries, so a parallel ctest spreads the families over the cores. */
@@ -743,6 +749,7 @@ int main(int argc, char **argv) {
     static const struct CMUnitTest per_arch[N_ARCHS][TESTS_PER_ARCH] = {
         ARCH_TEST_LIST(llama), ARCH_TEST_LIST(qwen2), ARCH_TEST_LIST(qwen3), ARCH_TEST_LIST(gemma3), ARCH_TEST_LIST(qwen3moe),
         ARCH_TEST_LIST(qwen35),
+        ARCH_TEST_LIST(lfm2),
     };
     for (int a = 1; a < argc; a++) {
         int found = -1;

@@ -9,7 +9,10 @@
  * drafter and the draft model, chains and trees, budgets 1..12, greedy and seeded sampling (T 0.8 with
  * top-k/top-p, and T 1.0), the generated ids must equal plain decoding's; and plain decoding itself must
  * be the same in one pass per token as after a whole-prompt prefill split at odd lengths (batch
- * invariance of the windowed attention and the GeGLU kernel's tails). */
+ * invariance of the windowed attention and the GeGLU kernel's tails). For LFM2 (tiny-lfm2, "--ring"): conv, conv,
+ * attention, conv layers; each conv layer's rows ring over 3 - 1 + 64 positions, so the same runs check that a
+ * drafted node's taps read its ancestors' rows, that commits move conv rows, and that truncating, copying and
+ * saving past the ring's slack stay exact. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -178,8 +181,9 @@ static void test_speculation_exact(void **state) {
     assert_true(accepted > 0);
 }
 
-/* The ring keeps memory to the window: a session of 32768 positions holds the global layer's rows for
- * every position and each local layer's 71 rows, against the 3 x 32768 rows of a flat cache. */
+/* The rings keep memory to the window. tiny-gemma3 at 32768 positions: the global layer's rows for every
+ * position and each local layer's 71 rows, against the 3 x 32768 rows of a flat cache. tiny-lfm2: the attention
+ * layer's rows for every position and each conv layer's 3 - 1 + 64 conv rows of dim f32, whatever the context. */
 static void test_ring_memory_bounded(void **state) {
     (void)state;
     kite_session_params sp = kite_session_default_params();
@@ -190,12 +194,20 @@ static void test_ring_memory_bounded(void **state) {
     if (kite_session_open(&s, g_target, &sp, err, sizeof err)) fail_msg("session: %s", err);
     kite_model_info info;
     kite_model_get_info(g_target, &info);
-    /* tiny-gemma3: 3 layers (0 and 1 local, window 8; 2 global), 2 KV heads of 64, f16 K and V. */
-    const uint64_t row = 2ull * 2 * 64 * 2; /* K and V, 2 heads, 64 elements, 2 bytes */
-    const uint64_t want = row * (32768ull + 2 * (8 - 1 + 64));
+    const uint64_t row = 2ull * (uint64_t)info.n_kv_heads * (uint64_t)info.head_dim * 2; /* K and V, f16 */
+    uint64_t want, flat;
+    if (info.n_conv_layers > 0) {
+        want = row * 32768ull * (uint64_t)(info.n_layers - info.n_conv_layers) +
+               (uint64_t)info.n_conv_layers * (uint64_t)(info.conv_taps - 1 + 64) * (uint64_t)info.dim * 4;
+        flat = row * 32768ull * (uint64_t)info.n_layers;
+    } else {
+        /* tiny-gemma3: 3 layers (0 and 1 local, window 8; 2 global) */
+        want = row * (32768ull + 2 * (8 - 1 + 64));
+        flat = row * 3 * 32768ull;
+    }
     uint64_t got = kite_session_kv_bytes(s);
-    print_message("tiny-gemma3 KV cache at 32768 positions: %llu bytes (a flat cache: %llu)\n", (unsigned long long)got,
-                  (unsigned long long)(row * 3 * 32768ull));
+    print_message("%s cache at 32768 positions: %llu bytes (every layer's K/V for every position: %llu)\n", g_shape,
+                  (unsigned long long)got, (unsigned long long)flat);
     assert_int_equal(got, want);
     kite_session_free(s);
 }
@@ -310,8 +322,8 @@ static void test_rewind_within_pass(void **state) {
     kite_session_free(a);
 }
 
-/* argv[1]: the gen-model shape (default tiny-gemma3); argv[2] "--ring": also the sliding-window ring's
- * memory bound (tiny-gemma3's numbers). */
+/* argv[1]: the gen-model shape (default tiny-gemma3); argv[2] "--ring": also the rings' memory bound
+ * (tiny-gemma3's sliding window, tiny-lfm2's conv rows). */
 int main(int argc, char **argv) {
     if (argc > 1) g_shape = argv[1];
     const bool ring = argc > 2 && strcmp(argv[2], "--ring") == 0;

@@ -16,6 +16,17 @@ kite_spec_family_test(test_spec_gemma3 tiny-gemma3 --ring)
 kite_spec_family_test(test_spec_qwen3moe tiny-qwen3moe)
 # Qwen3.5: Gated DeltaNet layers, whose recurrent state a verification pass must leave on the accepted path.
 kite_spec_family_test(test_spec_qwen35 tiny-qwen35)
+# LFM2's conv layers: their per-position conv rows under trees, commits, rewinds, copies and saves (and the ring's
+# memory bound).
+kite_spec_family_test(test_spec_lfm2 tiny-lfm2 --ring)
+# A tree pass whose accepted path is the second branch leaves the session exactly as the chain does: one
+# gen-model shape per family (add a family's tiny shape to the list).
+add_executable(test_tree_commit_exact ${CMAKE_CURRENT_LIST_DIR}/test_tree_commit_exact.c)
+target_link_libraries(test_tree_commit_exact PRIVATE kite_internal PkgConfig::CMOCKA)
+target_include_directories(test_tree_commit_exact PRIVATE ${PROJECT_SOURCE_DIR}/tests/unit)
+add_test(NAME test_tree_commit_exact COMMAND test_tree_commit_exact tiny tiny-gemma3 tiny-qwen3moe tiny-lfm2
+         WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+set_tests_properties(test_tree_commit_exact PROPERTIES ENVIRONMENT "${KITE_TEST_ENV}" TIMEOUT 600)
 # EAGLE-3 heads: capture identical under speculation, exactness with the head drafting, its cache in step,
 # bad heads refused (random tiny target and head written by kite_write_random_model).
 kite_unit_test(test_spec_eagle3 ${CMAKE_CURRENT_LIST_DIR}/test_spec_eagle3.c)

@@ -851,6 +851,9 @@ static int cmd_inspect(int argc, char **argv) {
     printf("layers:         %d\n", in.n_layers);
     printf("heads:          %d (kv heads %d, head dim %d)\n", in.n_heads, in.n_kv_heads, in.head_dim);
     printf("ffn dim:        %d\n", in.ffn_dim);
+    if (in.n_conv_layers > 0)
+        printf("conv layers:    %d of %d (short gated convolutions of %d taps; the others attend)\n", in.n_conv_layers, in.n_layers,
+               in.conv_taps);
     if (in.n_experts > 0)
         printf("experts:        %d (%d per token, ffn dim %d each)\n", in.n_experts, in.n_experts_used, in.expert_ffn_dim);
     if (in.n_recurrent_layers > 0)
