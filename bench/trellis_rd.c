@@ -119,8 +119,9 @@ int main(int argc, char **argv) {
             for (int k = 0; k < 2; k++)
                 if (m <= kt_mse[k] && m >= kt_mse[k + 1])
                     at = kt_bpw[k] + (kt_bpw[k + 1] - kt_bpw[k]) * log(m / kt_mse[k]) / log(kt_mse[k + 1] / kt_mse[k]);
-            if (isnan(at) && m > kt_mse[0]) /* below KT2's MSE range: extrapolate with the bound's slope */
-                at = kt_bpw[0] - 0.5 * log2(m / kt_mse[0]);
+            /* outside kite's range: extrapolate from the nearest end with the bound's slope (0.5 bit per halving) */
+            if (isnan(at) && m > kt_mse[0]) at = kt_bpw[0] - 0.5 * log2(m / kt_mse[0]);
+            if (isnan(at) && m < kt_mse[2]) at = kt_bpw[2] - 0.5 * log2(m / kt_mse[2]);
             printf("%-12s %-8s %6.3f %10.5f %10.5f %7.3f kite at equal MSE: %.3f bpw (%.2f fewer)\n", "", llama_types[t].name,
                    bpw, m, pow(2, -2 * bpw), bpw - 0.5 * log2(1 / m), at, bpw - at);
         }

@@ -18,6 +18,7 @@
  * group the lanes' 32-bit stream words (two 16-bit loads, a remainder), then per column a shift, an AND,
  * a multiply-add and an AND make the level bytes of KT_LANES rows at once, reused for every activation
  * row (one dot instruction each). */
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -28,23 +29,33 @@
 #define KT_PREFETCH_TILES 2
 
 /* Type parameters as compile-time functions of T = 0 (KT2), 1 (KT2_5), 2 (KT3): trellis.c's table. */
-KT_INLINE int kt_L(const int T) { return T == 2 ? 11 : 12; }
+KT_INLINE int kt_L(const int T) { (void)T; return 12; }
 KT_INLINE int kt_gbits(const int T) { return 16 + 4 * T; }
 KT_INLINE size_t kt_gbytes(const int T) { return 32 + 8 * (size_t)T; }
 KT_INLINE int kt_pos(const int T, const int j) { return T == 0 ? 2 * j : T == 1 ? 5 * (j / 2) + 2 * (j & 1) : 3 * j; }
 
-KT_INLINE kt_vi kt_word(const uint8_t *tile, int g, int lane0, const int T) {
+/* The lanes' stream bits [8 K g, 8 K g + 32) in w and, for KT3's last column, bits [8 K g + 16, + 48) in w2. */
+KT_INLINE kt_vi kt_word(const uint8_t *tile, int g, int lane0, const int T, kt_vi *w2) {
     const uint8_t *grp = tile + (size_t)g * kt_gbytes(T);
     const uint8_t *nxt = tile + (size_t)((g + 1) & (KT_GROUPS - 1)) * kt_gbytes(T);
-    kt_vi w = kt_or(kt_u16(grp + 2 * lane0), kt_slli(kt_u16(nxt + 2 * lane0), kt_gbits(T)));
+    const kt_vi un = kt_u16(nxt + 2 * lane0);
+    kt_vi w = kt_or(kt_u16(grp + 2 * lane0), kt_slli(un, kt_gbits(T)));
     if (T == 1) w = kt_or(w, kt_slli(kt_nib(grp + 32, lane0), 16));
-    if (T == 2) w = kt_or(w, kt_slli(kt_u8(grp + 32 + lane0), 16));
+    if (T == 2) {
+        w = kt_or(w, kt_slli(kt_u8(grp + 32 + lane0), 16));
+        *w2 = kt_or(kt_srli(w, 16), kt_slli(un, 8));
+    } else {
+        *w2 = w;
+    }
     return w;
 }
 
-KT_INLINE kt_vi kt_bytes(kt_vi w, const int T, const int j) {
-    kt_vi s = kt_srli(w, kt_pos(T, j));
-    if (kt_pos(T, j) + kt_L(T) < 32) s = kt_and(s, kt_set1((int32_t)((1u << kt_L(T)) - 1)));
+/* Column j's level bytes; columns whose window passes bit 32 of w read w2 (16 bits further on). */
+KT_INLINE kt_vi kt_bytes(kt_vi w, kt_vi w2, const int T, const int j) {
+    const bool far = kt_pos(T, j) + kt_L(T) > 32;
+    const int off = far ? kt_pos(T, j) - 16 : kt_pos(T, j);
+    kt_vi s = kt_srli(far ? w2 : w, off);
+    if (off + kt_L(T) < 32) s = kt_and(s, kt_set1((int32_t)((1u << kt_L(T)) - 1)));
     return kt_and(kt_add(kt_mullo(s, kt_set1((int32_t)KT_MUL)), kt_set1((int32_t)KT_ADD)), kt_set1((int32_t)KT_MASK));
 }
 
@@ -93,10 +104,11 @@ KT_INLINE void kt_tile(const uint8_t *tiles, int64_t n_blocks, const uint8_t *ac
 #pragma GCC unroll 4
             for (int b = 0; b < NB; b++) isum[b] = kt_zero();
             for (int g = 0; g < KT_GROUPS; g++) {
-                const kt_vi w = kt_word(tile, g, lane0, T);
+                kt_vi w2;
+                const kt_vi w = kt_word(tile, g, lane0, T, &w2);
 #pragma GCC unroll 4
                 for (int j = 0; j < 8; j += 2) {
-                    const kt_vi x0 = kt_bytes(w, T, j), x1 = kt_bytes(w, T, j + 1);
+                    const kt_vi x0 = kt_bytes(w, w2, T, j), x1 = kt_bytes(w, w2, T, j + 1);
 #pragma GCC unroll 4
                     for (int b = 0; b < NB; b++) {
                         const int8_t *q = (const int8_t *)arow[b] + blk * KT_BLOCK + 8 * g + j;

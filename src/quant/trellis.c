@@ -21,7 +21,7 @@
 static const kite_kt_params kt_params[3] = {
     {KITE_TYPE_KT2, "kt2", 12, 0, 16, {2, 2, 2, 2, 2, 2, 2, 2}, {0, 2, 4, 6, 8, 10, 12, 14}, 32, 32 * 32 + 32},
     {KITE_TYPE_KT2_5, "kt2_5", 12, 4, 20, {2, 3, 2, 3, 2, 3, 2, 3}, {0, 2, 5, 7, 10, 12, 15, 17}, 40, 32 * 40 + 32},
-    {KITE_TYPE_KT3, "kt3", 11, 8, 24, {3, 3, 3, 3, 3, 3, 3, 3}, {0, 3, 6, 9, 12, 15, 18, 21}, 48, 32 * 48 + 32},
+    {KITE_TYPE_KT3, "kt3", 12, 8, 24, {3, 3, 3, 3, 3, 3, 3, 3}, {0, 3, 6, 9, 12, 15, 18, 21}, 48, 32 * 48 + 32},
 };
 
 const kite_kt_params *kite_kt_params_of(uint32_t type) {
@@ -48,17 +48,18 @@ const kite_type_traits *kite_kt_traits(uint32_t type) {
 
 static inline uint32_t load_u16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
 
-static uint32_t group_word(const kite_kt_params *p, const uint8_t *tile, int r, int g) {
+/* Stream bits [8 K g, 8 K g + 40) of lane r: the group's bits and the next group's first 16. */
+static uint64_t group_word(const kite_kt_params *p, const uint8_t *tile, int r, int g) {
     const uint8_t *grp = tile + (size_t)g * p->group_bytes;
-    uint32_t rem = 0;
+    uint64_t rem = 0;
     if (p->rem_bits == 4) rem = r < 8 ? grp[32 + r] & 15u : grp[32 + r - 8] >> 4;
     else if (p->rem_bits == 8) rem = grp[32 + r];
-    const uint32_t next = load_u16(tile + (size_t)((g + 1) % KT_GROUPS) * p->group_bytes + 2 * r);
-    return load_u16(grp + 2 * r) | rem << 16 | (uint32_t)((uint64_t)next << p->group_bits);
+    const uint64_t next = load_u16(tile + (size_t)((g + 1) % KT_GROUPS) * p->group_bytes + 2 * r);
+    return load_u16(grp + 2 * r) | rem << 16 | next << p->group_bits;
 }
 
 uint32_t kite_kt_state(const kite_kt_params *p, const uint8_t *tile, int r, int j) {
-    return (group_word(p, tile, r, j / 8) >> p->pos[j % 8]) & ((1u << p->L) - 1);
+    return (uint32_t)(group_word(p, tile, r, j / 8) >> p->pos[j % 8]) & ((1u << p->L) - 1);
 }
 
 static void decode_lane(const kite_kt_params *p, const uint8_t *tile, int r, float *dst) {
@@ -66,8 +67,8 @@ static void decode_lane(const kite_kt_params *p, const uint8_t *tile, int r, flo
     memcpy(&h, tile + KT_GROUPS * p->group_bytes + 2 * r, 2);
     const float d = kite_fp16_to_f32(h);
     for (int g = 0; g < KT_GROUPS; g++) {
-        const uint32_t w = group_word(p, tile, r, g);
-        for (int j = 0; j < 8; j++) dst[8 * g + j] = d * (float)kite_kt_level((w >> p->pos[j]) & ((1u << p->L) - 1));
+        const uint64_t w = group_word(p, tile, r, g);
+        for (int j = 0; j < 8; j++) dst[8 * g + j] = d * (float)kite_kt_level((uint32_t)(w >> p->pos[j]) & ((1u << p->L) - 1));
     }
 }
 

@@ -5,7 +5,7 @@
  * each of a circular bitstream (KT2: k = 2; KT3: k = 3; KT2_5: k = 2 for even j, 3 for odd j, so 640
  * bits), column j owning bits [pos_j, pos_j + k_j). Column j's trellis state is the L-bit window
  *     s_j = stream bits [pos_j, pos_j + L)   (modulo the stream length; bit pos_j is the state's bit 0)
- * (L = 12 for KT2 and KT2_5, 11 for KT3), so consecutive columns share L - k bits, and its int8 level is
+ * (L = 12), so consecutive columns share L - k bits, and its int8 level is
  *     level(s) = sum of the four bytes of ((s * KT_MUL + KT_ADD) mod 2^32) & 0x3f3f3f3f, minus 126
  * (four 6-bit values: a near-Gaussian level in [-126, 126], std ~36.9). The weight is d * level(s_j) with
  * one fp16 scale d per row and block. Decoding a level is a shift, an AND, a multiply-add and an AND on a
@@ -26,8 +26,9 @@
  *     fp16 d[16]                       the lanes' scales
  * tile_bytes = 1056 (KT2), 1312 (KT2_5), 1568 (KT3) for 4096 weights. The 32-bit word
  *     W_g = u_g | rem_g << 16 | u_{g+1} << (16 + rem bits)      (g + 1 taken modulo 32: tail-biting)
- * holds stream bits [8 K g, 8 K g + 32) and s_j = (W_g >> (pos_j - 8 K g)) & (2^L - 1) for every column of
- * group g (the largest offset plus L is 26, 29 and 32 bits).
+ * holds stream bits [8 K g, 8 K g + 32) and s_j = (W_g >> (pos_j - 8 K g)) & (2^L - 1) for the columns of
+ * group g (the largest offset plus L is 26 bits for KT2, 29 for KT2_5; KT3's last column, at offset 21,
+ * reads (W_g >> 16 | u_{g+1} << 8) >> 5 instead).
  *
  * ---- GGUF type ids ---------------------------------------------------------------------------------------
  * 0x4B540004 (KT2), 0x4B540005 (KT2_5), 0x4B540006 (KT3): "KT" in the high 16 bits, twice the bits per
