@@ -17,8 +17,10 @@
 #define REF_CLONES
 #endif
 
-REF_CLONES void kite_ref_matmul_trellis(const kite_packed_matrix *w, const void *act, int32_t n, float *y, int64_t y_stride,
-                                        int64_t r0, int64_t r1) {
+/* The clones are static (clang emits the resolver of an external target_clones function only where it is
+ * called); kite_ref_matmul_trellis below is the plain entry point. */
+REF_CLONES static void matmul_trellis(const kite_packed_matrix *w, const void *act, int32_t n, float *y, int64_t y_stride,
+                                      int64_t r0, int64_t r1) {
     const kite_kt_params *p = kite_kt_params_of(w->type);
     if (!p) return;
     if (r0 < 0) r0 = 0;
@@ -48,4 +50,9 @@ REF_CLONES void kite_ref_matmul_trellis(const kite_packed_matrix *w, const void 
             y[(int64_t)b * y_stride + r] = acc;
         }
     }
+}
+
+void kite_ref_matmul_trellis(const kite_packed_matrix *w, const void *act, int32_t n, float *y, int64_t y_stride, int64_t r0,
+                             int64_t r1) {
+    matmul_trellis(w, act, n, y, y_stride, r0, r1);
 }
