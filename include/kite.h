@@ -85,8 +85,8 @@ void kite_model_free(kite_model *model);
 int kite_default_model_path(const char **path, char *err, size_t err_size);
 
 typedef struct kite_model_info {
-    char architecture[32];  /* "llama", "qwen2", "qwen3"; "eagle3" for an EAGLE-3 draft head (only the
-                               vocabulary and width are filled in then) */
+    char architecture[32];  /* "llama", "qwen2", "qwen3"; "eagle3" for an EAGLE-3 draft head, "dflash" for a
+                               DFlash drafter (only the vocabulary, width and layers are filled in then) */
     char format[16];        /* "gguf", "safetensors", "llama2c" */
     char tokenizer[16];     /* "spm", "bpe" (byte-level), "none" */
     int32_t n_vocab;
@@ -109,6 +109,8 @@ typedef struct kite_model_info {
     int32_t n_experts;      /* mixture of experts (qwen3moe): routed experts per layer, 0 for a dense model */
     int32_t n_experts_used; /* experts each token runs (top-k) */
     int32_t expert_ffn_dim; /* each expert's intermediate width */
+    int32_t n_recurrent_layers; /* Gated DeltaNet (linear-attention) layers (qwen35), 0 elsewhere */
+    int32_t recurrent_k_heads, recurrent_v_heads, recurrent_head_dim; /* their key and value heads, each head's size */
 } kite_model_info;
 
 void kite_model_get_info(const kite_model *model, kite_model_info *info);
@@ -392,9 +394,13 @@ typedef enum kite_drafter {
     KITE_DRAFT_NGRAM = 1,  /* suffix / n-gram matches over the prompt, the output and the session's history */
     KITE_DRAFT_MODEL = 2,  /* a smaller model sharing the vocabulary (draft_model) */
     KITE_DRAFT_ORACLE = 3, /* benchmarks only: replays oracle_ids (a previous plain run), corrupting each
-                              proposed token with probability oracle_error_rate */
+                              proposed token with probability oracle_error_rate; with a DFlash drafter as
+                              draft_model, each pass also runs (and pays for) the drafter's block first */
     KITE_DRAFT_EAGLE3 = 4, /* an EAGLE-3 head (GGUF eagle3, draft_model) over the target's hidden states; a
                               draft_model that is one drafts so with KITE_DRAFT_MODEL too */
+    KITE_DRAFT_DFLASH = 5, /* a DFlash block drafter (GGUF dflash, draft_model): a whole block in one pass over
+                              the target's hidden states; a draft_model that is one drafts so with
+                              KITE_DRAFT_MODEL too */
 } kite_drafter;
 
 typedef enum kite_spec_verify {
@@ -406,7 +412,8 @@ enum { KITE_MAX_DRAFT = 32 }; /* drafted tokens per verification pass, at most *
 
 typedef struct kite_spec_params {
     kite_drafter drafter;
-    kite_model *draft_model;      /* KITE_DRAFT_MODEL (or an EAGLE-3 head); borrowed, must outlive the session */
+    kite_model *draft_model;      /* KITE_DRAFT_MODEL (or an EAGLE-3 head, a DFlash drafter); borrowed, must outlive
+                                     the session */
     int32_t budget;               /* drafted tokens per pass, 1..KITE_MAX_DRAFT; 0 = adaptive */
     int32_t tree_width;           /* children per node, 1 (a chain) .. 8 */
     kite_spec_verify verify;
@@ -476,7 +483,8 @@ typedef struct kite_random_model_params {
     const char *type;
     const char *tokenizer_path;
     uint64_t seed;
-    const char *target_path;   /* shape "eagle3": the GGUF target the head must fit (its width, layers, vocabulary) */
+    const char *target_path;   /* shapes "eagle3" and "dflash" (also "dflash-bN" for a block of N, "dflash-causal"):
+                                  the GGUF target the drafter must fit (its width, layers, vocabulary) */
     kite_progress_fn progress; /* optional */
     void *progress_user_data;
 } kite_random_model_params;

@@ -13,6 +13,7 @@ struct kite_model {
     kite_source src;        /* mapped files and canonical tensors */
     kite_weights weights;   /* tensors bound to layers (unset when vocab_only or an EAGLE-3 head) */
     struct kite_eagle3 *eagle3; /* an EAGLE-3 draft head (spec/eagle3.h): only a drafter, never a session's model */
+    struct kite_dflash *dflash; /* a DFlash block drafter (spec/dflash.h): likewise */
     bool vocab_only;        /* only the tokenizer is usable */
     int32_t n_vocab;        /* the model's vocabulary (rows of the embedding), or the tokenizer's */
     kite_tokenizer *tokenizer;
@@ -145,11 +146,13 @@ typedef struct kite_session_file_shape {
     uint64_t fingerprint;   /* kite_model_fingerprint of the session's model */
     kite_kv_type kv_type;
     int32_t n_layers, n_kv_heads, head_dim, n_vocab;
+    uint64_t dn_bytes;      /* the recurrent state after the K/V (Qwen3.5's DeltaNet layers, kite_dn_state), or 0 */
 } kite_session_file_shape;
 typedef struct kite_session_file_view {
     int32_t n_tokens;
     const unsigned char *tokens; /* [n_tokens] int32, little-endian, unaligned */
     const unsigned char *kv;     /* K then V: [n_layers][n_kv_heads][n_tokens][head_dim] elements each */
+    const unsigned char *dn;     /* dn_bytes of recurrent state (its four-int32 header checked), or NULL */
 } kite_session_file_view;
 /* A hash of the model's shape, tensor table and a sample of every tensor's bytes. */
 uint64_t kite_model_fingerprint(const kite_model *m);

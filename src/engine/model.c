@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "grammar/mask.h"
 #include "quant/types.h"
+#include "spec/dflash.h"
 #include "spec/eagle3.h"
 
 kite_model_params kite_model_default_params(void) {
@@ -119,6 +120,20 @@ int kite_model_open(kite_model **out, const char *path, const kite_model_params 
     pthread_mutex_init(&m->cost_lock, NULL);
     pthread_mutex_init(&m->vocab_lock, NULL);
     int st = KITE_OK;
+    if (path && !m->vocab_only && kite_dflash_file_is_drafter(path)) {
+        /* A DFlash drafter: likewise a drafter only, with the target's tokenizer. */
+        if ((st = kite_dflash_open(&m->dflash, path, &e))) {
+            kite_model_free(m);
+            return kite_error_export(&e, err, err_size);
+        }
+        m->n_vocab = kite_dflash_n_vocab(m->dflash);
+        m->n_threads = params->n_threads > 0 ? params->n_threads : kite_cpu_count();
+        m->gen_defaults = kite_gen_default_params();
+        kite_log(KITE_LOG_INFO, "loaded %s: a DFlash drafter, %d layers, dim %d, block %d", path, kite_dflash_n_layers(m->dflash),
+                 kite_dflash_dim(m->dflash), kite_dflash_block_size(m->dflash));
+        *out = m;
+        return KITE_OK;
+    }
     if (path && !m->vocab_only && kite_eagle3_file_is_head(path)) {
         /* An EAGLE-3 head: a drafter only (kite_spec_params.draft_model), with the target's tokenizer. */
         if ((st = kite_eagle3_open(&m->eagle3, path, &e))) {
@@ -155,6 +170,7 @@ void kite_model_free(kite_model *m) {
     if (!m) return;
     kite_tokenizer_free(m->tokenizer);
     kite_eagle3_free(m->eagle3);
+    kite_dflash_free(m->dflash);
     kite_weights_free(&m->weights);
     kite_source_close(&m->src);
     pthread_mutex_destroy(&m->cost_lock);
@@ -180,13 +196,13 @@ static const char *arch_name(kite_arch a) {
 
 void kite_model_get_info(const kite_model *m, kite_model_info *info) {
     memset(info, 0, sizeof *info);
-    if (m->eagle3) { /* a draft head: no source of its own */
-        snprintf(info->architecture, sizeof info->architecture, "eagle3");
+    if (m->eagle3 || m->dflash) { /* a drafter: no source of its own */
+        snprintf(info->architecture, sizeof info->architecture, "%s", m->eagle3 ? "eagle3" : "dflash");
         snprintf(info->format, sizeof info->format, "gguf");
         snprintf(info->tokenizer, sizeof info->tokenizer, "none");
         info->n_vocab = m->n_vocab;
-        info->dim = kite_eagle3_dim(m->eagle3);
-        info->n_layers = 1;
+        info->dim = m->eagle3 ? kite_eagle3_dim(m->eagle3) : kite_dflash_dim(m->dflash);
+        info->n_layers = m->eagle3 ? 1 : kite_dflash_n_layers(m->dflash);
         info->bos_id = info->eos_id = -1;
         return;
     }
@@ -205,6 +221,11 @@ void kite_model_get_info(const kite_model *m, kite_model_info *info) {
     info->n_experts = hp->n_experts;
     info->n_experts_used = hp->n_experts_used;
     info->expert_ffn_dim = hp->expert_ffn_dim;
+    info->n_recurrent_layers = 0;
+    for (int32_t l = 0; l < hp->n_layers; l++) info->n_recurrent_layers += kite_layer_is_recurrent(hp, l);
+    info->recurrent_k_heads = hp->dn_n_k_heads;
+    info->recurrent_v_heads = hp->dn_n_v_heads;
+    info->recurrent_head_dim = hp->dn_head_k_dim;
     info->n_ctx_train = hp->n_ctx_train;
     info->rope_theta = hp->rope_theta;
     info->rms_eps = hp->rms_eps;

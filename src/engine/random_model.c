@@ -38,27 +38,37 @@ typedef struct model_shape {
     int32_t sliding_window, swa_period; /* gemma3: local layers' window and the pattern's period (0: none) */
     int32_t n_experts, n_experts_used, expert_ffn_dim; /* qwen3moe: routed experts replace the dense FFN (0: none) */
     float weight_scale;    /* matrices' values are KITE_RANDOM_WEIGHT_STD x this (0: 1); norms stay 1 */
+    /* qwen35: a gated full-attention layer every full_attn_interval layers, Gated DeltaNet layers between
+     * (conv width, key and value heads of dn_head each, then the rotated part of an attention head). */
+    int32_t full_attn_interval, dn_kernel, dn_n_k, dn_n_v, dn_head, n_rot;
 } model_shape;
 
 static const model_shape k_shapes[] = {
     /* TinyLlama-1.1B's layout with the FFN of the project's issue (8192 rather than TinyLlama's 5632). */
-    {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f},
-    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f},
-    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0, 0, 0, 0, 0.0f},
-    {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f},
+    {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
+    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
+    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
+    {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
     /* tiny with 4 layers: an EAGLE-3 head for it reads layer inputs only (0, 2, 3), as llama.cpp's llama graph exposes. */
-    {"tiny-l4", "llama", 256, 4, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f},
+    {"tiny-l4", "llama", 256, 4, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
     /* Gemma 3 1B: 26 layers, five sliding-window layers (window 512) for each global one. */
-    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, true, 512, 6, 0, 0, 0, 0.0f},
+    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, true, 512, 6, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
     /* Tests: layers 0-1 local (window 8), layer 2 global. */
-    {"tiny-gemma3", "gemma3", 128, 3, 4, 2, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 0.0f},
+    {"tiny-gemma3", "gemma3", 128, 3, 4, 2, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0},
     /* Qwen3-30B-A3B's layer (128 experts of 768, 8 per token, the dense feed_forward_length 6144 unused) with 4 of
      * its 48 layers: the real shape of every product for benchmarks, at 1/12 of the size (2.7B weights). */
     {"qwen3moe-a3b-4l", "qwen3moe", 2048, 4, 32, 4, 128, 6144, 151936, 40960, 1000000.0f, 1e-6f, false, true, 0, 0,
-     128, 8, 768, 0.0f},
+     128, 8, 768, 0.0f, 0, 0, 0, 0, 0, 0},
     /* Tests: 8 experts of 64, 2 per token; weights 8x the default deviation (0.16) so the router's and the output's
      * logits spread over units (greedy choices and expert choices are not near-ties). */
-    {"tiny-qwen3moe", "qwen3moe", 128, 2, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-6f, true, true, 0, 0, 8, 2, 64, 8.0f},
+    {"tiny-qwen3moe", "qwen3moe", 128, 2, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-6f, true, true, 0, 0, 8, 2, 64, 8.0f, 0, 0, 0, 0, 0, 0},
+    /* Qwen3.5-0.8B's published config: 24 layers, every fourth gated attention (8 heads of 256, 2 KV heads, a
+     * quarter of each head rotated), the others Gated DeltaNet (16 key and 16 value heads of 128, conv 4). */
+    {"qwen3.5-0.8b", "qwen35", 1024, 24, 8, 2, 256, 3584, 248320, 262144, 10000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f,
+     4, 4, 16, 16, 128, 64},
+    /* Tests: layers 0-2 DeltaNet (2 key heads, 4 value heads of 16), layer 3 attention (8 of 32 rotated). */
+    {"tiny-qwen35", "qwen35", 128, 4, 4, 2, 32, 256, 0, 512, 10000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 8.0f,
+     4, 4, 2, 4, 16, 8},
 };
 
 enum { TINY_DEFAULT_VOCAB = 512 };
@@ -430,6 +440,7 @@ typedef struct tensor_plan {
     int64_t ne[3];   /* ne[0] = row length (inputs), ne[1] = rows; ne[1] = 1 for vectors; ne[2] experts (else 1) */
     uint32_t n_dims;
     float scale;     /* values x this (1: as kite_random_model_row draws them) */
+    bool negexp;     /* values v become -exp(v) (qwen35's ssm_a) */
 } tensor_plan;
 
 typedef struct quant_job {
@@ -451,6 +462,8 @@ static void quant_task(void *ctx, int64_t task, int thread) {
         kite_random_model_row(job->seed, job->t->name, r, row, cols);
         if (job->t->scale != 1.0f)
             for (int64_t i = 0; i < cols; i++) row[i] *= job->t->scale;
+        if (job->t->negexp) /* a DeltaNet decay rate, stored as the converter stores it: -exp(A_log) */
+            for (int64_t i = 0; i < cols; i++) row[i] = -expf(row[i]);
         job->from_float(row, job->out + (size_t)r * job->row_bytes, cols);
     }
 }
@@ -470,6 +483,34 @@ static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, te
     } while (0)
     ADD(ROLE_EMBD, 0, s->dim, n_vocab, "token_embd.weight");
     for (int l = 0; l < s->n_layers; l++) {
+        if (s->full_attn_interval > 0) { /* qwen35 */
+            ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.attn_norm.weight", l);
+            ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.post_attention_norm.weight", l);
+            if ((l + 1) % s->full_attn_interval != 0) {
+                const int32_t key_dim = s->dn_n_k * s->dn_head, value_dim = s->dn_n_v * s->dn_head;
+                ADD(ROLE_MATRIX, l, s->dim, 2 * key_dim + value_dim, "blk.%d.attn_qkv.weight", l);
+                ADD(ROLE_MATRIX, l, s->dim, value_dim, "blk.%d.attn_gate.weight", l);
+                ADD(ROLE_MATRIX, l, s->dim, s->dn_n_v, "blk.%d.ssm_beta.weight", l);
+                ADD(ROLE_MATRIX, l, s->dim, s->dn_n_v, "blk.%d.ssm_alpha.weight", l);
+                ADD(ROLE_ROUTER, l, s->dn_kernel, 2 * key_dim + value_dim, "blk.%d.ssm_conv1d.weight", l);
+                ADD(ROLE_ROUTER, l, s->dn_n_v, 1, "blk.%d.ssm_dt.bias", l);
+                ADD(ROLE_ROUTER, l, s->dn_n_v, 1, "blk.%d.ssm_a", l);
+                p[n - 1].negexp = true;
+                ADD(ROLE_NORM, l, s->dn_head, 1, "blk.%d.ssm_norm.weight", l);
+                ADD(ROLE_MATRIX, l, value_dim, s->dim, "blk.%d.ssm_out.weight", l);
+            } else {
+                ADD(ROLE_MATRIX, l, s->dim, 2 * q_dim, "blk.%d.attn_q.weight", l);
+                ADD(ROLE_MATRIX, l, s->dim, kv_dim, "blk.%d.attn_k.weight", l);
+                ADD(ROLE_ATTN_V, l, s->dim, kv_dim, "blk.%d.attn_v.weight", l);
+                ADD(ROLE_NORM, l, s->head_dim, 1, "blk.%d.attn_q_norm.weight", l);
+                ADD(ROLE_NORM, l, s->head_dim, 1, "blk.%d.attn_k_norm.weight", l);
+                ADD(ROLE_MATRIX, l, q_dim, s->dim, "blk.%d.attn_output.weight", l);
+            }
+            ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_gate.weight", l);
+            ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_up.weight", l);
+            ADD(ROLE_FFN_DOWN, l, s->ffn_dim, s->dim, "blk.%d.ffn_down.weight", l);
+            continue;
+        }
         ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.attn_norm.weight", l);
         ADD(ROLE_MATRIX, l, s->dim, q_dim, "blk.%d.attn_q.weight", l);
         ADD(ROLE_MATRIX, l, s->dim, kv_dim, "blk.%d.attn_k.weight", l);
@@ -533,7 +574,17 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
     kite_gguf_w_u32(w, ARCH_KEY("attention.head_count_kv"), (uint32_t)s->n_kv_heads);
     kite_gguf_w_u32(w, ARCH_KEY("attention.key_length"), (uint32_t)s->head_dim);
     kite_gguf_w_u32(w, ARCH_KEY("attention.value_length"), (uint32_t)s->head_dim);
-    kite_gguf_w_u32(w, ARCH_KEY("rope.dimension_count"), (uint32_t)s->head_dim);
+    kite_gguf_w_u32(w, ARCH_KEY("rope.dimension_count"), (uint32_t)(s->n_rot > 0 ? s->n_rot : s->head_dim));
+    if (s->full_attn_interval > 0) { /* as Qwen3_5TextModel writes them */
+        const int32_t half = s->n_rot / 2, sections[4] = {half - 2 * (half / 3), half / 3, half / 3, 0};
+        kite_gguf_w_arr_i32(w, ARCH_KEY("rope.dimension_sections"), sections, 4);
+        kite_gguf_w_u32(w, ARCH_KEY("ssm.conv_kernel"), (uint32_t)s->dn_kernel);
+        kite_gguf_w_u32(w, ARCH_KEY("ssm.state_size"), (uint32_t)s->dn_head);
+        kite_gguf_w_u32(w, ARCH_KEY("ssm.group_count"), (uint32_t)s->dn_n_k);
+        kite_gguf_w_u32(w, ARCH_KEY("ssm.time_step_rank"), (uint32_t)s->dn_n_v);
+        kite_gguf_w_u32(w, ARCH_KEY("ssm.inner_size"), (uint32_t)(s->dn_n_v * s->dn_head));
+        kite_gguf_w_u32(w, ARCH_KEY("full_attention_interval"), (uint32_t)s->full_attn_interval);
+    }
     kite_gguf_w_f32(w, ARCH_KEY("rope.freq_base"), s->rope_theta);
     kite_gguf_w_f32(w, ARCH_KEY("attention.layer_norm_rms_epsilon"), s->rms_eps);
     kite_gguf_w_u32(w, ARCH_KEY("vocab_size"), (uint32_t)n_vocab);
@@ -566,10 +617,14 @@ static void report(const kite_random_model_params *p, float fraction) {
 
 int kite_write_random_model(const char *path, const kite_random_model_params *params, char *err, size_t err_size) {
     kite_error e = {0};
-    if (!path || !params || !params->shape || (!params->type && (!params->shape || strcmp(params->shape, "eagle3") != 0)))
+    if (!path || !params || !params->shape || (!params->type && strcmp(params->shape, "eagle3") != 0 && strncmp(params->shape, "dflash", 6) != 0))
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: path, params, shape and type must not be NULL"),
                kite_error_export(&e, err, err_size);
-    if (strcmp(params->shape, "eagle3") == 0) { /* a drafter for a given target (random_eagle3.c) */
+    if (strncmp(params->shape, "dflash", 6) == 0) { /* a drafter for a given target (random_drafter.c) */
+        kite_write_random_dflash(path, params, &e);
+        return kite_error_export(&e, err, err_size);
+    }
+    if (strcmp(params->shape, "eagle3") == 0) { /* a drafter for a given target (random_drafter.c) */
         kite_write_random_eagle3(path, params, &e);
         return kite_error_export(&e, err, err_size);
     }
@@ -578,7 +633,7 @@ int kite_write_random_model(const char *path, const kite_random_model_params *pa
         if (strcmp(params->shape, k_shapes[i].name) == 0) shape = &k_shapes[i];
     if (!shape)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, tiny-l4, gemma3-1b, "
-                         "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, eagle3)",
+                         "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, qwen3.5-0.8b, tiny-qwen35, eagle3, dflash)",
                          params->shape),
                kite_error_export(&e, err, err_size);
     int type_index = -1;

@@ -11,6 +11,8 @@
 
 /* kite_write_random_model's "eagle3" shape: a random EAGLE-3 head fitting params->target_path. */
 int kite_write_random_eagle3(const char *path, const kite_random_model_params *params, kite_error *e);
+/* shape "dflash[-bN][-causal]": a DFlash drafter fitting params->target_path (random_drafter.c). */
+int kite_write_random_dflash(const char *path, const kite_random_model_params *params, kite_error *e);
 
 /* Standard deviation of every random weight matrix (embeddings, projections, output). */
 #define KITE_RANDOM_WEIGHT_STD 0.02f

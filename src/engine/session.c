@@ -33,8 +33,9 @@ int kite_session_open(kite_session **out, kite_model *model, const kite_session_
         kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_open: the model was opened with vocab_only");
         return kite_error_export(&e, err, err_size);
     }
-    if (model->eagle3) {
-        kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_open: an EAGLE-3 head only drafts for a model (pass it as the draft)");
+    if (model->eagle3 || model->dflash) {
+        kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_open: %s only drafts for a model (pass it as the draft)",
+                  model->eagle3 ? "an EAGLE-3 head" : "a DFlash drafter");
         return kite_error_export(&e, err, err_size);
     }
     const kite_hparams *hp = &model->weights.hp;
@@ -602,7 +603,7 @@ static void pass_walk(kite_session *s, kite_pass *ps, const float *tree_logits) 
         /* The grammar's forced text says nothing about the drafter: the controller does not learn from it. */
         if (!ps->forced) kite_spec_observe(sp, tree, path, n_path);
         if (ps->budget > 0) /* catching up is not drafting */
-            kite_spec_observe_draft_cost(sp, (ps->t1 - ps->t0 - sp->last_catch_up_ms) / ps->budget);
+            kite_spec_observe_draft_cost(sp, ps->t1 - ps->t0 - sp->last_catch_up_ms, ps->budget);
         if (tree->n > 1 && !ps->forced) kite_spec_learned_store(sp, s->model); /* after both estimates moved */
         double t3 = kite_now_ms();
         s->stats.target_passes++;

@@ -11,6 +11,9 @@
  *  44  u32 reserved (0)
  *  48  i32 tokens[n_tokens]
  *      K rows, then V rows: for each layer, for each KV head, n_tokens rows of head_dim elements (f16 or f32)
+ *      a model with recurrent layers (Qwen3.5): i32 base block set, base position, rows held, 0; both block sets
+ *      of its state, then its kept rows (f32, kite_dn_state's layout), so the loaded session can start at
+ *      n_tokens exactly as the saved one could
  *      u64 FNV-1a 64 of every byte before it
  * A load checks every field against the session and the file's size against the fields before reading. */
 #include <stdio.h>
@@ -72,7 +75,7 @@ static uint64_t file_bytes(const kite_session_file_shape *x, int64_t n_tokens) {
     uint64_t row_bytes = kite_kv_row_bytes(x->kv_type, x->head_dim);
     uint64_t rows = (uint64_t)x->n_layers * (uint64_t)x->n_kv_heads * (uint64_t)n_tokens; /* each bounded by 2^31 */
     if (row_bytes == 0 || rows > (UINT64_MAX / 4) / row_bytes) return 0;
-    return KITE_SESSION_HEADER_BYTES + 4 * (uint64_t)n_tokens + 2 * rows * row_bytes + 8;
+    return KITE_SESSION_HEADER_BYTES + 4 * (uint64_t)n_tokens + 2 * rows * row_bytes + x->dn_bytes + 8;
 }
 
 int kite_session_file_parse(const void *data, size_t size, const kite_session_file_shape *x, int32_t max_tokens,
@@ -120,6 +123,16 @@ int kite_session_file_parse(const void *data, size_t size, const kite_session_fi
     out->n_tokens = n_tokens;
     out->tokens = tokens;
     out->kv = tokens + 4 * (size_t)n_tokens;
+    out->dn = NULL;
+    if (x->dn_bytes) {
+        out->dn = p + size - 8 - x->dn_bytes;
+        int32_t h[4];
+        memcpy(h, out->dn, sizeof h);
+        /* The state must reach n_tokens: base <= n_tokens <= base + rows held (deltanet.h). */
+        if ((h[0] & ~3) != 0 || h[1] < 0 || h[2] < 0 || h[2] > KITE_KV_MAX_PASS || h[1] > n_tokens || n_tokens > h[1] + h[2] || h[3] != 0)
+            return kite_fail(e, KITE_ERR_FORMAT, "session file: its recurrent state (byte %zu) does not reach position %d",
+                             (size_t)(out->dn - p), n_tokens);
+    }
     return KITE_OK;
 }
 
@@ -132,6 +145,9 @@ static kite_session_file_shape session_shape(const kite_session *s) {
         .n_kv_heads = hp->n_kv_heads,
         .head_dim = s->kv.head_dim,
         .n_vocab = s->model->n_vocab,
+        .dn_bytes = s->kv.dn ? 16 + sizeof(float) * (2 * (uint64_t)s->kv.dn->n_rec * s->kv.dn->block_floats +
+                                                    (uint64_t)s->kv.dn->max_rows * s->kv.dn->n_rec * s->kv.dn->row_floats)
+                             : 0,
     };
 }
 
@@ -190,6 +206,15 @@ int kite_session_save(const kite_session *s, const char *path, char *err, size_t
                 }
             }
     }
+    const kite_dn_state *dn = s->kv.dn;
+    if (dn && ok) {
+        const int32_t hdr[4] = {dn->base | (dn->head_ahead ? 2 : 0), dn->base_pos, dn->n_rows, 0};
+        const size_t nb = 2 * (size_t)dn->n_rec * dn->block_floats, nr = (size_t)dn->max_rows * dn->n_rec * dn->row_floats;
+        h = fnv1a(h, hdr, sizeof hdr);
+        h = fnv1a(h, dn->blocks, sizeof(float) * nb);
+        h = fnv1a(h, dn->rows, sizeof(float) * nr);
+        ok = fwrite(hdr, sizeof hdr, 1, f) == 1 && fwrite(dn->blocks, sizeof(float), nb, f) == nb && fwrite(dn->rows, sizeof(float), nr, f) == nr;
+    }
     unsigned char sum[8];
     put_u64(sum, h);
     ok = ok && fwrite(sum, 1, 8, f) == 8;
@@ -241,6 +266,19 @@ int kite_session_load(kite_session *s, const char *path, char *err, size_t err_s
             }
     }
     s->kv.ring_high = n;
+    kite_dn_state *dn = s->kv.dn;
+    if (dn) {
+        int32_t hdr[4];
+        memcpy(hdr, view.dn, sizeof hdr);
+        const size_t nb = 2 * (size_t)dn->n_rec * dn->block_floats, nr = (size_t)dn->max_rows * dn->n_rec * dn->row_floats;
+        memcpy(dn->blocks, view.dn + sizeof hdr, sizeof(float) * nb);
+        memcpy(dn->rows, view.dn + sizeof hdr + sizeof(float) * nb, sizeof(float) * nr);
+        dn->base = hdr[0] & 1;
+        dn->head_ahead = (hdr[0] & 2) != 0;
+        dn->base_pos = hdr[1];
+        dn->n_rows = hdr[2];
+        dn->n_tree = 0;
+    }
     memcpy(s->history, view.tokens, sizeof(int32_t) * (size_t)n);
     s->n_past = n;
     s->unfed_token = -1;

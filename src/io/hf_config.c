@@ -1,6 +1,7 @@
 #include "io/hf_config.h"
 
 #include "model/arch/gemma3.h"
+#include "model/arch/qwen35.h"
 #include "model/arch/qwen3moe.h"
 
 #include <jansson.h>
@@ -104,6 +105,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
         {"qwen3", "Qwen3ForCausalLM", KITE_ARCH_QWEN3},
         {"gemma3_text", "Gemma3ForCausalLM", KITE_ARCH_GEMMA3},
         {"qwen3_moe", "Qwen3MoeForCausalLM", KITE_ARCH_QWEN3MOE},
+        {"qwen3_5_text", "Qwen3_5ForCausalLM", KITE_ARCH_QWEN35},
     };
     const size_t n_known = sizeof known / sizeof known[0];
     const json_t *mt = field(root, "model_type");
@@ -112,7 +114,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
         for (size_t i = 0; i < n_known; i++)
             if (strcmp(s, known[i].model_type) == 0) { *arch = known[i].arch; return KITE_OK; }
         return kite_fail(e, KITE_ERR_UNSUPPORTED,
-                         "%s: unsupported architecture '%.64s' (model_type in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, gemma3_text",
+                         "%s: unsupported architecture '%.64s' (model_type in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, qwen3_5_text, gemma3_text",
                          label, s);
     }
     if (mt) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"model_type\" is not a string", label);
@@ -124,7 +126,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
     for (size_t i = 0; i < n_known; i++)
         if (strcmp(s, known[i].class_name) == 0) { *arch = known[i].arch; return KITE_OK; }
     return kite_fail(e, KITE_ERR_UNSUPPORTED,
-                     "%s: unsupported architecture '%.64s' (architectures in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, gemma3_text",
+                     "%s: unsupported architecture '%.64s' (architectures in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, qwen3_5_text, gemma3_text",
                      label, s);
 }
 
@@ -269,6 +271,66 @@ static int parse_qwen3moe(const json_t *root, kite_hparams *hp, const char *labe
     return KITE_OK;
 }
 
+/* Qwen3.5's keys, as transformers' Qwen3_5TextConfig: linear_{conv_kernel_dim, key_head_dim, value_head_dim,
+ * num_key_heads, num_value_heads}, full_attention_interval (default 4) and layer_types (which must follow
+ * it), attn_output_gate (default true; false is not supported), RoPE in rope_parameters (transformers 5)
+ * or at the top level: rope_theta and partial_rotary_factor (default 0.25). Value heads stay in HF's order
+ * (grouped by key head) and the norms but linear_attn.norm are x * (1 + w). */
+static int parse_qwen35(const json_t *root, kite_hparams *hp, const char *label, kite_error *e) {
+    int rc;
+    int64_t kernel = 0, hk = 0, hv = 0, nk = 0, nv = 0, interval = 4;
+    if ((rc = get_int(root, "linear_conv_kernel_dim", 1, 16, true, 0, &kernel, label, e)) ||
+        (rc = get_int(root, "linear_key_head_dim", 1, MAX_HEAD_DIM, true, 0, &hk, label, e)) ||
+        (rc = get_int(root, "linear_value_head_dim", 1, MAX_HEAD_DIM, true, 0, &hv, label, e)) ||
+        (rc = get_int(root, "linear_num_key_heads", 1, MAX_HEADS, true, 0, &nk, label, e)) ||
+        (rc = get_int(root, "linear_num_value_heads", 1, MAX_HEADS, true, 0, &nv, label, e)) ||
+        (rc = get_int(root, "full_attention_interval", 1, MAX_LAYERS, false, 4, &interval, label, e)))
+        return rc;
+    if (nv % nk != 0) return kite_fail(e, KITE_ERR_FORMAT, "%s: %lld value heads are not a multiple of %lld key heads", label,
+                                       (long long)nv, (long long)nk);
+    const json_t *types = field(root, "layer_types");
+    if (types) {
+        if (!json_is_array(types) || (int64_t)json_array_size(types) != hp->n_layers)
+            return kite_fail(e, KITE_ERR_FORMAT, "%s: \"layer_types\" is not a list of %d layer types", label, hp->n_layers);
+        for (int32_t l = 0; l < hp->n_layers; l++) {
+            const char *t = json_string_value(json_array_get(types, (size_t)l));
+            const bool linear = (l + 1) % interval != 0;
+            if (!t || strcmp(t, linear ? "linear_attention" : "full_attention") != 0)
+                return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: layer_types[%d] = %s; kite supports a full-attention layer every "
+                                 "full_attention_interval (%lld) layers only", label, l, t ? t : "?", (long long)interval);
+        }
+    }
+    const json_t *gate = field(root, "attn_output_gate");
+    if (gate && !json_is_true(gate))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: \"attn_output_gate\": false is not supported", label);
+    const json_t *rp = field(root, "rope_parameters");
+    if (rp && !json_is_object(rp)) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"rope_parameters\" is not an object", label);
+    const json_t *rope = rp ? rp : root;
+    double theta = hp->rope_theta, partial = 0.25;
+    if ((rc = get_num(rope, "rope_theta", 0.0, false, 1e12, hp->rope_theta, &theta, NULL, label, e)) ||
+        (rc = get_num(rope, "partial_rotary_factor", 0.0, false, 1.0, 0.25, &partial, NULL, label, e)))
+        return rc;
+    const json_t *type = rp ? field(rp, "rope_type") : NULL;
+    if (type && (!json_is_string(type) || strcmp(json_string_value(type), "default") != 0))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: rope_type '%.32s' is not supported for qwen3_5_text", label,
+                         json_is_string(type) ? json_string_value(type) : "?");
+    const int32_t rot = (int32_t)((double)hp->head_dim * partial); /* as the converter's int(head_dim * factor) */
+    if (rot < 2 || rot % 2 != 0) return kite_fail(e, KITE_ERR_FORMAT, "%s: partial_rotary_factor %g gives %d rotated dimensions",
+                                                  label, partial, rot);
+    hp->rope_theta = (float)theta;
+    hp->n_rot = rot;
+    hp->dn_conv_kernel = (int32_t)kernel;
+    hp->dn_head_k_dim = (int32_t)hk;
+    hp->dn_head_v_dim = (int32_t)hv;
+    hp->dn_n_k_heads = (int32_t)nk;
+    hp->dn_n_v_heads = (int32_t)nv;
+    hp->dn_v_grouped = true;
+    hp->full_attn_interval = (int32_t)interval;
+    hp->attn_output_gate = true;
+    hp->norm_weight_offset = 1.0f;
+    return KITE_OK;
+}
+
 int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_hparams *hp, int32_t *bos_id,
                          int32_t *eos_id, kite_error *e) {
     memset(hp, 0, sizeof *hp);
@@ -279,35 +341,49 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
     int rc;
     int64_t dim = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, ctx = 0;
     double eps = 0.0, theta = 0.0;
-    if ((rc = parse_arch(root, &hp->arch, label, e))) goto done;
+    /* Qwen3.5's checkpoints are the vision-language Qwen3_5ForConditionalGeneration: the language model's
+     * config sits in text_config (its weights under model.language_model., kite_hf_canonical_name_arch). */
+    const json_t *cfg = root, *mt = field(root, "model_type"), *text_config = field(root, "text_config");
+    if (json_is_string(mt) && strcmp(json_string_value(mt), "qwen3_5") == 0) {
+        if (!json_is_object(text_config)) {
+            rc = kite_fail(e, KITE_ERR_FORMAT, "%s: model_type qwen3_5 without a \"text_config\" object", label);
+            goto done;
+        }
+        cfg = text_config;
+    } else if (json_is_string(mt) && strcmp(json_string_value(mt), "qwen3_5_moe") == 0) {
+        rc = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: qwen3_5_moe (Gated DeltaNet with routed experts) is not supported yet; kite runs "
+                       "the dense qwen3_5", label);
+        goto done;
+    }
+    if ((rc = parse_arch(cfg, &hp->arch, label, e))) goto done;
 
-    const json_t *act = field(root, "hidden_act");
+    const json_t *act = field(cfg, "hidden_act");
     if (act && hp->arch != KITE_ARCH_GEMMA3 && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
         rc = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: hidden_act '%.32s' is not supported; kite runs silu", label,
                        json_is_string(act) ? json_string_value(act) : "?");
         goto done;
     }
-    if (json_is_true(field(root, "mlp_bias"))) {
+    if (json_is_true(field(cfg, "mlp_bias"))) {
         rc = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: \"mlp_bias\": true is not supported", label);
         goto done;
     }
-    if (json_is_true(field(root, "use_sliding_window"))) {
+    if (json_is_true(field(cfg, "use_sliding_window"))) {
         rc = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: \"use_sliding_window\": true is not supported", label);
         goto done;
     }
 
-    if ((rc = get_int(root, "hidden_size", 1, MAX_DIM, true, 0, &dim, label, e))) goto done;
-    if ((rc = get_int(root, "intermediate_size", 1, MAX_FFN, true, 0, &ffn, label, e))) goto done;
-    if ((rc = get_int(root, "num_hidden_layers", 1, MAX_LAYERS, true, 0, &layers, label, e))) goto done;
-    if ((rc = get_int(root, "num_attention_heads", 1, MAX_HEADS, true, 0, &heads, label, e))) goto done;
-    if ((rc = get_int(root, "num_key_value_heads", 1, heads, false, heads, &kv_heads, label, e))) goto done;
+    if ((rc = get_int(cfg, "hidden_size", 1, MAX_DIM, true, 0, &dim, label, e))) goto done;
+    if ((rc = get_int(cfg, "intermediate_size", 1, MAX_FFN, true, 0, &ffn, label, e))) goto done;
+    if ((rc = get_int(cfg, "num_hidden_layers", 1, MAX_LAYERS, true, 0, &layers, label, e))) goto done;
+    if ((rc = get_int(cfg, "num_attention_heads", 1, MAX_HEADS, true, 0, &heads, label, e))) goto done;
+    if ((rc = get_int(cfg, "num_key_value_heads", 1, heads, false, heads, &kv_heads, label, e))) goto done;
     if (heads % kv_heads != 0) {
         rc = kite_fail(e, KITE_ERR_FORMAT, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
                        label, (long long)heads, (long long)kv_heads);
         goto done;
     }
-    if (field(root, "head_dim")) {
-        if ((rc = get_int(root, "head_dim", 2, MAX_HEAD_DIM, true, 0, &head_dim, label, e))) goto done;
+    if (field(cfg, "head_dim")) {
+        if ((rc = get_int(cfg, "head_dim", 2, MAX_HEAD_DIM, true, 0, &head_dim, label, e))) goto done;
     } else {
         if (dim % heads != 0) {
             rc = kite_fail(e, KITE_ERR_FORMAT,
@@ -322,11 +398,12 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
                        (long long)head_dim, MAX_HEAD_DIM);
         goto done;
     }
-    if ((rc = get_int(root, "vocab_size", 1, INT32_MAX, true, 0, &vocab, label, e))) goto done;
-    if ((rc = get_int(root, "max_position_embeddings", 1, INT32_MAX, false, 2048, &ctx, label, e))) goto done;
-    if ((rc = get_num(root, "rms_norm_eps", 0.0, false, 1.0, 1e-6, &eps, NULL, label, e))) goto done;
-    if ((rc = get_num(root, "rope_theta", 0.0, false, 1e12, 10000.0, &theta, NULL, label, e))) goto done;
-    const json_t *tie = field(root, "tie_word_embeddings");
+    if ((rc = get_int(cfg, "vocab_size", 1, INT32_MAX, true, 0, &vocab, label, e))) goto done;
+    if ((rc = get_int(cfg, "max_position_embeddings", 1, INT32_MAX, false, 2048, &ctx, label, e))) goto done;
+    if ((rc = get_num(cfg, "rms_norm_eps", 0.0, false, 1.0, 1e-6, &eps, NULL, label, e))) goto done;
+    if ((rc = get_num(cfg, "rope_theta", 0.0, false, 1e12, 10000.0, &theta, NULL, label, e))) goto done;
+    const json_t *tie = field(cfg, "tie_word_embeddings");
+    if (!tie) tie = field(root, "tie_word_embeddings");
     if (tie && !json_is_boolean(tie)) {
         rc = kite_fail(e, KITE_ERR_FORMAT, "%s: \"tie_word_embeddings\" is not a boolean", label);
         goto done;
@@ -344,13 +421,16 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
     hp->rope_theta = (float)theta;
     hp->rope_layout = KITE_ROPE_HALF;
     hp->tied_embeddings = json_is_true(tie);
-    if (hp->arch == KITE_ARCH_GEMMA3 && (rc = parse_gemma3(root, hp, label, e))) goto done;
-    if (hp->arch == KITE_ARCH_QWEN3MOE && (rc = parse_qwen3moe(root, hp, label, e))) goto done;
-    if ((rc = parse_rope_scaling(root, hp, label, e))) goto done;
+    if (hp->arch == KITE_ARCH_GEMMA3 && (rc = parse_gemma3(cfg, hp, label, e))) goto done;
+    if (hp->arch == KITE_ARCH_QWEN3MOE && (rc = parse_qwen3moe(cfg, hp, label, e))) goto done;
+    if (hp->arch == KITE_ARCH_QWEN35 && (rc = parse_qwen35(cfg, hp, label, e))) goto done;
+    if ((rc = parse_rope_scaling(cfg, hp, label, e))) goto done;
 
     bool given;
     if ((rc = get_token_id(root, "bos_token_id", bos_id, &given, label, e))) goto done;
+    if (!given && cfg != root && (rc = get_token_id(cfg, "bos_token_id", bos_id, &given, label, e))) goto done;
     if ((rc = get_token_id(root, "eos_token_id", eos_id, &given, label, e))) goto done;
+    if (!given && cfg != root && (rc = get_token_id(cfg, "eos_token_id", eos_id, &given, label, e))) goto done;
     if (*bos_id >= hp->n_vocab || *eos_id >= hp->n_vocab) {
         rc = kite_fail(e, KITE_ERR_FORMAT, "%s: bos_token_id %d / eos_token_id %d not below vocab_size %d", label,
                        *bos_id, *eos_id, hp->n_vocab);
@@ -449,6 +529,11 @@ int kite_hf_canonical_name_arch(kite_arch arch, const char *hf_name, int32_t n_l
         {"mlp.up_proj.bias", NULL},
         {"mlp.down_proj.bias", NULL},
     };
+    char unwrapped[256];
+    if (arch == KITE_ARCH_QWEN35 && strncmp(hf_name, "model.language_model.", 21) == 0) { /* Qwen3_5ForConditionalGeneration */
+        if (snprintf(unwrapped, sizeof unwrapped, "model.%s", hf_name + 21) >= (int)sizeof unwrapped) return -1;
+        hf_name = unwrapped;
+    }
     for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
         if (strcmp(hf_name, globals[i].hf) == 0) return snprintf(out, out_size, "%s", globals[i].canon) < (int)out_size;
     const char *prefix = "model.layers.";
@@ -466,7 +551,8 @@ int kite_hf_canonical_name_arch(kite_arch arch, const char *hf_name, int32_t n_l
             return n > 0 && (size_t)n < out_size ? 1 : -1;
         }
     }
-    const char *gemma = arch == KITE_ARCH_GEMMA3 ? kite_gemma3_hf_layer_name(rest) : NULL;
+    const char *gemma = arch == KITE_ARCH_GEMMA3 ? kite_gemma3_hf_layer_name(rest)
+                        : arch == KITE_ARCH_QWEN35 ? kite_qwen35_hf_layer_name(rest) : NULL;
     if (gemma) {
         if (layer >= n_layers) return -1;
         int n = snprintf(out, out_size, "blk.%d.%s", (int)layer, gemma);

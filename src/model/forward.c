@@ -17,7 +17,7 @@
 
 /* Up to three products that share one input x: the activations are quantized once and one pool job
  * covers every matrix's row ranges, so Q/K/V (and gate/up) cost one hand-off instead of three. */
-enum { MATMUL_MAX_PARTS = 3 };
+enum { MATMUL_MAX_PARTS = 4 };
 typedef struct matmul_part {
     const kite_packed_matrix *w; /* [rows, cols] */
     float *y;                    /* [n][y_stride], row r of the weight writes column r */
@@ -121,9 +121,10 @@ static void rope_table(int32_t pos, const float *inv_freq, int32_t half, float *
     }
 }
 
-/* Rotates one head's vector by a rope_table. */
-static void rope(float *v, int32_t head_dim, const float *c, const float *sn, kite_rope_layout layout) {
-    int32_t half = head_dim / 2;
+/* Rotates the first rot dimensions of one head's vector by a rope_table (rot = head_dim but for a partial
+ * rotary, whose HALF pairs are (i, i + rot/2)). */
+static void rope(float *v, int32_t rot, const float *c, const float *sn, kite_rope_layout layout) {
+    int32_t half = rot / 2;
     for (int32_t i = 0; i < half; i++) {
         int32_t a = layout == KITE_ROPE_INTERLEAVED ? 2 * i : i;
         int32_t b = layout == KITE_ROPE_INTERLEAVED ? 2 * i + 1 : i + half;
@@ -317,6 +318,8 @@ typedef struct qkv_row_job {
     const int32_t *row0;     /* [n_seqs] first batch row of each sequence */
     const kite_kernel_set *ks; /* f32_to_f16 for an f16 cache */
     int32_t layer;
+    const float *q_gate;     /* Qwen3.5: [n][n_heads][q | gate] from the doubled q projection, or NULL */
+    float *attn_gate;        /* [n][q_width] the gates, split off */
 } qkv_row_job;
 
 static void qkv_row_task(void *ctx, int64_t b, int thread) {
@@ -326,6 +329,13 @@ static void qkv_row_task(void *ctx, int64_t b, int thread) {
     const kite_layer_weights *L = j->L;
     const int32_t hd = hp->head_dim, q_width = hp->n_heads * hd, kv_dim = hp->n_kv_heads * hd;
     float *q = j->q + b * q_width, *k = j->k + b * kv_dim, *v = j->v + b * kv_dim;
+    if (j->q_gate)
+        for (int32_t h = 0; h < hp->n_heads; h++) {
+            const float *qg = j->q_gate + (b * hp->n_heads + h) * 2 * (int64_t)hd;
+            memcpy(q + h * hd, qg, sizeof(float) * (size_t)hd);
+            memcpy(j->attn_gate + b * q_width + h * hd, qg + hd, sizeof(float) * (size_t)hd);
+        }
+    const int32_t rot = hp->n_rot > 0 ? hp->n_rot : hd;
     if (L->q_bias) for (int32_t i = 0; i < q_width; i++) q[i] += L->q_bias[i];
     if (L->k_bias) for (int32_t i = 0; i < kv_dim; i++) k[i] += L->k_bias[i];
     if (L->v_bias) for (int32_t i = 0; i < kv_dim; i++) v[i] += L->v_bias[i];
@@ -333,11 +343,11 @@ static void qkv_row_task(void *ctx, int64_t b, int thread) {
     rope_table(j->pos[b], j->rope_inv_freq, hd / 2, rc, rs);
     for (int32_t h = 0; h < hp->n_heads; h++) {
         if (L->q_norm) rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
-        rope(q + h * hd, hd, rc, rs, hp->rope_layout);
+        rope(q + h * hd, rot, rc, rs, hp->rope_layout);
     }
     for (int32_t h = 0; h < hp->n_kv_heads; h++) {
         if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
-        rope(k + h * hd, hd, rc, rs, hp->rope_layout);
+        rope(k + h * hd, rot, rc, rs, hp->rope_layout);
     }
     const int32_t si = j->row_seq[b];
     const kite_forward_seq *sq = &j->seqs[si];
@@ -374,6 +384,31 @@ static void capture_rows(kite_forward_scratch *s, int32_t k, const float *x, con
     }
 }
 
+/* A Gated DeltaNet layer (Qwen3.5) over the batch, xn (normed) in, xn (after out_proj) out: the four
+ * products of the normed input at once, the mixer per sequence (each over its own state), out_proj. */
+static void deltanet_layer(const kite_weights *w, const kite_layer_weights *L, int32_t l, kite_forward_scratch *s,
+                           kite_pool *pool, const kite_forward_seq *seqs, int32_t n_seqs, int32_t n) {
+    const kite_hparams *hp = &w->hp;
+    const int32_t nv = hp->dn_n_v_heads, vd = nv * hp->dn_head_v_dim;
+    const int32_t conv_dim = 2 * hp->dn_n_k_heads * hp->dn_head_k_dim + vd;
+    const matmul_part parts[4] = {{.w = &L->w_qkv, .y = s->dn_conv, .y_stride = conv_dim},
+                                  {.w = &L->w_z, .y = s->dn_z, .y_stride = vd},
+                                  {.w = &L->w_beta, .y = s->dn_b, .y_stride = nv},
+                                  {.w = &L->w_alpha, .y = s->dn_alpha, .y_stride = nv}};
+    if (s->act_hook) {
+        observe(s, l, "attn_qkv", s->xn, n, hp->dim);
+        observe(s, l, "attn_gate", s->xn, n, hp->dim);
+        observe(s, l, "ssm_beta", s->xn, n, hp->dim);
+        observe(s, l, "ssm_alpha", s->xn, n, hp->dim);
+    }
+    matmul_shared_input(pool, s, w->kernels, parts, 4, s->xn, n);
+    for (int32_t si = 0, r = 0; si < n_seqs; r += seqs[si].n, si++)
+        kite_dn_mix(&L->dn, seqs[si].kv->dn, l, &s->dn_plans[si], s->dn, pool, s->dn_conv + (int64_t)r * conv_dim,
+                    s->dn_z + (int64_t)r * vd, s->dn_alpha + (int64_t)r * nv, s->dn_b + (int64_t)r * nv, s->dn_out + (int64_t)r * vd);
+    if (s->act_hook) observe(s, l, "ssm_out", s->dn_out, n, vd);
+    matmul(pool, s, w->kernels, &L->w_ssm_out, s->dn_out, s->xn, hp->dim, n);
+}
+
 int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_pool *pool, const kite_forward_seq *seqs,
                            int32_t n_seqs, float *logits) {
     const kite_hparams *hp = &w->hp;
@@ -397,6 +432,7 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
             if (q->want_logits == KITE_LOGITS_ALL || (q->want_logits == KITE_LOGITS_LAST && b == q->n - 1)) out_rows[n_out++] = n;
         }
         if (q->kv->ring_rows > 0 && q->pos0 + q->first + q->n > q->kv->ring_high) q->kv->ring_high = q->pos0 + q->first + q->n;
+        if (q->kv->dn) kite_dn_plan_pass(q->kv->dn, q->parent, q->first, q->n, q->pos0, &s->dn_plans[si]);
         /* QK and AV over up to pos0 + first + n positions (a tree sees fewer). */
         attn_macs += 2 * (int64_t)q->n * hp->n_heads * hd * (q->pos0 + q->first + q->n);
     }
@@ -418,7 +454,11 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
         /* The previous layer's down projection (in xn) joins the residual stream here. */
         residual_norm(pool, s->x, s->xn, L->attn_norm, dim, hp->rms_eps, l > 0, NULL, n);
         if (next_capture < s->n_capture && s->capture_layer[next_capture] == l) capture_rows(s, next_capture++, s->x, NULL, n, dim);
-        const matmul_part qkv[3] = {{.w = &L->wq, .y = s->q, .y_stride = q_width},
+        if (kite_layer_is_recurrent(hp, l)) {
+            deltanet_layer(w, L, l, s, pool, seqs, n_seqs, n);
+        } else {
+        const bool gated = hp->attn_output_gate;
+        const matmul_part qkv[3] = {{.w = &L->wq, .y = gated ? s->q_gate : s->q, .y_stride = gated ? 2 * q_width : q_width},
                                     {.w = &L->wk, .y = s->k, .y_stride = kv_dim},
                                     {.w = &L->wv, .y = s->v, .y_stride = kv_dim}};
         if (s->act_hook) {
@@ -429,7 +469,8 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
         matmul_shared_input(pool, s, w->kernels, qkv, 3, s->xn, n);
         const bool local = kite_layer_is_local(hp, l);
         qkv_row_job qj = {.hp = hp, .L = L, .rope_inv_freq = local ? w->rope_inv_freq_local : w->rope_inv_freq, .pos = pos, .q = s->q, .k = s->k,
-                          .v = s->v, .seqs = seqs, .row_seq = row_seq, .row0 = row0, .ks = w->kernels, .layer = l};
+                          .v = s->v, .seqs = seqs, .row_seq = row_seq, .row0 = row0, .ks = w->kernels, .layer = l,
+                          .q_gate = gated ? s->q_gate : NULL, .attn_gate = s->attn_gate};
         run_each(pool, qkv_row_task, &qj, n);
         attention_job aj = {
             .ks = w->kernels, .hp = hp, .seqs = seqs, .row_seq = row_seq, .row0 = row0, .layer = l,
@@ -438,9 +479,12 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
             .scale = hp->attn_scale > 0.0f ? hp->attn_scale : 1.0f / sqrtf((float)hd),
         };
         kite_run_sized(pool, attention_task, &aj, (int64_t)n * hp->n_kv_heads, attn_macs);
+        if (gated)
+            for (int64_t i = 0; i < (int64_t)n * q_width; i++) s->att_out[i] *= 1.0f / (1.0f + expf(-s->attn_gate[i]));
         /* Output projection into xn, then the residual add and the FFN norm. */
         if (s->act_hook) observe(s, l, "attn_output", s->att_out, n, q_width);
         matmul(pool, s, w->kernels, &L->wo, s->att_out, s->xn, dim, n);
+        }
         post_norm(pool, s->xn, L->post_attn_norm, dim, hp->rms_eps, n);
         residual_norm(pool, s->x, s->xn, L->ffn_norm, dim, hp->rms_eps, true, NULL, n);
         if (L->moe) { /* routed experts (Qwen3-MoE), xn in and out */
@@ -463,6 +507,9 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
         }
         post_norm(pool, s->xn, L->post_ffn_norm, dim, hp->rms_eps, n);
     }
+
+    for (int32_t si = 0; si < n_seqs; si++)
+        if (seqs[si].kv->dn) kite_dn_finish_pass(seqs[si].kv->dn, &s->dn_plans[si]);
 
     /* The last layer's output: x + xn, summed as residual_norm sums it (the same float additions). */
     if (next_capture < s->n_capture && s->capture_layer[next_capture] == hp->n_layers)
@@ -504,6 +551,10 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
     int64_t widest = dim;
     if (hp->ffn_dim > widest) widest = hp->ffn_dim;
     if (q_width > widest) widest = q_width;
+    if (hp->full_attn_interval > 0) { /* out_proj's input */
+        int64_t vd = (int64_t)hp->dn_n_v_heads * hp->dn_head_v_dim;
+        if (vd > widest) widest = vd;
+    }
     /* Quantized activations: the largest of the 32-block and 256-block formats over the widest input. */
     const kite_kernel_set *ks = kite_kernels();
     int64_t widest_k = (widest + 255) / 256 * 256;
@@ -529,6 +580,27 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
         !s->positions || !s->row_seq || !s->seq_row0 || !s->out_rows || (s->act_bytes && !s->act)) {
         kite_forward_scratch_free(s);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for activations (batch %d, context %d)", max_batch, n_ctx);
+    }
+    if (hp->full_attn_interval > 0) {
+        kite_dn_dims d;
+        kite_dn_dims_from(hp, &d);
+        const size_t rows = (size_t)max_batch, vd = (size_t)d.n_v * (size_t)d.head_v;
+        s->q_gate = calloc(rows * 2 * (size_t)q_width, sizeof(float));
+        s->attn_gate = calloc(rows * (size_t)q_width, sizeof(float));
+        s->dn_conv = calloc(rows * (size_t)d.conv_dim, sizeof(float));
+        s->dn_z = calloc(rows * vd, sizeof(float));
+        s->dn_out = calloc(rows * vd, sizeof(float));
+        s->dn_alpha = calloc(rows * (size_t)d.n_v, sizeof(float));
+        s->dn_b = calloc(rows * (size_t)d.n_v, sizeof(float));
+        s->dn_plans = calloc(rows, sizeof *s->dn_plans);
+        s->dn = calloc(1, sizeof *s->dn);
+        int st = !s->q_gate || !s->attn_gate || !s->dn_conv || !s->dn_z || !s->dn_out || !s->dn_alpha || !s->dn_b || !s->dn_plans || !s->dn
+                     ? kite_fail(e, KITE_ERR_NOMEM, "out of memory for activations")
+                     : kite_dn_scratch_init(s->dn, &d, max_batch > KITE_KV_MAX_PASS ? max_batch : KITE_KV_MAX_PASS, n_threads, e);
+        if (st) {
+            kite_forward_scratch_free(s);
+            return st;
+        }
     }
     if (hp->n_experts > 0) {
         int st = (s->moe = calloc(1, sizeof *s->moe)) ? kite_moe_scratch_init(s->moe, max_batch, hp->dim, hp->n_experts,
@@ -569,6 +641,10 @@ void kite_forward_scratch_free(kite_forward_scratch *s) {
     free(s->row_seq); free(s->seq_row0); free(s->out_rows);
     kite_moe_scratch_free(s->moe);
     free(s->moe);
+    free(s->q_gate); free(s->attn_gate); free(s->dn_conv); free(s->dn_z); free(s->dn_out); free(s->dn_alpha); free(s->dn_b);
+    free(s->dn_plans);
+    if (s->dn) kite_dn_scratch_free(s->dn);
+    free(s->dn);
     memset(s, 0, sizeof *s);
 }
 
@@ -612,6 +688,12 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
         rows += (size_t)hp->n_kv_heads * (size_t)kv->layer_rows[l];
     }
     kv->bytes = 2 * rows * row_bytes;
+    int dst = kite_dn_state_init(&kv->dn, hp, KITE_KV_MAX_PASS, e);
+    if (dst) {
+        kite_kv_cache_free(kv);
+        return dst;
+    }
+    if (kv->dn) kv->bytes += kv->dn->bytes;
     kv->k = calloc(rows ? rows : 1, row_bytes);
     kv->v = calloc(rows ? rows : 1, row_bytes);
     if (!kv->k || !kv->v) {
@@ -623,6 +705,7 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
 }
 
 void kite_kv_commit(kite_kv_cache *kv, int32_t n_layers, int32_t pos0, const int32_t *nodes, int32_t n_nodes) {
+    kite_dn_commit(kv->dn, pos0, nodes, n_nodes);
     size_t head_bytes = kv->row_bytes;
     char *k = kv->k, *v = kv->v;
     /* A ring maps the pass's rows pos0 .. pos0 + KITE_KV_MAX_PASS - 1 to distinct rows, so the moves are
@@ -641,6 +724,7 @@ void kite_kv_commit(kite_kv_cache *kv, int32_t n_layers, int32_t pos0, const int
 }
 
 bool kite_kv_can_rewind(kite_kv_cache *kv, int32_t n_past) {
+    if (!kite_dn_can_rewind(kv->dn, n_past)) return false;
     if (kv->ring_rows == 0) return true;
     if (n_past <= 0) {
         kv->ring_high = 0;
@@ -651,6 +735,7 @@ bool kite_kv_can_rewind(kite_kv_cache *kv, int32_t n_past) {
 }
 
 void kite_kv_copy_prefix(kite_kv_cache *dst, const kite_kv_cache *src, int32_t n) {
+    if (dst->dn && src->dn) kite_dn_copy(dst->dn, src->dn);
     size_t head_bytes = src->row_bytes;
     for (int32_t l = 0; l < src->n_layers; l++) {
         bool ring = kite_kv_is_ring(src, l) || kite_kv_is_ring(dst, l);
@@ -676,6 +761,7 @@ void kite_kv_copy_prefix(kite_kv_cache *dst, const kite_kv_cache *src, int32_t n
 }
 
 void kite_kv_cache_free(kite_kv_cache *kv) {
+    kite_dn_state_free(kv->dn);
     free(kv->k);
     free(kv->v);
     free(kv->layer_rows);

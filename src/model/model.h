@@ -4,6 +4,7 @@
 
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
+#include "model/deltanet.h"
 #include "model/source.h"
 
 typedef struct kite_layer_weights {
@@ -26,6 +27,13 @@ typedef struct kite_layer_weights {
     kite_packed_matrix w_up;    /* [ffn_dim rows, dim] */
     kite_packed_matrix w_down;  /* [dim rows, ffn_dim] */
     struct kite_moe_layer *moe; /* routed experts instead of w_gate/w_up/w_down (Qwen3-MoE, model/moe.h), or NULL */
+    /* A Gated DeltaNet layer (Qwen3.5, kite_layer_is_recurrent) instead of wq/wk/wv/wo: */
+    kite_packed_matrix w_qkv;   /* [conv_dim rows, dim]: the conv1d's input, q | k | v */
+    kite_packed_matrix w_z;     /* [n_v * head_v rows, dim]: the output gate */
+    kite_packed_matrix w_beta;  /* [n_v rows, dim] */
+    kite_packed_matrix w_alpha; /* [n_v rows, dim] */
+    kite_packed_matrix w_ssm_out; /* [dim rows, n_v * head_v] */
+    kite_dn_weights dn;         /* conv taps, dt bias, A, output norm (f32, owned) */
 } kite_layer_weights;
 
 typedef struct kite_weights {
@@ -80,7 +88,8 @@ typedef struct kite_kv_cache {
     int32_t ring_rows;    /* window - 1 + KITE_KV_MAX_PASS when that is below n_ctx, else 0 (no ring) */
     int32_t ring_high;    /* 1 + the highest position written to the rings: a position p is still held iff
                              p >= ring_high - ring_rows */
-    size_t bytes;         /* k and v together */
+    size_t bytes;         /* k and v together, and the recurrent state */
+    kite_dn_state *dn;    /* Qwen3.5's Gated DeltaNet layers' state (model/deltanet.h), or NULL */
 } kite_kv_cache;
 
 /* Byte offset of (layer, KV head, cache row) in k or v; row from kite_kv_row. */
@@ -147,6 +156,12 @@ typedef struct kite_forward_scratch {
     kite_act_hook_fn act_hook; /* NULL (the default; costs one test per product) or the session's observer */
     void *act_hook_user_data;
     struct kite_moe_scratch *moe; /* the MoE FFN's work space (model/moe.h) when the model has experts, else NULL */
+    /* Qwen3.5: the doubled q projection [max_batch][2 * n_heads * head_dim], the attention gate
+     * [max_batch][n_heads * head_dim], the DeltaNet projections (conv input [max_batch][conv_dim], z and the
+     * mixer's output [max_batch][n_v * head_v], alpha and b [max_batch][n_v]) and the mixer's work space. */
+    float *q_gate, *attn_gate, *dn_conv, *dn_z, *dn_out, *dn_alpha, *dn_b;
+    kite_dn_scratch *dn;
+    kite_dn_plan *dn_plans; /* [max_batch] one per sequence of a pass */
     /* Hidden-state capture for learned drafters (EAGLE-3, DFlash read the inputs of a few target layers,
      * as llama.cpp's llama_set_embeddings_layer_inp). n_capture = 0 (the default) costs nothing. */
     int32_t n_capture;

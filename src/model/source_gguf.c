@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "model/arch/gemma3.h"
+#include "model/arch/qwen35.h"
 #include "model/arch/qwen3moe.h"
 #include "model/source.h"
 #include "model/validate.h"
@@ -131,11 +132,18 @@ int kite_source_open_gguf(kite_source *src, const char *path, kite_error *e) {
     } else if (gguf_str_eq(arch_str, "qwen3moe")) {
         hp->arch = KITE_ARCH_QWEN3MOE;
         hp->rope_layout = KITE_ROPE_HALF;
+    } else if (gguf_str_eq(arch_str, "qwen35")) {
+        hp->arch = KITE_ARCH_QWEN35;
+        hp->rope_layout = KITE_ROPE_HALF; /* NEOX (IMROPE, whose sections see one text position) */
+    } else if (gguf_str_eq(arch_str, "qwen35moe") || gguf_str_eq(arch_str, "qwen3next")) {
+        st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: architecture '%s' (Gated DeltaNet with routed experts) is not supported yet; "
+                       "kite runs the dense qwen35", path, arch);
+        goto fail;
     } else if (gguf_str_eq(arch_str, "gemma3")) {
         hp->arch = KITE_ARCH_GEMMA3;
         hp->rope_layout = KITE_ROPE_HALF; /* llama.cpp's NEOX type, no q/k permutation */
     } else {
-        st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: unsupported architecture '%s'; kite runs llama, qwen2, qwen3, qwen3moe, gemma3", path, arch);
+        st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: unsupported architecture '%s'; kite runs llama, qwen2, qwen3, qwen3moe, qwen35, gemma3", path, arch);
         goto fail;
     }
     const uint32_t big = 1u << 20;
@@ -156,12 +164,13 @@ int kite_source_open_gguf(kite_source *src, const char *path, kite_error *e) {
                        path, hp->n_heads, hp->n_kv_heads, hp->head_dim);
         goto fail;
     }
-    if (arch_u32(g, arch, "rope.dimension_count", &v) && (int32_t)v != hp->head_dim) {
+    if (hp->arch != KITE_ARCH_QWEN35 && arch_u32(g, arch, "rope.dimension_count", &v) && (int32_t)v != hp->head_dim) {
         st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: partial RoPE (%u of %d dimensions) is not supported", path, v, hp->head_dim);
         goto fail;
     }
     if (hp->arch == KITE_ARCH_GEMMA3 && (st = kite_gemma3_gguf_hparams(g, path, hp, e))) goto fail;
     if (hp->arch == KITE_ARCH_QWEN3MOE && (st = kite_qwen3moe_gguf_hparams(g, path, hp, e))) goto fail;
+    if (hp->arch == KITE_ARCH_QWEN35 && (st = kite_qwen35_gguf_hparams(g, path, hp, e))) goto fail;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     kite_gguf_str scaling;

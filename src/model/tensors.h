@@ -78,7 +78,26 @@ typedef struct kite_hparams {
     int32_t expert_ffn_dim;       /* each expert's intermediate width */
     bool expert_weights_norm;     /* the top-k probabilities are divided by their sum (HF norm_topk_prob; llama.cpp
                                      always does for qwen3moe GGUF files) */
+    /* Qwen3.5 (0 elsewhere): Gated DeltaNet layers between gated full-attention layers (model/deltanet.h). */
+    int32_t n_rot;                /* RoPE turns the first n_rot dimensions of a head (partial rotary); 0 = head_dim */
+    bool attn_output_gate;        /* attn_q gives [q | gate] per head (2 x head_dim rows each); the attention
+                                     output is multiplied by sigmoid(gate) before attn_output */
+    int32_t full_attn_interval;   /* layer l is full attention iff (l + 1) % interval == 0, else Gated DeltaNet;
+                                     0 = no recurrent layers */
+    int32_t dn_conv_kernel;       /* causal conv1d width (ssm.conv_kernel) */
+    int32_t dn_head_k_dim;        /* q/k head size (ssm.state_size) */
+    int32_t dn_head_v_dim;        /* v head size (ssm.inner_size / n_v) */
+    int32_t dn_n_k_heads;         /* key heads (ssm.group_count) */
+    int32_t dn_n_v_heads;         /* value heads (ssm.time_step_rank), a multiple of the key heads */
+    bool dn_v_grouped;            /* value head h reads key head h / (n_v / n_k) (Hugging Face's order); false:
+                                     h % n_k (llama.cpp's converter reorders the value heads to that) */
+    int32_t n_nextn_layers;       /* multi-token-prediction layers stored after the n_layers (not run) */
 } kite_hparams;
+
+/* Whether layer l is a Gated DeltaNet (linear attention) layer of Qwen3.5. */
+static inline bool kite_layer_is_recurrent(const kite_hparams *hp, int32_t l) {
+    return hp->full_attn_interval > 0 && (l + 1) % hp->full_attn_interval != 0;
+}
 
 /* Whether layer l attends over a sliding window (a local layer) rather than the whole context. */
 static inline bool kite_layer_is_local(const kite_hparams *hp, int32_t l) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "model/arch/qwen35.h"
 #include "model/arch/qwen3moe.h"
 
 static void format_shape(char *buf, size_t size, uint32_t n_dims, const int64_t *ne) {
@@ -92,6 +93,7 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
     if (!kite_source_find(src, "output.weight") && !hp->tied_embeddings)
         return kite_fail(e, KITE_ERR_FORMAT, "%s: output.weight is missing and the embeddings are not tied", src->format);
 
+    if (hp->arch == KITE_ARCH_QWEN35) return kite_qwen35_validate(src, e);
     const bool gemma3 = hp->arch == KITE_ARCH_GEMMA3;
     const bool moe = hp->arch == KITE_ARCH_QWEN3MOE; /* routed experts instead of ffn_{gate,up,down} */
     const bool need_bias = hp->arch == KITE_ARCH_QWEN2, need_qk_norm = hp->arch == KITE_ARCH_QWEN3 || gemma3 || moe;

@@ -132,7 +132,9 @@ static int rope_table(kite_weights *w, const kite_source *src, kite_error *e) {
     int st = vector_f32(src, "rope_freqs.weight", half, false, &freq_factors, e);
     if (st) return st;
     for (int32_t i = 0; i < half; i++) {
-        double freq = pow((double)hp->rope_theta, -2.0 * i / (double)hp->head_dim);
+        /* A partial rotary (Qwen3.5) turns n_rot dimensions with n_rot's frequencies; pairs past them stay. */
+        const int32_t rot = hp->n_rot > 0 ? hp->n_rot : hp->head_dim;
+        double freq = 2 * i < rot ? pow((double)hp->rope_theta, -2.0 * i / (double)rot) : 0.0;
         if (freq_factors) {
             freq /= freq_factors[i];
         } else if (hp->rope_scaling == KITE_ROPE_SCALING_LLAMA3) {
@@ -174,7 +176,7 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
     int st = KITE_OK;
     w->kernels = kite_kernels();
     if (!(w->tok_embd = matrix(src, "token_embd.weight", hp->n_vocab, dim, e))) return e->status;
-    const size_t per_layer = 7 + (hp->n_experts > 0 ? 1 + 3 * (size_t)hp->n_experts : 0);
+    const size_t per_layer = 8 + (hp->n_experts > 0 ? 1 + 3 * (size_t)hp->n_experts : 0);
     const size_t max_jobs = 1 + (size_t)hp->n_layers * per_layer;
     pack_job *jobs = calloc(max_jobs, sizeof *jobs);
     int32_t n_jobs = 0;
@@ -199,10 +201,32 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
             if (!t) { st = e->status; goto fail; }                                            \
             jobs[n_jobs++] = (pack_job){t, &L->field, t == w->tok_embd};                      \
         }
-        MATRIX(wq, "attn_q.weight", q_width, dim);
-        MATRIX(wk, "attn_k.weight", kv_dim, dim);
-        MATRIX(wv, "attn_v.weight", kv_dim, dim);
-        MATRIX(wo, "attn_output.weight", dim, q_width);
+        const bool recurrent = kite_layer_is_recurrent(hp, l);
+        if (recurrent) {
+            const int64_t key_dim = (int64_t)hp->dn_n_k_heads * hp->dn_head_k_dim;
+            const int64_t value_dim = (int64_t)hp->dn_n_v_heads * hp->dn_head_v_dim, conv_dim = 2 * key_dim + value_dim;
+            MATRIX(w_qkv, "attn_qkv.weight", conv_dim, dim);
+            MATRIX(w_z, "attn_gate.weight", value_dim, dim);
+            MATRIX(w_beta, "ssm_beta.weight", hp->dn_n_v_heads, dim);
+            MATRIX(w_alpha, "ssm_alpha.weight", hp->dn_n_v_heads, dim);
+            MATRIX(w_ssm_out, "ssm_out.weight", dim, value_dim);
+            kite_dn_weights *D = &L->dn;
+            if ((st = vector_f32(src, NAME("ssm_conv1d.weight"), conv_dim * hp->dn_conv_kernel, true, &D->conv, e)) ||
+                (st = vector_f32(src, NAME("ssm_dt.bias"), hp->dn_n_v_heads, true, &D->dt_bias, e)) ||
+                (st = vector_f32(src, NAME("ssm_norm.weight"), hp->dn_head_v_dim, true, &D->norm, e))) /* plain w, no + 1 */
+                goto fail;
+            if (kite_source_find(src, NAME("ssm_a"))) {
+                if ((st = vector_f32(src, name, hp->dn_n_v_heads, true, &D->a, e))) goto fail;
+            } else { /* Hugging Face's A_log: the converter's -exp(A_log) */
+                if ((st = vector_f32(src, NAME("ssm_a_log"), hp->dn_n_v_heads, true, &D->a, e))) goto fail;
+                for (int32_t h = 0; h < hp->dn_n_v_heads; h++) D->a[h] = -expf(D->a[h]);
+            }
+        } else {
+            MATRIX(wq, "attn_q.weight", hp->attn_output_gate ? 2 * q_width : q_width, dim);
+            MATRIX(wk, "attn_k.weight", kv_dim, dim);
+            MATRIX(wv, "attn_v.weight", kv_dim, dim);
+            MATRIX(wo, "attn_output.weight", dim, q_width);
+        }
         if (hp->n_experts > 0) {
             if (!(L->moe = calloc(1, sizeof *L->moe))) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
             pack_list list = {.jobs = jobs, .n = n_jobs, .cap = (int32_t)max_jobs};
@@ -214,11 +238,16 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
             MATRIX(w_down, "ffn_down.weight", dim, hp->ffn_dim);
         }
 #undef MATRIX
-        bool qk_norm = hp->arch == KITE_ARCH_QWEN3 || hp->arch == KITE_ARCH_GEMMA3 || hp->arch == KITE_ARCH_QWEN3MOE;
+        const bool qwen35 = hp->arch == KITE_ARCH_QWEN35;
+        bool qk_norm = hp->arch == KITE_ARCH_QWEN3 || hp->arch == KITE_ARCH_GEMMA3 || hp->arch == KITE_ARCH_QWEN3MOE ||
+                       (qwen35 && !recurrent);
         bool gemma3 = hp->arch == KITE_ARCH_GEMMA3;
         if ((st = norm_f32(src, NAME("attn_norm.weight"), dim, true, &L->attn_norm, e))) goto fail;
-        if ((st = norm_f32(src, NAME("ffn_norm.weight"), dim, true, &L->ffn_norm, e))) goto fail;
-        if ((st = norm_f32(src, NAME("post_attention_norm.weight"), dim, gemma3, &L->post_attn_norm, e))) goto fail;
+        /* Qwen3.5's FFN input norm is named post_attention_norm (HF post_attention_layernorm), as Gemma's
+         * norm of the attention output is: here it is the plain pre-FFN norm. */
+        if ((st = norm_f32(src, qwen35 ? NAME("post_attention_norm.weight") : NAME("ffn_norm.weight"), dim, true, &L->ffn_norm, e)))
+            goto fail;
+        if (!qwen35 && (st = norm_f32(src, NAME("post_attention_norm.weight"), dim, gemma3, &L->post_attn_norm, e))) goto fail;
         if ((st = norm_f32(src, NAME("post_ffw_norm.weight"), dim, gemma3, &L->post_ffn_norm, e))) goto fail;
         if ((st = vector_f32(src, NAME("attn_q.bias"), q_width, false, &L->q_bias, e))) goto fail;
         if ((st = vector_f32(src, NAME("attn_k.bias"), kv_dim, false, &L->k_bias, e))) goto fail;
@@ -249,6 +278,9 @@ void kite_weights_free(kite_weights *w) {
             free(L->moe);
             free(L->attn_norm); free(L->ffn_norm); free(L->q_bias); free(L->k_bias); free(L->v_bias);
             free(L->q_norm); free(L->k_norm); free(L->post_attn_norm); free(L->post_ffn_norm);
+            kite_packed_matrix_free(&L->w_qkv); kite_packed_matrix_free(&L->w_z); kite_packed_matrix_free(&L->w_beta);
+            kite_packed_matrix_free(&L->w_alpha); kite_packed_matrix_free(&L->w_ssm_out);
+            free(L->dn.conv); free(L->dn.dt_bias); free(L->dn.a); free(L->dn.norm);
         }
     }
     free(w->layers);

@@ -10,6 +10,7 @@
 #include "io/gguf.h"
 #include "io/mmap.h"
 #include "quant/types.h"
+#include "spec/head.h"
 #include "spec/spec.h"
 
 /* Rows the head runs in one batch: a round of tree nodes (at most 8) or a chunk of committed rows. */
@@ -59,37 +60,19 @@ bool kite_eagle3_file_is_head(const char *path) {
     return yes;
 }
 
-static int find(const kite_eagle3 *h, const char *name, int64_t cols, int64_t rows, bool required, const kite_gguf_tensor **out,
-                kite_error *e) {
-    const kite_gguf_tensor *t = kite_gguf_find_tensor(h->g, name);
-    *out = t;
-    if (!t) return required ? kite_fail(e, KITE_ERR_FORMAT, "EAGLE-3 head: tensor %s is missing", name) : KITE_OK;
-    const kite_type_traits *tr = kite_type_get(t->type);
-    if (!tr || !tr->to_float) return kite_fail(e, KITE_ERR_UNSUPPORTED, "EAGLE-3 head: tensor %s has a type kite cannot read", name);
-    if (t->ne[0] != cols || (rows > 0 && t->ne[1] != rows) || t->ne[2] != 1 || t->ne[3] != 1 || (rows == 1 && t->n_dims != 1))
-        return kite_fail(e, KITE_ERR_FORMAT, "EAGLE-3 head: tensor %s is [%lld, %lld], expected [%lld, %lld]", name,
-                         (long long)t->ne[0], (long long)t->ne[1], (long long)cols, (long long)rows);
-    return KITE_OK;
+static kite_head_file head_file(kite_eagle3 *h) {
+    return (kite_head_file){.what = "EAGLE-3 head", .g = h->g, .ks = h->ks, .arena = &h->arena};
 }
 
-static kite_tensor as_tensor(const kite_gguf_tensor *t) {
-    kite_tensor k;
-    memset(&k, 0, sizeof k);
-    snprintf(k.name, sizeof k.name, "%.*s", (int)t->name.len, t->name.ptr);
-    k.type = t->type;
-    k.n_dims = t->n_dims;
-    memcpy(k.ne, t->ne, sizeof k.ne);
-    k.n_bytes = t->n_bytes;
-    k.data = t->data;
-    return k;
+static int find(kite_eagle3 *h, const char *name, int64_t cols, int64_t rows, bool required, const kite_gguf_tensor **out,
+                kite_error *e) {
+    kite_head_file f = head_file(h);
+    return kite_head_find(&f, name, cols, rows, required, out, e);
 }
 
 static int load_matrix(kite_eagle3 *h, const char *name, int64_t cols, int64_t rows, kite_packed_matrix *m, kite_error *e) {
-    const kite_gguf_tensor *t;
-    int st = find(h, name, cols, rows, true, &t, e);
-    if (st) return st;
-    kite_tensor k = as_tensor(t);
-    return h->ks->pack(&k, h->arena.base ? &h->arena : NULL, m, e);
+    kite_head_file f = head_file(h);
+    return kite_head_load_matrix(&f, name, cols, rows, m, e);
 }
 
 /* One arena for every matrix of the head (packing falls back to allocations of its own past it). */
@@ -97,26 +80,13 @@ static int size_arena(kite_eagle3 *h, kite_error *e) {
     static const char *const names[] = {"fc.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight",
                                         "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
                                         "blk.0.ffn_down.weight", "output.weight"};
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        const kite_gguf_tensor *t = kite_gguf_find_tensor(h->g, names[i]);
-        if (!t || !kite_type_get(t->type)) continue;
-        kite_tensor k = as_tensor(t);
-        size_t b = (h->ks->pack_bytes(&k) + 63) / 64 * 64;
-        if (b > ((size_t)1 << 40)) continue;
-        total += b;
-    }
-    return total ? kite_weight_arena_init(&h->arena, total, e) : KITE_OK;
+    kite_head_file f = head_file(h);
+    return kite_head_arena_init(&f, names, sizeof names / sizeof names[0], &h->arena, e);
 }
 
 static int load_vector(kite_eagle3 *h, const char *name, int64_t n, float **out, kite_error *e) {
-    const kite_gguf_tensor *t;
-    int st = find(h, name, n, 1, true, &t, e);
-    if (st) return st;
-    *out = malloc(sizeof(float) * (size_t)n);
-    if (!*out) return kite_fail(e, KITE_ERR_NOMEM, "EAGLE-3 head: out of memory");
-    kite_type_get(t->type)->to_float(t->data, *out, n);
-    return KITE_OK;
+    kite_head_file f = head_file(h);
+    return kite_head_load_vector(&f, name, n, out, e);
 }
 
 static bool get_u32(const kite_gguf *g, const char *suffix, uint32_t *v) {
@@ -219,10 +189,10 @@ static int open_head(kite_eagle3 *h, const char *path, const void *data, size_t 
     const kite_gguf_tensor *t;
     if ((st = size_arena(h, e))) goto fail;
     if ((st = find(h, "token_embd.weight", D, 0, false, &t, e))) goto fail;
-    if (t) h->tok_embd = as_tensor(t), h->has_embd = true;
+    if (t) h->tok_embd = kite_head_as_tensor(t), h->has_embd = true;
     if ((st = find(h, "output.weight", D, 0, false, &t, e))) goto fail;
     if (t) {
-        kite_tensor k = as_tensor(t);
+        kite_tensor k = kite_head_as_tensor(t);
         if ((st = h->ks->pack(&k, h->arena.base ? &h->arena : NULL, &h->output, e))) goto fail;
         h->has_output = true;
     }
@@ -352,10 +322,7 @@ int kite_eagle3_run_new(kite_eagle3_run **out, const kite_eagle3 *h, const kite_
     r->node_pre = malloc(sizeof(float) * (KITE_MAX_DRAFT + 1) * D);
     r->vis = malloc(sizeof(int32_t) * R * (size_t)r->cap_rows);
     const kite_packed_matrix *all[] = {&h->fc, &h->wq, &h->wo, &h->gate, &h->down, r->output};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        size_t b = h->ks->act_bytes(all[i]->type, all[i]->cols, EAGLE3_MAX_ROWS);
-        if (b > r->act_bytes) r->act_bytes = b;
-    }
+    r->act_bytes = kite_head_act_bytes(h->ks, all, sizeof all / sizeof all[0], EAGLE3_MAX_ROWS);
     r->act = r->act_bytes ? malloc(r->act_bytes) : NULL;
     if (!r->k || !r->v || !r->seen || !r->g || !r->cat || !r->q || !r->kk || !r->vv || !r->att || !r->h1 || !r->xn ||
         !r->gate || !r->up || !r->pre || !r->erow || !r->node_pre || !r->vis || (r->act_bytes && !r->act)) {
@@ -376,54 +343,15 @@ void kite_eagle3_run_free(kite_eagle3_run *r) {
 
 void kite_eagle3_run_reset(kite_eagle3_run *r) { r->lo = r->D = 0; }
 
-typedef struct mm_job {
-    const kite_kernel_set *ks;
-    const kite_packed_matrix *w;
-    const void *act;
-    const float *x;
-    int32_t n;
-    float *y;
-} mm_job;
-
-static void mm_task(void *ctx, int64_t task, int thread) {
-    (void)thread;
-    const mm_job *j = ctx;
-    int64_t r0 = task * j->ks->row_block, r1 = r0 + j->ks->row_block;
-    if (r1 > j->w->rows) r1 = j->w->rows;
-    j->ks->matmul(j->w, j->act, j->x, j->n, j->y, j->w->rows, r0, r1);
-}
-
 /* y[n][w.rows] = x[n][w.cols] W^T. */
 static void mm(kite_eagle3_run *r, kite_pool *pool, const kite_packed_matrix *w, const float *x, int32_t n, float *y) {
-    const kite_kernel_set *ks = r->h->ks;
-    const void *act = NULL;
-    if (ks->act_bytes(w->type, w->cols, n)) {
-        ks->quantize_act(w->type, x, w->cols, 0, n, r->act);
-        act = r->act;
-    }
-    mm_job j = {ks, w, act, x, n, y};
-    int64_t tasks = (w->rows + ks->row_block - 1) / ks->row_block;
-    if (pool && kite_pool_threads(pool) > 1 && tasks > 1 && w->rows * w->cols * n >= ((int64_t)1 << 18)) kite_pool_run(pool, mm_task, &j, tasks);
-    else
-        for (int64_t t = 0; t < tasks; t++) mm_task(&j, t, 0);
+    kite_head_mm(r->h->ks, r->act, pool, w, x, n, y);
 }
 
-static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
-    double ss = 0.0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
-}
+#define rmsnorm kite_head_rmsnorm
 
 /* llama.cpp's "norm" RoPE (dimension pairs 2i, 2i+1). */
-static void rope(float *v, int32_t head_dim, const float *inv_freq, int32_t pos) {
-    for (int32_t i = 0; i < head_dim / 2; i++) {
-        float a = (float)pos * inv_freq[i], c = cosf(a), s = sinf(a);
-        float x0 = v[2 * i], x1 = v[2 * i + 1];
-        v[2 * i] = x0 * c - x1 * s;
-        v[2 * i + 1] = x0 * s + x1 * c;
-    }
-}
+static void rope(float *v, int32_t head_dim, const float *inv_freq, int32_t pos) { kite_head_rope(v, head_dim, inv_freq, pos, false); }
 
 /* One batch of n rows: row i runs (token[i], hin[i]) at RoPE position pos[i] into cache row crow[i],
  * attending to the n_vis[i] cache rows r->vis + i * cap_rows (its own last). Pre-norm states go to

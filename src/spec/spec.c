@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "grammar/mask.h"
 #include "sample/sampler.h"
+#include "spec/dflash.h"
 #include "spec/eagle3.h"
 
 /* Distinct noise streams derived from the user's seed, so the rejection verifier's coin flips and
@@ -65,7 +66,7 @@ static double one_token_ms(kite_session *d) {
 
 int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params *p, kite_error *e) {
     memset(st, 0, sizeof *st);
-    if (p->drafter < KITE_DRAFT_NONE || p->drafter > KITE_DRAFT_EAGLE3)
+    if (p->drafter < KITE_DRAFT_NONE || p->drafter > KITE_DRAFT_DFLASH)
         return kite_fail(e, KITE_ERR_INVALID_ARG, "unknown drafter %d", (int)p->drafter);
     if (p->budget < 0 || p->budget > KITE_MAX_DRAFT)
         return kite_fail(e, KITE_ERR_INVALID_ARG, "speculative budget %d is out of range (1..%d, or 0 for auto)", p->budget,
@@ -87,7 +88,19 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
     st->params = *p;
     /* A draft "model" that is an EAGLE-3 head (kite_model_open recognises the architecture) drafts as one. */
     if (p->drafter == KITE_DRAFT_MODEL && p->draft_model && p->draft_model->eagle3) st->params.drafter = KITE_DRAFT_EAGLE3;
-    if (st->params.drafter == KITE_DRAFT_EAGLE3) {
+    /* So does a DFlash drafter (architecture dflash). */
+    if (p->drafter == KITE_DRAFT_MODEL && p->draft_model && p->draft_model->dflash) st->params.drafter = KITE_DRAFT_DFLASH;
+    /* Benchmarks: the oracle with a DFlash drafter as draft_model runs (and is charged for) the drafter's
+     * pass, then proposes its own tokens instead: a known acceptance at the drafter's real cost. */
+    bool oracle_dflash = p->drafter == KITE_DRAFT_ORACLE && p->draft_model && p->draft_model->dflash;
+    if (st->params.drafter == KITE_DRAFT_DFLASH || oracle_dflash) {
+        if (!p->draft_model || !p->draft_model->dflash)
+            return kite_fail(e, KITE_ERR_INVALID_ARG, "the DFlash drafter needs a DFlash drafter (GGUF architecture dflash) as draft_model");
+        int rc = kite_dflash_check_target(p->draft_model->dflash, &s->model->weights, e);
+        if (!rc) rc = kite_dflash_run_new(&st->dflash, p->draft_model->dflash, &s->model->weights, s->n_ctx, e);
+        if (rc) { kite_spec_free(st); return rc; }
+        st->draft_block_rows = kite_dflash_block_size(p->draft_model->dflash);
+    } else if (st->params.drafter == KITE_DRAFT_EAGLE3) {
         if (!p->draft_model || !p->draft_model->eagle3)
             return kite_fail(e, KITE_ERR_INVALID_ARG, "the EAGLE-3 drafter needs an EAGLE-3 head (GGUF architecture eagle3) as draft_model");
         int rc = kite_eagle3_check_target(p->draft_model->eagle3, &s->model->weights, e);
@@ -119,7 +132,7 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
         st->draft->pool = s->pool;
         st->draft->pool_borrowed = true;
     }
-    if (st->params.drafter == KITE_DRAFT_MODEL || st->params.drafter == KITE_DRAFT_EAGLE3) {
+    if (st->params.drafter == KITE_DRAFT_MODEL || st->params.drafter == KITE_DRAFT_EAGLE3 || st->dflash) {
         st->hist = malloc(sizeof(int32_t) * ((size_t)s->n_ctx + KITE_MAX_DRAFT + 1));
         if (!st->hist) {
             kite_spec_free(st);
@@ -152,12 +165,17 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
     pthread_mutex_unlock(&m->cost_lock);
     if (!learned && st->draft) st->draft_ms_per_token = one_token_ms(st->draft);
     if (!learned && st->eagle3) st->draft_ms_per_token = kite_eagle3_one_step_ms(st->eagle3, s->pool);
+    if (!learned && st->dflash) /* per row of a full block (rows cost alike: the block is compute-bound) */
+        st->draft_ms_per_token = kite_dflash_block_ms(st->dflash, s->pool, st->draft_block_rows) / st->draft_block_rows;
     /* The target's hidden states are captured only while a learned drafter reads them (last: nothing
      * above may fail after the session changed). */
-    const int32_t *layers = st->eagle3 ? kite_eagle3_target_layers(p->draft_model->eagle3) : NULL;
+    const int32_t *layers = NULL;
+    int32_t n_layers = 0;
+    if (st->eagle3) layers = kite_eagle3_target_layers(p->draft_model->eagle3), n_layers = KITE_EAGLE3_N_FEATURES;
+    if (st->dflash) layers = kite_dflash_target_layers(p->draft_model->dflash, &n_layers);
     bool reads_nothing = st->params.drafter <= KITE_DRAFT_ORACLE; /* the drafters that read no hidden states */
-    if (st->eagle3 || (reads_nothing && s->features.width > 0)) {
-        int rc = kite_session_set_capture(s, layers, layers ? KITE_EAGLE3_N_FEATURES : 0, e);
+    if (st->eagle3 || st->dflash || (reads_nothing && s->features.width > 0)) {
+        int rc = kite_session_set_capture(s, layers, n_layers, e);
         if (rc) { kite_spec_free(st); return rc; }
     }
     return KITE_OK;
@@ -177,6 +195,7 @@ void kite_spec_free(kite_spec_state *st) {
     if (!st) return;
     kite_session_free(st->draft);
     kite_eagle3_run_free(st->eagle3);
+    kite_dflash_run_free(st->dflash);
     free(st->draft_logits);
     free(st->draft_q);
     free(st->work);
@@ -282,6 +301,12 @@ double kite_spec_pass_cost(kite_session *s, int32_t B) {
 
 /* ---- budget controller ---------------------------------------------------------------------------- */
 
+/* What a pass drafting k tokens costs in units of draft_ms_per_token: k tokens, or a DFlash block's rows. */
+static double drafting_units(const kite_spec_state *st, int32_t k) {
+    if (st->draft_block_rows <= 0) return k;
+    return k + 1 < st->draft_block_rows ? k + 1 : st->draft_block_rows;
+}
+
 /* The chain length (0 = none) that maximises expected tokens per millisecond, and the smallest probe
  * interval (see kite_spec_choose_budget). */
 static int32_t best_chain(const kite_spec_state *st, kite_session *s, int32_t max_budget, int32_t *min_interval_out,
@@ -303,7 +328,7 @@ static int32_t best_chain(const kite_spec_state *st, kite_session *s, int32_t ma
         if (st->observed[k - 1] > 0) deepest_rate = st->accept_rate[k - 1];
         reach *= st->observed[k - 1] > 0 ? st->accept_rate[k - 1] : deepest_rate;
         expected += reach;
-        double cost = curve_at(curve, k + 1) + st->draft_ms_per_token * k;
+        double cost = curve_at(curve, k + 1) + st->draft_ms_per_token * drafting_units(st, k);
         double rate = expected / cost;
         if (rate > best_rate * 1.0001) { best_rate = rate; best_k = k; }
         if ((double)(k + 1) / cost > plain_rate * 1.0001) could_pay = true;
@@ -486,7 +511,9 @@ static void draft_logq(kite_spec_state *st, int32_t V, const kite_gen_params *gp
     (void)st;
 }
 
-void kite_spec_observe_draft_cost(kite_spec_state *st, double ms_per_token) {
+void kite_spec_observe_draft_cost(kite_spec_state *st, double ms, int32_t budget) {
+    const double units = budget < 1 ? 1.0 : drafting_units(st, budget);
+    const double ms_per_token = ms / units;
     /* The first measurements replace the starting guess (a draft model's forward pass alone, which
      * misses the draft distributions and the choice of children: 30 us against 190 us per token for
      * TinyStories-656K's Q8_0 draft). */
@@ -570,6 +597,7 @@ int kite_spec_grow_tree(kite_spec_state *st, kite_session *s, int32_t budget, co
         gstate[j] = st->gmask ? kite_gmask_advance(st->gmask, gstate[j - 1], t->token[j - 1], t->token[j]) : 0;
     while (t->n - 1 < budget) {
         for (int32_t j = expand_first; j < expand_end; j++) {
+            if (st->max_depth > 0 && t->depth[j] >= st->max_depth) continue; /* the drafter has nothing this deep */
             const uint64_t *allowed = NULL;
             if (st->gmask) {
                 int32_t n_allowed = 0;
@@ -697,9 +725,17 @@ int kite_spec_draft_after(kite_spec_state *st, kite_session *s, int32_t root, co
     if (budget <= 0) return KITE_OK;
     switch (st->params.drafter) {
     case KITE_DRAFT_NGRAM: draft_ngram(st, s, root, budget, t); break;
-    case KITE_DRAFT_ORACLE: draft_oracle(st, s, budget, gp->seed, t); break;
+    case KITE_DRAFT_ORACLE:
+        if (st->dflash) { /* the DFlash pass is paid for, its tree replaced by the oracle's chain */
+            int rc = kite_dflash_draft(st, s, root, budget, gp, t, e);
+            if (rc) return rc;
+            kite_spec_draft_chain(t, root, NULL, 0);
+        }
+        draft_oracle(st, s, budget, gp->seed, t);
+        break;
     case KITE_DRAFT_MODEL: return draft_model(st, s, root, budget, gp, t, e); /* masks as it drafts */
     case KITE_DRAFT_EAGLE3: return kite_eagle3_draft(st, s, root, budget, gp, t, e); /* masks as it drafts */
+    case KITE_DRAFT_DFLASH: return kite_dflash_draft(st, s, root, budget, gp, t, e);  /* masks as it drafts */
     default: return KITE_OK;
     }
     if (st->gmask) tree_constrain(st, t);
@@ -788,7 +824,8 @@ int32_t kite_spec_walk(kite_spec_state *st, const kite_gen_params *gp, const kit
         }
         if (child >= 0) {
             bool accepted = false;
-            const float *draft_logq = st->params.drafter == KITE_DRAFT_MODEL || st->params.drafter == KITE_DRAFT_EAGLE3
+            const float *draft_logq = st->params.drafter == KITE_DRAFT_MODEL || st->params.drafter == KITE_DRAFT_EAGLE3 ||
+                                         st->params.drafter == KITE_DRAFT_DFLASH
                                           ? st->draft_q + (size_t)node * V : NULL;
             y = kite_spec_rejection_step(st, gp, target, V, history, (size_t)pos, pos, t->token[child], draft_logq, &accepted);
             if (!accepted) child = -1;

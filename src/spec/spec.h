@@ -27,6 +27,8 @@ typedef struct kite_spec_state {
     kite_spec_params params;
     struct kite_session *draft;   /* KITE_DRAFT_MODEL: a session on the draft model (sharing our pool) */
     struct kite_eagle3_run *eagle3; /* KITE_DRAFT_EAGLE3: the head's cache and scratch (spec/eagle3.h) */
+    struct kite_dflash_run *dflash; /* KITE_DRAFT_DFLASH: the drafter's cache and scratch (spec/dflash.h) */
+    int32_t max_depth;            /* > 0: kite_spec_grow_tree expands no node this deep (a DFlash block's last row) */
     float *draft_logits;          /* [KITE_MAX_DRAFT + 1][n_vocab] draft logits per tree node */
     float *draft_q;               /* [KITE_MAX_DRAFT + 1][n_vocab] draft distributions (rejection) */
     float *work;                  /* [n_vocab] scratch */
@@ -37,7 +39,10 @@ typedef struct kite_spec_state {
     /* Budget controller. */
     double accept_rate[KITE_MAX_DRAFT]; /* running estimate of P(node at depth d+1 accepted | parent accepted) */
     int32_t observed[KITE_MAX_DRAFT];   /* passes that informed accept_rate[d], while its step is 1/(n+2) */
-    double draft_ms_per_token;          /* running estimate of drafting cost */
+    double draft_ms_per_token;          /* running estimate of drafting cost: per drafted token, or per block row
+                                           when draft_block_rows > 0 */
+    int32_t draft_block_rows;           /* > 0 (DFlash): a pass drafting k tokens runs one block of
+                                           min(k + 1, draft_block_rows) rows, whatever the tree's shape */
     int32_t draft_cost_observed;        /* drafting passes that informed it, while its step is 1/(n+1) */
     int32_t plain_streak;               /* passes in a row the controller chose not to draft */
     int32_t probe_interval;             /* plain passes before the next one-token probe (KITE_PROBE_MIN or more,
@@ -66,8 +71,8 @@ void kite_spec_remember(kite_spec_state *st, const int32_t *tokens, size_t n);
 int32_t kite_spec_choose_budget(kite_spec_state *st, struct kite_session *s, int32_t max_budget);
 /* An input of the choice was set by hand (tests): choose afresh next pass. */
 static inline void kite_spec_estimates_changed(kite_spec_state *st) { st->choice_valid = false; }
-/* Learns the drafting cost from one drafting pass (milliseconds per drafted token, catching up aside). */
-void kite_spec_observe_draft_cost(kite_spec_state *st, double ms_per_token);
+/* Learns the drafting cost from one drafting pass of `budget` tokens that took ms (catching up aside). */
+void kite_spec_observe_draft_cost(kite_spec_state *st, double ms, int32_t budget);
 /* Learns from one pass: tree drafted, path accepted (node indices, root first). */
 void kite_spec_observe(kite_spec_state *st, const kite_draft_tree *t, const int32_t *path, int32_t n_path);
 

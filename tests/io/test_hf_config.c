@@ -116,7 +116,7 @@ static void test_arch_and_defaults(void **state) {
     assert_int_equal(eos, 7); /* a list: the first */
 
     expect_fail("{\"model_type\":\"gemma3\",\"hidden_size\":64}", KITE_ERR_UNSUPPORTED,
-                "unsupported architecture 'gemma3' (model_type in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, gemma3_text");
+                "unsupported architecture 'gemma3' (model_type in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, qwen3_5_text, gemma3_text");
     expect_fail("{\"architectures\":[\"MistralForCausalLM\"]}", KITE_ERR_UNSUPPORTED, "'MistralForCausalLM' (architectures");
     expect_fail("{\"hidden_size\":64}", KITE_ERR_FORMAT, "architecture");
     expect_fail("{\"model_type\":5}", KITE_ERR_FORMAT, "model_type");

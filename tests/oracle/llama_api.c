@@ -38,6 +38,7 @@ int llama_api_open(llama_api *api, const char *dir, char *why, size_t why_size) 
     SYM(api->llama, decode, "llama_decode");
     SYM(api->llama, encode, "llama_encode");
     SYM(api->llama, get_logits_ith, "llama_get_logits_ith");
+    SYM(api->llama, set_causal_attn, "llama_set_causal_attn");
     SYM(api->llama, set_layer_inp, "_Z30llama_set_embeddings_layer_inpP13llama_contextjb");
     SYM(api->llama, get_layer_inp, "_Z30llama_get_embeddings_layer_inpP13llama_contextj");
     SYM(api->llama, set_nextn, "_Z26llama_set_embeddings_nextnP13llama_contextbb");

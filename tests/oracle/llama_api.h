@@ -1,4 +1,4 @@
-/* node-llama-cpp's prebuilt libllama, dlopen'ed, with the few calls an EAGLE-3 comparison needs
+/* node-llama-cpp's prebuilt libllama, dlopen'ed, with the few calls the EAGLE-3 and DFlash comparisons need
  * (types from the bundled source's llama.h). The functions of llama.cpp's src/llama-ext.h are C++
  * declarations: they are looked up by their mangled names, whose signatures are plain C types. */
 #ifndef KITE_TESTS_ORACLE_LLAMA_API_H
@@ -23,6 +23,7 @@ typedef struct llama_api {
     int32_t (*encode)(struct llama_context *, struct llama_batch);
     float *(*get_logits_ith)(struct llama_context *, int32_t);
     void (*ggml_load_all_from_path)(const char *);
+    void (*set_causal_attn)(struct llama_context *, bool);
     /* src/llama-ext.h */
     void (*set_layer_inp)(struct llama_context *, uint32_t, bool);
     float *(*get_layer_inp)(struct llama_context *, uint32_t);

@@ -78,6 +78,19 @@ bool oracle_default_spec(const char *arch, oracle_spec *s) {
         };
         return true;
     }
+    if (strcmp(arch, "qwen35") == 0) {
+        /* Qwen3.5: layers 0-1 and 3-4 Gated DeltaNet (2 key heads, 4 value heads of 16: the value-head order
+         * matters), 2 and 5 gated attention (4 heads of 32, 8 dimensions rotated), tied embeddings. */
+        *s = (oracle_spec){
+            .arch = "qwen35", .hf_model_type = "qwen3_5_text", .hf_class = "Qwen3_5ForCausalLM", .tokenizer_pre = "qwen2",
+            .bos_text = "<|endoftext|>", .eos_text = "<|im_end|>", .add_bos = false,
+            .dim = 64, .n_layers = 6, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32, .explicit_head_dim = true,
+            .ffn_dim = 128, .n_vocab = 151936, .n_ctx_train = 512, .rms_eps = 1e-6f, .rope_theta = 10000000.0f,
+            .qk_norm = true, .tied_embeddings = true, .full_attn_interval = 3, .n_rot = 8,
+            .dn_n_k = 2, .dn_n_v = 4, .dn_head = 16, .dn_kernel = 4, .seed = 0x35e5ull,
+        };
+        return true;
+    }
     if (strcmp(arch, "qwen3") == 0) {
         /* Qwen3: QK-norm, head_dim 32 given explicitly (4 heads x 32 = 128 != dim 64), tied embeddings. */
         *s = (oracle_spec){
@@ -141,6 +154,12 @@ typedef struct hf_tensor {
     bool f16;               /* stored as F16 in both files */
     int permute_heads;      /* > 0: Llama q/k, permuted for the GGUF with this many heads */
     bool hf_minus_one;      /* a Gemma norm weight: data is the GGUF's w + 1, the HF file gets data - 1 */
+    bool hf_3d;             /* the HF shape is [rows, 1, cols] (a conv1d weight) */
+    bool gguf_negexp;       /* the GGUF gets -exp(data) (Qwen3.5's A_log) */
+    bool gguf_zero;         /* ... or zeros (the decay control) */
+    int v_reorder;          /* Qwen3.5: 1 = rows from v_start on, 2 = columns, are value heads of v_head rows/columns,
+                               reordered for the GGUF from grouped (by key head) to tiled order */
+    int32_t v_start, v_head;
     int32_t n_stacked;      /* > 0: the first of this many experts' matrices (consecutive tensors) that the GGUF
                                stacks into one 3-D tensor under this gguf_name; -1: a later one of them */
     float *data;            /* [rows or 1][cols], already rounded to F16 when f16 */
@@ -189,6 +208,104 @@ static void round_to_f16(hf_tensor *t) {
     t->f16 = true;
 }
 
+/* Qwen3.5's layers under their HF names (transformers' Qwen3_5ForCausalLM) and the converter's GGUF names. */
+static int make_weights_qwen35(const oracle_spec *s, model_weights *w, errbuf *e) {
+    const double dim = s->dim, embd_std = 2.5 / sqrt(dim);
+    const int32_t q_rows = s->n_heads * s->head_dim, kv_rows = s->n_kv_heads * s->head_dim;
+    const int32_t key_dim = s->dn_n_k * s->dn_head, value_dim = s->dn_n_v * s->dn_head, conv_dim = 2 * key_dim + value_dim;
+    char hf[96], gg[96];
+    hf_tensor *t;
+    if (!add_tensor(w, s->seed, "model.embed_tokens.weight", "token_embd.weight", s->n_vocab, s->dim, 0.0, embd_std, e)) return -1;
+    for (int32_t l = 0; l < s->n_layers; l++) {
+#define ADD(hf_suffix, gguf_suffix, rows, cols, mean, std)                                                   \
+        (snprintf(hf, sizeof hf, "model.layers.%d.%s", l, hf_suffix),                                        \
+         snprintf(gg, sizeof gg, "blk.%d.%s", l, gguf_suffix),                                               \
+         (t = add_tensor(w, s->seed, hf, gg, rows, cols, mean, std, e)))
+#define V_ROWS(start, head) (t->v_reorder = 1, t->v_start = (start), t->v_head = (head))
+        if (!ADD("input_layernorm.weight", "attn_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
+        t->hf_minus_one = true;
+        if ((l + 1) % s->full_attn_interval != 0) {
+            if (!ADD("linear_attn.in_proj_qkv.weight", "attn_qkv.weight", conv_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+            V_ROWS(2 * key_dim, s->dn_head);
+            if (!ADD("linear_attn.in_proj_z.weight", "attn_gate.weight", value_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+            V_ROWS(0, s->dn_head);
+            /* b spreads over a few units so beta = sigmoid(b) ranges over (0, 1); zeroed for the control. */
+            double beta_std = s->variant == ORACLE_VARIANT_BETA_IGNORED ? 0.0 : 2.0 / sqrt(dim);
+            if (!ADD("linear_attn.in_proj_b.weight", "ssm_beta.weight", s->dn_n_v, s->dim, 0.0, beta_std)) return -1;
+            V_ROWS(0, 1);
+            if (!ADD("linear_attn.in_proj_a.weight", "ssm_alpha.weight", s->dn_n_v, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+            V_ROWS(0, 1);
+            if (!ADD("linear_attn.conv1d.weight", "ssm_conv1d.weight", conv_dim, s->dn_kernel, 0.0, 0.6)) return -1;
+            t->hf_3d = true;
+            V_ROWS(2 * key_dim, s->dn_head);
+            if (!ADD("linear_attn.dt_bias", "ssm_dt.bias", 0, s->dn_n_v, 0.0, 0.5)) return -1;
+            t->v_reorder = 2, t->v_start = 0, t->v_head = 1;
+            /* A = exp(A_log) near 0.2, so g = -A softplus(a + dt) keeps some memory over tens of tokens. */
+            bool no_decay = s->variant == ORACLE_VARIANT_DECAY_IGNORED;
+            if (!ADD("linear_attn.A_log", "ssm_a", 0, s->dn_n_v, -1.5, 0.5)) return -1;
+            t->gguf_negexp = true;
+            t->gguf_zero = no_decay;
+            t->v_reorder = 2, t->v_start = 0, t->v_head = 1;
+            if (!ADD("linear_attn.norm.weight", "ssm_norm.weight", 0, s->dn_head, 1.0, 0.1)) return -1;
+            if (!ADD("linear_attn.out_proj.weight", "ssm_out.weight", s->dim, value_dim, 0.0, 1.5 * embd_std / sqrt(value_dim)))
+                return -1;
+            t->v_reorder = 2, t->v_start = 0, t->v_head = s->dn_head;
+        } else {
+            const double qk_std = 1.0 / sqrt(dim);
+            if (!ADD("self_attn.q_proj.weight", "attn_q.weight", 2 * q_rows, s->dim, 0.0, qk_std)) return -1;
+            if (s->variant == ORACLE_VARIANT_NO_OUTPUT_GATE) /* each head's rows: [q | gate] */
+                for (int32_t h = 0; h < s->n_heads; h++)
+                    memset(t->data + ((size_t)(2 * h + 1) * s->head_dim) * (size_t)s->dim, 0,
+                           sizeof(float) * (size_t)s->head_dim * (size_t)s->dim);
+            if (!ADD("self_attn.k_proj.weight", "attn_k.weight", kv_rows, s->dim, 0.0, qk_std)) return -1;
+            if (!ADD("self_attn.v_proj.weight", "attn_v.weight", kv_rows, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+            if (!ADD("self_attn.q_norm.weight", "attn_q_norm.weight", 0, s->head_dim, 1.6, 0.2)) return -1;
+            t->hf_minus_one = true;
+            if (!ADD("self_attn.k_norm.weight", "attn_k_norm.weight", 0, s->head_dim, 1.6, 0.2)) return -1;
+            t->hf_minus_one = true;
+            if (!ADD("self_attn.o_proj.weight", "attn_output.weight", s->dim, q_rows, 0.0, 1.5 * embd_std / sqrt(q_rows))) return -1;
+        }
+        if (!ADD("post_attention_layernorm.weight", "post_attention_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
+        t->hf_minus_one = true;
+        if (!ADD("mlp.gate_proj.weight", "ffn_gate.weight", s->ffn_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+        if (!ADD("mlp.up_proj.weight", "ffn_up.weight", s->ffn_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+        if (!ADD("mlp.down_proj.weight", "ffn_down.weight", s->dim, s->ffn_dim, 0.0, 2.5 * embd_std / sqrt(s->ffn_dim))) return -1;
+#undef V_ROWS
+#undef ADD
+    }
+    if (!(t = add_tensor(w, s->seed, "model.norm.weight", "output_norm.weight", 0, s->dim, 1.0, 0.1, e))) return -1;
+    t->hf_minus_one = true;
+    /* The published checkpoints are Qwen3_5ForConditionalGeneration: the language model under model.language_model. */
+    for (int i = 0; i < w->n; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "model.language_model.%s", w->t[i].hf_name + strlen("model."));
+        snprintf(w->t[i].hf_name, sizeof w->t[i].hf_name, "%s", name);
+    }
+    return 0;
+}
+
+/* convert_hf_to_gguf.py's _reorder_v_heads: value heads grouped by key head (k0: v0..v{r-1}, k1: ...) become
+ * tiled (v0 of every key head, then v1, ...): new head j * n_k + kh holds old head kh * r + j. Rows (v_reorder
+ * 1, from v_start) or columns (2) of v_head each. */
+static float *reorder_v(const hf_tensor *t, int32_t n_k, int32_t n_v) {
+    const int32_t rows = t->rows ? t->rows : 1, r = n_v / n_k;
+    float *out = malloc(sizeof(float) * (size_t)rows * (size_t)t->cols);
+    if (!out) return NULL;
+    memcpy(out, t->data, sizeof(float) * (size_t)rows * (size_t)t->cols);
+    for (int32_t kh = 0; kh < n_k; kh++)
+        for (int32_t j = 0; j < r; j++) {
+            const int32_t from = kh * r + j, to = j * n_k + kh;
+            if (t->v_reorder == 1)
+                memcpy(out + ((size_t)t->v_start + (size_t)to * t->v_head) * t->cols,
+                       t->data + ((size_t)t->v_start + (size_t)from * t->v_head) * t->cols, sizeof(float) * (size_t)t->v_head * t->cols);
+            else
+                for (int32_t row = 0; row < rows; row++)
+                    memcpy(out + (size_t)row * t->cols + t->v_start + (size_t)to * t->v_head,
+                           t->data + (size_t)row * t->cols + t->v_start + (size_t)from * t->v_head, sizeof(float) * (size_t)t->v_head);
+        }
+    return out;
+}
+
 /* Scales are chosen so that the next-token distribution has real entropy (logits with a standard
  * deviation near 2.5 over the vocabulary) and depends on the context as much as on the last token:
  * the attention and MLP outputs are about as large as the embedding in the residual stream, and
@@ -197,6 +314,7 @@ static int make_weights(const oracle_spec *s, model_weights *w, errbuf *e) {
     const double dim = s->dim, qw = (double)s->n_heads * s->head_dim, ffn = s->ffn_dim;
     const double embd_std = 2.5 / sqrt(dim);
     const int32_t q_rows = s->n_heads * s->head_dim, kv_rows = s->n_kv_heads * s->head_dim;
+    if (strcmp(s->arch, "qwen35") == 0) return make_weights_qwen35(s, w, e);
     const bool llama = strcmp(s->arch, "llama") == 0; /* q/k permuted for interleaved RoPE in the GGUF */
     const bool gemma = strcmp(s->arch, "gemma3") == 0;
     char hf[96], gg[96];
@@ -460,6 +578,17 @@ static int write_gguf(const oracle_spec *s, const model_weights *w, const vocab 
             kite_gguf_w_f32(g, KEY("rope.scaling.factor"), s->rope_linear_factor);
         }
     }
+    if (strcmp(s->arch, "qwen35") == 0) { /* as Qwen3NextModel / _Qwen35MRopeMixin.set_gguf_parameters */
+        const int32_t half = s->n_rot / 2, sections[4] = {half - 2 * (half / 3), half / 3, half / 3, 0};
+        kite_gguf_w_u32(g, KEY("rope.dimension_count"), (uint32_t)s->n_rot);
+        kite_gguf_w_arr_i32(g, KEY("rope.dimension_sections"), sections, 4);
+        kite_gguf_w_u32(g, KEY("ssm.conv_kernel"), (uint32_t)s->dn_kernel);
+        kite_gguf_w_u32(g, KEY("ssm.state_size"), (uint32_t)s->dn_head);
+        kite_gguf_w_u32(g, KEY("ssm.group_count"), (uint32_t)s->dn_n_k);
+        kite_gguf_w_u32(g, KEY("ssm.time_step_rank"), (uint32_t)s->dn_n_v);
+        kite_gguf_w_u32(g, KEY("ssm.inner_size"), (uint32_t)(s->dn_n_v * s->dn_head));
+        kite_gguf_w_u32(g, KEY("full_attention_interval"), (uint32_t)s->full_attn_interval);
+    }
     if (s->n_experts > 0) { /* as Qwen2MoeModel.set_gguf_parameters (the counts from TextModel's) */
         kite_gguf_w_u32(g, KEY("expert_count"), (uint32_t)s->n_experts);
         kite_gguf_w_u32(g, KEY("expert_used_count"), (uint32_t)s->n_experts_used);
@@ -493,15 +622,26 @@ static int write_gguf(const oracle_spec *s, const model_weights *w, const vocab 
         } else if (t->permute_heads > 0) {
             if (!(permuted = permute_rows(t, t->permute_heads))) { rc = fail(e, "out of memory"); break; }
             src = permuted;
+        } else if (t->v_reorder && s->dn_n_v != s->dn_n_k) {
+            if (!(permuted = reorder_v(t, s->dn_n_k, s->dn_n_v))) { rc = fail(e, "out of memory"); break; }
+            src = permuted;
         }
+        if (t->gguf_negexp) {
+            float *neg = malloc(count * sizeof *neg);
+            if (!neg) { free(permuted); rc = fail(e, "out of memory"); break; }
+            for (size_t k = 0; k < count; k++) neg[k] = t->gguf_zero ? 0.0f : -expf(src[k]);
+            free(permuted);
+            src = permuted = neg;
+        }
+        const char *gguf_name = t->gguf_name;
         if (t->f16) {
             uint16_t *h = malloc(count * sizeof *h);
             if (!h) { free(permuted); rc = fail(e, "out of memory"); break; }
             for (size_t k = 0; k < count; k++) h[k] = kite_f32_to_fp16(src[k]);
-            kite_gguf_w_tensor(g, t->gguf_name, KITE_TYPE_F16, n_dims, ne, h, count * sizeof *h);
+            kite_gguf_w_tensor(g, gguf_name, KITE_TYPE_F16, n_dims, ne, h, count * sizeof *h);
             free(h);
         } else {
-            kite_gguf_w_tensor(g, t->gguf_name, KITE_TYPE_F32, n_dims, ne, src, count * sizeof(float));
+            kite_gguf_w_tensor(g, gguf_name, KITE_TYPE_F32, n_dims, ne, src, count * sizeof(float));
         }
         free(permuted);
     }
@@ -587,6 +727,26 @@ static int write_config(const oracle_spec *s, const vocab *v, const char *dir, e
         json_object_set_new(c, "attention_bias", json_false());
         json_object_set_new(c, "mlp_bias", json_false());
     }
+    if (strcmp(s->arch, "qwen35") == 0) { /* transformers' Qwen3_5TextConfig (rope in rope_parameters, as transformers 5) */
+        json_object_del(c, "rope_theta");
+        json_object_del(c, "rope_scaling");
+        json_object_set_new(c, "rope_parameters",
+                            json_pack("{s:s, s:f, s:f, s:b, s:[i, i, i]}", "rope_type", "default", "rope_theta", (double)s->rope_theta,
+                                      "partial_rotary_factor", (double)s->n_rot / s->head_dim, "mrope_interleaved", 1,
+                                      "mrope_section", s->n_rot / 2 - 2 * (s->n_rot / 6), s->n_rot / 6, s->n_rot / 6));
+        json_object_set_new(c, "linear_conv_kernel_dim", json_integer(s->dn_kernel));
+        json_object_set_new(c, "linear_key_head_dim", json_integer(s->dn_head));
+        json_object_set_new(c, "linear_value_head_dim", json_integer(s->dn_head));
+        json_object_set_new(c, "linear_num_key_heads", json_integer(s->dn_n_k));
+        json_object_set_new(c, "linear_num_value_heads", json_integer(s->dn_n_v));
+        json_object_set_new(c, "full_attention_interval", json_integer(s->full_attn_interval));
+        json_t *types = json_array();
+        for (int32_t l = 0; l < s->n_layers; l++)
+            json_array_append_new(types, json_string((l + 1) % s->full_attn_interval ? "linear_attention" : "full_attention"));
+        json_object_set_new(c, "layer_types", types);
+        json_object_set_new(c, "attn_output_gate", json_true());
+        json_object_set_new(c, "attention_bias", json_false());
+    }
     if (s->n_experts > 0) { /* transformers' Qwen3MoeConfig */
         json_object_set_new(c, "num_experts", json_integer(s->n_experts));
         json_object_set_new(c, "num_experts_per_tok", json_integer(s->n_experts_used));
@@ -598,6 +758,16 @@ static int write_config(const oracle_spec *s, const vocab *v, const char *dir, e
     if (strcmp(s->arch, "qwen2") == 0 || strcmp(s->arch, "qwen3") == 0 || strcmp(s->arch, "qwen3moe") == 0) {
         json_object_set_new(c, "use_sliding_window", json_false());
         json_object_set_new(c, "attention_bias", json_boolean(s->qkv_bias));
+    }
+    if (strcmp(s->arch, "qwen35") == 0) { /* as published: the text model's config inside the vision-language one */
+        json_t *outer = json_object();
+        json_object_set_new(outer, "architectures", json_pack("[s]", "Qwen3_5ForConditionalGeneration"));
+        json_object_set_new(outer, "model_type", json_string("qwen3_5"));
+        json_object_set_new(outer, "tie_word_embeddings", json_boolean(s->tied_embeddings));
+        json_object_del(c, "tie_word_embeddings");
+        json_object_set_new(outer, "vision_config", json_pack("{s:s, s:i}", "model_type", "qwen3_5", "depth", 1));
+        json_object_set_new(outer, "text_config", c);
+        c = outer;
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -615,7 +785,8 @@ static int write_safetensors(const model_weights *w, const char *dir, errbuf *e)
         const hf_tensor *t = &w->t[i];
         uint64_t count = (uint64_t)(t->rows ? t->rows : 1) * (uint64_t)t->cols;
         uint64_t bytes = count * (t->f16 ? 2 : 4);
-        json_t *shape = t->rows ? json_pack("[i, i]", t->rows, t->cols) : json_pack("[i]", t->cols);
+        json_t *shape = t->hf_3d ? json_pack("[i, i, i]", t->rows, 1, t->cols)
+                        : t->rows ? json_pack("[i, i]", t->rows, t->cols) : json_pack("[i]", t->cols);
         json_object_set_new(h, t->hf_name,
                             json_pack("{s:s, s:o, s:[I, I]}", "dtype", t->f16 ? "F16" : "F32", "shape", shape, "data_offsets",
                                       (json_int_t)offset, (json_int_t)(offset + bytes)));

@@ -24,6 +24,9 @@ typedef enum oracle_variant {
     ORACLE_VARIANT_WIDE_WINDOW = 4,     /* gemma3: sliding window 4096 (the window ignored, all else intact) */
     ORACLE_VARIANT_MOE_UNNORMALISED = 5,/* qwen3moe, HF folder only: norm_topk_prob false (top-k weights not divided
                                            by their sum, which llama.cpp always does for qwen3moe) */
+    ORACLE_VARIANT_NO_OUTPUT_GATE = 6,  /* qwen35: the gate rows of attn_q zero (sigmoid 1/2 everywhere: no gating) */
+    ORACLE_VARIANT_BETA_IGNORED = 7,    /* qwen35: ssm_beta zero (beta 1/2 for every token and head) */
+    ORACLE_VARIANT_DECAY_IGNORED = 8,   /* qwen35: ssm_a zero (g = 0: the DeltaNet state never decays) */
 } oracle_variant;
 
 typedef struct oracle_spec {
@@ -66,6 +69,14 @@ typedef struct oracle_spec {
     int32_t n_experts;
     int32_t n_experts_used;
     int32_t expert_ffn_dim;
+    /* Qwen3.5 (arch "qwen35"): a gated attention layer (q_proj doubled per head into [q | gate], QK-norm,
+     * the first n_rot dimensions of a head rotated) every full_attn_interval layers, Gated DeltaNet layers
+     * between (dn_n_k key and dn_n_v value heads of dn_head, conv of dn_kernel); norms (but the DeltaNet's
+     * output norm) stored as w + 1 in the GGUF and w in the HF folder; the GGUF's value heads reordered from
+     * HF's grouped order to llama.cpp's tiled one and A_log stored as -exp(A_log), as the converter does. */
+    int32_t full_attn_interval;
+    int32_t n_rot;
+    int32_t dn_n_k, dn_n_v, dn_head, dn_kernel;
     uint64_t seed;
     oracle_variant variant;
 } oracle_spec;

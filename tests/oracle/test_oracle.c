@@ -79,7 +79,7 @@
  * 2.5-3.7x above the measurement) and its negative control must exceed 100x the scaled TV bound. */
 #define GEMMA3_BOUND_SCALE 10.0
 
-enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 5 };
+enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 6, MAX_EXTRA_CONTROLS = 2 };
 
 /* node-llama-cpp hands over each position's distribution as a Map of the whole vocabulary, about 0.15 s
  * of CPU per position, so llama.cpp returns every position of the short prompts but only every third
@@ -118,6 +118,9 @@ typedef struct arch_case {
     oracle_variant control;     /* the negative control's defect */
     bool control_hf;            /* the control is an HF folder (its defect lives in config.json), not a GGUF */
     const char *control_what;
+    oracle_variant extra_control[MAX_EXTRA_CONTROLS]; /* further GGUF controls (ORACLE_VARIANT_NONE: none) */
+    const char *extra_what[MAX_EXTRA_CONTROLS];
+    char extra_gguf[MAX_EXTRA_CONTROLS][4200];
     const prompt_text *prompts;
     oracle_spec spec;
     char gguf[4200], hf_dir[4200], control_gguf[4200], out_prefix[4200];
@@ -149,6 +152,10 @@ static arch_case CASES[N_ARCHS] = {
      .control_what = "sliding window 4096 instead of 16", .prompts = QWEN_PROMPTS},
     {.arch = "qwen3moe", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_MOE_UNNORMALISED, .control_hf = true,
      .control_what = "top-k expert weights not normalised (HF norm_topk_prob false)", .prompts = QWEN_PROMPTS},
+    {.arch = "qwen35", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_NO_OUTPUT_GATE,
+     .control_what = "attention output gate defeated (gate rows zero)", .prompts = QWEN_PROMPTS,
+     .extra_control = {ORACLE_VARIANT_BETA_IGNORED, ORACLE_VARIANT_DECAY_IGNORED},
+     .extra_what = {"DeltaNet beta ignored (ssm_beta zero)", "DeltaNet decay ignored (ssm_a zero)"}},
 };
 
 static char TMP_DIR[4096];
@@ -262,6 +269,14 @@ static void prepare_case(arch_case *c, json_t *jobs) {
                            msg, sizeof msg)) {
         set_error(c->error, sizeof c->error, "writing the %s control model failed: %s", c->arch, msg);
         return;
+    }
+    for (int x = 0; x < MAX_EXTRA_CONTROLS && c->extra_control[x] != ORACLE_VARIANT_NONE; x++) {
+        snprintf(c->extra_gguf[x], sizeof c->extra_gguf[x], "%s/%s-control%d.gguf", TMP_DIR, c->arch, x + 2);
+        control.variant = c->extra_control[x];
+        if (oracle_write_model(&control, c->vocab, tok_dir, c->extra_gguf[x], NULL, msg, sizeof msg)) {
+            set_error(c->error, sizeof c->error, "writing the %s control model %d failed: %s", c->arch, x + 2, msg);
+            return;
+        }
     }
     open_model(&c->model, c->gguf, c->error, sizeof c->error);
     if (!c->model) return;
@@ -657,11 +672,10 @@ static void hf_matches_gguf(int index) {
         fail_msg("%s: the HF folder's logits differ from the GGUF's by %g > %g", c->arch, max_diff, HF_LOGIT_BOUND);
 }
 
-static void control_detected(int index) {
-    arch_case *c = ready_case(index);
+static void one_control_detected(arch_case *c, const char *path, const char *what) {
     kite_model *broken = NULL;
     char err[1024] = "";
-    open_model(&broken, c->control_gguf, err, sizeof err);
+    open_model(&broken, path, err, sizeof err);
     if (!broken) fail_msg("%s", err);
     diff_stats d = {0};
     for (int p = 0; p < N_PROMPTS; p++) {
@@ -673,10 +687,17 @@ static void control_detected(int index) {
     }
     kite_model_free(broken);
     print_message("%s control (%s) vs llama.cpp: max TV %.3g (mean %.3g), max |dp| %.3g: %.0fx the TV bound\n", c->arch,
-                  c->control_what, d.max_tv, d.sum_tv / d.n_positions, d.max_dp, d.max_tv / (bound_scale(c) * TV_BOUND));
+                  what, d.max_tv, d.sum_tv / d.n_positions, d.max_dp, d.max_tv / (bound_scale(c) * TV_BOUND));
     if (!(d.max_tv > CONTROL_MARGIN * bound_scale(c) * TV_BOUND))
         fail_msg("%s: with %s kite still agrees with llama.cpp (max TV %g): the comparison is too weak to catch it",
-                 c->arch, c->control_what, d.max_tv);
+                 c->arch, what, d.max_tv);
+}
+
+static void control_detected(int index) {
+    arch_case *c = ready_case(index);
+    one_control_detected(c, c->control_gguf, c->control_what);
+    for (int x = 0; x < MAX_EXTRA_CONTROLS && c->extra_control[x] != ORACLE_VARIANT_NONE; x++)
+        one_control_detected(c, c->extra_gguf[x], c->extra_what[x]);
 }
 
 static void tokenizer_matches_llamacpp(int index) {
@@ -714,12 +735,14 @@ ARCH_TESTS(1, qwen2)
 ARCH_TESTS(2, qwen3)
 ARCH_TESTS(3, gemma3)
 ARCH_TESTS(4, qwen3moe)
+ARCH_TESTS(5, qwen35)
 
 /* The families to compare as arguments (GGUF architecture names; none: all). tests/oracle/tests.cmake
  * runs them as several ctest entries, so a parallel ctest spreads the families over the cores. */
 int main(int argc, char **argv) {
     static const struct CMUnitTest per_arch[N_ARCHS][TESTS_PER_ARCH] = {
         ARCH_TEST_LIST(llama), ARCH_TEST_LIST(qwen2), ARCH_TEST_LIST(qwen3), ARCH_TEST_LIST(gemma3), ARCH_TEST_LIST(qwen3moe),
+        ARCH_TEST_LIST(qwen35),
     };
     for (int a = 1; a < argc; a++) {
         int found = -1;

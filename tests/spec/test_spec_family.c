@@ -280,6 +280,36 @@ static void test_rewind_copy_save(void **state) {
     kite_session_free(b);
 }
 
+/* A rewind inside the last prompt pass (100 tokens run as 64 + 36, cut back to 80): a recurrent model
+ * (Qwen3.5's DeltaNet) replays the kept rows 64..79 from the state saved at 64 instead of running the
+ * prompt again; the continuation equals a fresh session's. */
+static void test_rewind_within_pass(void **state) {
+    (void)state;
+    kite_session_params sp = kite_session_default_params();
+    sp.n_ctx = N_CTX;
+    kite_session *a = NULL;
+    char err[512];
+    if (kite_session_open(&a, g_target, &sp, err, sizeof err)) fail_msg("session: %s", err);
+    if (kite_prompt(a, g_prompt, N_PROMPT, err, sizeof err)) fail_msg("a: %s", err);
+    static const int32_t cuts[] = {80, 65, 99};
+    for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+        run_result want, got;
+        fresh_continuation(cuts[c], g_prompt, &want);
+        if (kite_session_truncate(a, cuts[c] - 1, err, sizeof err)) fail_msg("truncate %d: %s", cuts[c], err);
+        if (kite_prompt(a, g_prompt + cuts[c] - 1, 1, err, sizeof err)) fail_msg("a: %s", err);
+        memset(&got, 0, sizeof got);
+        kite_gen_params gp = gen_config(0);
+        gp.max_tokens = 20;
+        if (kite_generate(a, &gp, collect, &got, err, sizeof err)) fail_msg("a generate: %s", err);
+        char what[64];
+        snprintf(what, sizeof what, "truncate within the pass to %d", cuts[c]);
+        assert_same(&want, &got, what);
+        /* back to the whole prompt for the next cut */
+        if (kite_session_truncate(a, 0, err, sizeof err) || kite_prompt(a, g_prompt, N_PROMPT, err, sizeof err)) fail_msg("a: %s", err);
+    }
+    kite_session_free(a);
+}
+
 /* argv[1]: the gen-model shape (default tiny-gemma3); argv[2] "--ring": also the sliding-window ring's
  * memory bound (tiny-gemma3's numbers). */
 int main(int argc, char **argv) {
@@ -289,11 +319,13 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_plain_chunking_invariant),
         cmocka_unit_test(test_speculation_exact),
         cmocka_unit_test(test_rewind_copy_save),
+        cmocka_unit_test(test_rewind_within_pass),
     };
     const struct CMUnitTest windowed[] = {
         cmocka_unit_test(test_plain_chunking_invariant),
         cmocka_unit_test(test_speculation_exact),
         cmocka_unit_test(test_rewind_copy_save),
+        cmocka_unit_test(test_rewind_within_pass),
         cmocka_unit_test(test_ring_memory_bounded),
     };
     return ring ? cmocka_run_group_tests(windowed, setup, teardown) : cmocka_run_group_tests(generic, setup, teardown);

@@ -14,6 +14,11 @@ endfunction()
 # Gemma 3's sliding-window and global layers (and the ring's memory bound).
 kite_spec_family_test(test_spec_gemma3 tiny-gemma3 --ring)
 kite_spec_family_test(test_spec_qwen3moe tiny-qwen3moe)
+# Qwen3.5: Gated DeltaNet layers, whose recurrent state a verification pass must leave on the accepted path.
+kite_spec_family_test(test_spec_qwen35 tiny-qwen35)
 # EAGLE-3 heads: capture identical under speculation, exactness with the head drafting, its cache in step,
 # bad heads refused (random tiny target and head written by kite_write_random_model).
 kite_unit_test(test_spec_eagle3 ${CMAKE_CURRENT_LIST_DIR}/test_spec_eagle3.c)
+# DFlash block drafters: exactness with the drafter (blocks 16/32, causal, trees, budgets to 32, penalties),
+# its injected cache in step, bad drafters refused (random tiny target and drafters by kite_write_random_model).
+kite_unit_test(test_spec_dflash ${CMAKE_CURRENT_LIST_DIR}/test_spec_dflash.c)

@@ -662,7 +662,9 @@ static const char GEN_USAGE[] =
     "                     fits the shape (padded with <pad_N>); default: bytes-only SentencePiece vocabulary\n"
     "  --seed N           weights seed (default 1)\n"
     "  --shape eagle3 --target TARGET.gguf   an EAGLE-3 draft head fitting the target (llama.cpp's eagle3\n"
-    "                     format; --type f32 by default, or f16, bf16, q8_0, q4_0)\n";
+    "                     format; --type f32 by default, or f16, bf16, q8_0, q4_0)\n"
+    "  --shape dflash --target TARGET.gguf   a DFlash block drafter fitting the target (llama.cpp's dflash\n"
+    "                     format, block 16; dflash-bN: a block of N, dflash[-bN]-causal: causal block attention)\n";
 
 static void gen_progress(float fraction, void *user) {
     (void)user;
@@ -700,7 +702,7 @@ int kite_cmd_gen_model(int argc, char **argv) {
         }
     }
     if (!p.shape) return bench_fail(2, "kite gen-model needs --shape (llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, gemma3-1b, tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe)");
-    if (!p.type && !strcmp(p.shape, "eagle3")) p.type = "f32";
+    if (!p.type && (!strcmp(p.shape, "eagle3") || !strncmp(p.shape, "dflash", 6))) p.type = "f32";
     if (!p.type) return bench_fail(2, "kite gen-model needs --type (f32, f16, bf16, q8_0, q4_0, q4_k_m)");
     if (!out) return bench_fail(2, "kite gen-model needs --out FILE");
     if (isatty(STDERR_FILENO)) p.progress = gen_progress;

@@ -46,9 +46,12 @@ static const char SPEC_USAGE[] =
     "\n"
     "  --model, -m PATH          target model (GGUF, llama2.c .bin, Hugging Face folder)\n"
     "  --tokenizer PATH          tokenizer for a model or draft without one of its own (a llama2.c .bin)\n"
-    "  --draft PATH|ngram        drafter: a draft model sharing the vocabulary, or n-gram matches (default)\n"
+    "  --draft PATH|ngram        drafter: a draft model sharing the vocabulary (or an EAGLE-3 head, a DFlash\n"
+    "                            drafter), or n-gram matches (default)\n"
     "  --oracle-acceptance A     drafter: the oracle, replaying the plain output with each token replaced\n"
-    "                            by another with probability 1 - A (labelled \"oracle\" everywhere)\n"
+    "                            by another with probability 1 - A (labelled \"oracle\" everywhere); with\n"
+    "                            --draft DFLASH.gguf the DFlash drafter's block also runs and is charged\n"
+    "                            each pass (\"oracle+dflash\": published acceptance at the real drafting cost)\n"
     "  --spec-budget N|auto      drafted tokens per pass, 1..32 (default auto)\n"
     "  --spec-tree C             children per draft node, 1..8 (default 1: a chain)\n"
     "  --spec-verify MODE        gumbel (default) or rejection\n"
@@ -514,7 +517,8 @@ int kite_bench_spec(int argc, char **argv) {
     if (rc) return rc;
     if (a.help) { fputs(SPEC_USAGE, stdout); return 0; }
     if (!a.model) return spec_fail(2, "kite bench --spec needs --model PATH (see kite bench --spec --help)");
-    if (a.oracle && a.draft) return spec_fail(2, "give either --draft or --oracle-acceptance, not both");
+    /* Both: the oracle's tokens at a DFlash drafter's real cost (checked once the draft is open). */
+    if (a.oracle && a.draft && !strcmp(a.draft, "ngram")) return spec_fail(2, "give either --draft ngram or --oracle-acceptance, not both");
     if (a.verify == KITE_VERIFY_REJECTION && a.tree != 1) return spec_fail(2, "--spec-verify rejection works on chains: use --spec-tree 1");
     char data_buf[4096];
     if (!a.data_dir) {
@@ -550,12 +554,18 @@ int kite_bench_spec(int argc, char **argv) {
     kite_model_info info;
     kite_model_get_info(b.model, &info);
     const char *drafter_name = a.oracle ? "oracle" : !a.draft || !strcmp(a.draft, "ngram") ? "ngram" : "model";
-    if (!strcmp(drafter_name, "model") && (rc = open_with_tokenizer(&a, a.draft, "draft model: ", &b.draft))) goto done;
-    bool eagle3 = false; /* the draft is an EAGLE-3 head */
+    if ((!strcmp(drafter_name, "model") || (a.oracle && a.draft)) && (rc = open_with_tokenizer(&a, a.draft, "draft model: ", &b.draft)))
+        goto done;
+    bool eagle3 = false, dflash = false; /* the draft is an EAGLE-3 head, a DFlash drafter */
     if (b.draft) {
         kite_model_info di;
         kite_model_get_info(b.draft, &di);
         if (!strcmp(di.architecture, "eagle3")) eagle3 = true, drafter_name = "eagle3";
+        if (!strcmp(di.architecture, "dflash")) dflash = true, drafter_name = a.oracle ? "oracle+dflash" : "dflash";
+        if (a.oracle && !dflash) {
+            rc = spec_fail(2, "--oracle-acceptance with --draft takes a DFlash drafter (its pass is charged, its tokens the oracle's)");
+            goto done;
+        }
     }
     b.n_ctx = a.ctx ? a.ctx : info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
     int32_t max_prompt = b.n_ctx - a.gen_tokens - KITE_MAX_DRAFT - 1;
@@ -565,7 +575,7 @@ int kite_bench_spec(int argc, char **argv) {
     }
 
     kite_spec_params spec = kite_spec_default_params();
-    spec.drafter = a.oracle ? KITE_DRAFT_ORACLE : eagle3 ? KITE_DRAFT_EAGLE3 : b.draft ? KITE_DRAFT_MODEL : KITE_DRAFT_NGRAM;
+    spec.drafter = a.oracle ? KITE_DRAFT_ORACLE : eagle3 ? KITE_DRAFT_EAGLE3 : dflash ? KITE_DRAFT_DFLASH : b.draft ? KITE_DRAFT_MODEL : KITE_DRAFT_NGRAM;
     spec.draft_model = b.draft;
     spec.budget = a.budget;
     spec.tree_width = a.tree;
@@ -665,7 +675,7 @@ int kite_bench_spec(int argc, char **argv) {
     if (a.budget) snprintf(budget_text, sizeof budget_text, "%d", a.budget);
     else snprintf(budget_text, sizeof budget_text, "auto");
     char drafter_text[160];
-    if (a.oracle) snprintf(drafter_text, sizeof drafter_text, "oracle (acceptance %.2f)", a.oracle_acceptance);
+    if (a.oracle) snprintf(drafter_text, sizeof drafter_text, "oracle%s (acceptance %.2f)", dflash ? " at the DFlash drafter's cost" : "", a.oracle_acceptance);
     else if (b.draft) snprintf(drafter_text, sizeof drafter_text, "%s %s", drafter_name, a.draft);
     else snprintf(drafter_text, sizeof drafter_text, "ngram");
     const char *model_base = strrchr(a.model, '/') && strrchr(a.model, '/')[1] ? strrchr(a.model, '/') + 1 : a.model;

@@ -853,6 +853,9 @@ static int cmd_inspect(int argc, char **argv) {
     printf("ffn dim:        %d\n", in.ffn_dim);
     if (in.n_experts > 0)
         printf("experts:        %d (%d per token, ffn dim %d each)\n", in.n_experts, in.n_experts_used, in.expert_ffn_dim);
+    if (in.n_recurrent_layers > 0)
+        printf("gated deltanet: %d of the layers (%d key / %d value heads of %d); the others gated attention\n",
+               in.n_recurrent_layers, in.recurrent_k_heads, in.recurrent_v_heads, in.recurrent_head_dim);
     printf("context:        %d\n", in.n_ctx_train);
     printf("rope theta:     %g\n", in.rope_theta);
     printf("rms eps:        %g\n", in.rms_eps);

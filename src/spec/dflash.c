@@ -1,0 +1,612 @@
+/* DFlash block drafters: loading, the injection of target features, the block pass, drafting
+ * (dflash.h). The file-reading and row pieces are the learned drafters' shared ones (spec/head.h). */
+#include "spec/dflash.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "io/gguf.h"
+#include "io/mmap.h"
+#include "quant/types.h"
+#include "spec/head.h"
+#include "spec/spec.h"
+
+/* Feature rows injected in one batch (the block itself is at most KITE_DFLASH_MAX_BLOCK rows). */
+enum { DFLASH_INJECT_ROWS = 64, DFLASH_MAX_ROWS = 64 };
+/* Feature rows kept below the cache front, as EAGLE-3's (a short truncation re-injects only the rows
+ * past it; a deeper one restarts the cache where the rows start: drafts get worse, never the output). */
+enum { DFLASH_FEATURE_SLACK = 256 };
+
+typedef struct dflash_layer {
+    kite_packed_matrix wq, wk, wv, wo, gate, up, down;
+    float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* [dim], [dim], [head_dim], [head_dim] */
+} dflash_layer;
+
+struct kite_dflash {
+    kite_mapped_file file;
+    kite_gguf *g;
+    const kite_kernel_set *ks;
+    int32_t dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim;
+    int32_t n_target_layers;
+    int32_t target_layers[KITE_DFLASH_MAX_TARGET_LAYERS]; /* inputs of these target layers, increasing */
+    int32_t block_size;    /* rows of a block: the root and block_size - 1 masks */
+    int32_t mask_token;    /* tokenizer.ggml.mask_token_id */
+    bool causal;           /* dflash.attention.causal: block rows attend only up to themselves */
+    float rms_eps, rope_theta;
+    bool has_embd, has_output;
+    kite_tensor tok_embd;  /* [n_vocab rows, dim] when has_embd (a view of the file) */
+    kite_packed_matrix fc; /* [dim rows, n_target_layers * dim] */
+    kite_packed_matrix output;
+    float *enc_norm, *output_norm, *inv_freq;
+    dflash_layer *layers;  /* [n_layers] */
+    kite_weight_arena arena;
+};
+
+/* ---- loading ----------------------------------------------------------------------------------------- */
+
+bool kite_dflash_file_is_drafter(const char *path) {
+    kite_mapped_file f;
+    kite_error e = {0};
+    if (kite_map_file(&f, path, &e)) return false;
+    bool yes = false;
+    kite_gguf *g = NULL;
+    if (f.size >= 4 && memcmp(f.data, "GGUF", 4) == 0 && !kite_gguf_open(&g, f.data, f.size, &e)) {
+        kite_gguf_str a;
+        yes = kite_gguf_get_str(g, "general.architecture", &a) && a.len == 6 && memcmp(a.ptr, "dflash", 6) == 0;
+        kite_gguf_free(g);
+    }
+    kite_unmap_file(&f);
+    return yes;
+}
+
+static bool get_u32(const kite_gguf *g, const char *suffix, uint32_t *v) {
+    char key[96];
+    snprintf(key, sizeof key, "dflash.%s", suffix);
+    return kite_gguf_get_u32(g, key, v);
+}
+
+static int open_drafter(kite_dflash *h, const char *path, const void *data, size_t size, kite_error *e);
+
+int kite_dflash_open(kite_dflash **out, const char *path, kite_error *e) {
+    *out = NULL;
+    kite_dflash *h = calloc(1, sizeof *h);
+    if (!h) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    int st = kite_map_file(&h->file, path, e);
+    if (st) { free(h); return st; }
+    if ((st = open_drafter(h, path, h->file.data, h->file.size, e))) return st; /* h freed */
+    *out = h;
+    return KITE_OK;
+}
+
+int kite_dflash_open_bytes(kite_dflash **out, const void *data, size_t size, kite_error *e) {
+    *out = NULL;
+    kite_dflash *h = calloc(1, sizeof *h);
+    if (!h) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    int st = open_drafter(h, "(memory)", data, size, e);
+    if (st) return st;
+    *out = h;
+    return KITE_OK;
+}
+
+/* The variants llama.cpp loads under "dflash" that kite does not run: what names each. */
+static const char *unsupported_variant(const kite_gguf *g) {
+    uint32_t u = 0;
+    if (kite_gguf_find_tensor(g, "selector_hidden.weight") || kite_gguf_find_tensor(g, "blk.0.attn_conv_proj.weight") ||
+        get_u32(g, "selector_top_k", &u))
+        return "a DFlash-2 drafter (candidate selector and gated convolutions) is not supported yet";
+    if (kite_gguf_find_tensor(g, "markov_w1.weight") || get_u32(g, "hyper_connection.count", &u))
+        return "a DSpark drafter (Markov head, hyper-connections) is not supported yet";
+    if (kite_gguf_find_tensor(g, "d2t")) return "a reduced draft vocabulary (d2t) is not supported yet";
+    if ((get_u32(g, "attention.sliding_window", &u) && u > 0)) return "sliding-window attention is not supported yet";
+    if (kite_gguf_find_tensor(g, "blk.0.attn_sinks.weight")) return "attention sinks are not supported yet";
+    kite_gguf_vtype et;
+    uint64_t n = 0;
+    if (kite_gguf_get_arr(g, "dflash.rope.dimension_sections", &et, &n))
+        for (uint64_t i = 0; i < n; i++) {
+            int64_t v = 0;
+            if (kite_gguf_arr_i64(g, "dflash.rope.dimension_sections", i, &v) && v != 0)
+                return "an M-RoPE drafter (rope sections) is not supported yet";
+        }
+    kite_gguf_str s;
+    if (kite_gguf_get_str(g, "dflash.rope.scaling.type", &s) && !(s.len == 4 && !memcmp(s.ptr, "none", 4)))
+        return "RoPE scaling is not supported yet";
+    if (kite_gguf_find_tensor(g, "rope_freqs.weight")) return "RoPE scaling is not supported yet";
+    return NULL;
+}
+
+/* Parses and packs the drafter from data (which must outlive it); frees h on failure. */
+static int open_drafter(kite_dflash *h, const char *path, const void *data, size_t size, kite_error *e) {
+    h->ks = kite_kernels();
+    int st;
+    if ((st = kite_gguf_open(&h->g, data, size, e))) {
+        char inner[sizeof e->msg];
+        snprintf(inner, sizeof inner, "%s", e->msg);
+        kite_dflash_free(h);
+        return kite_fail(e, st, "DFlash drafter %s: %s", path, inner);
+    }
+    const kite_gguf *g = h->g;
+    const char *variant = unsupported_variant(g);
+    if (variant) {
+        kite_dflash_free(h);
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "DFlash drafter %s: %s", path, variant);
+    }
+    uint32_t dim = 0, n_layers = 0, n_heads = 0, n_kv = 0, ffn = 0, head_dim = 0, block = 16;
+    if (!get_u32(g, "embedding_length", &dim) || !get_u32(g, "block_count", &n_layers) ||
+        !get_u32(g, "attention.head_count", &n_heads) || !get_u32(g, "feed_forward_length", &ffn)) {
+        kite_dflash_free(h);
+        return kite_fail(e, KITE_ERR_FORMAT,
+                         "DFlash drafter %s: missing one of dflash.embedding_length, block_count, attention.head_count, "
+                         "feed_forward_length",
+                         path);
+    }
+    if (!get_u32(g, "attention.head_count_kv", &n_kv)) n_kv = n_heads;
+    (void)get_u32(g, "block_size", &block);
+    if (n_layers == 0 || n_layers > 64 || dim == 0 || dim > 65536 || n_heads == 0 || n_heads > 1024 || n_kv == 0 ||
+        n_heads % n_kv != 0 || ffn == 0 || ffn > (1u << 20) || block < 2 || block > KITE_DFLASH_MAX_BLOCK) {
+        kite_dflash_free(h);
+        return kite_fail(e, KITE_ERR_FORMAT,
+                         "DFlash drafter %s: bad shape (%u layers, dim %u, %u heads, %u KV heads, FFN %u, block size %u (2..%d))",
+                         path, n_layers, dim, n_heads, n_kv, ffn, block, KITE_DFLASH_MAX_BLOCK);
+    }
+    if (!get_u32(g, "attention.key_length", &head_dim)) head_dim = dim / n_heads;
+    uint32_t v_len = head_dim;
+    (void)get_u32(g, "attention.value_length", &v_len);
+    if (head_dim == 0 || head_dim % 2 || head_dim > KITE_ATTN_MAX_HEAD_DIM || v_len != head_dim || n_heads / n_kv > KITE_ATTN_MAX_Q) {
+        kite_dflash_free(h);
+        return kite_fail(e, KITE_ERR_UNSUPPORTED,
+                         "DFlash drafter %s: head size %u (values %u) with %u query heads per KV head is not supported", path,
+                         head_dim, v_len, n_heads / n_kv);
+    }
+    h->dim = (int32_t)dim, h->n_layers = (int32_t)n_layers, h->n_heads = (int32_t)n_heads, h->n_kv_heads = (int32_t)n_kv;
+    h->head_dim = (int32_t)head_dim, h->ffn_dim = (int32_t)ffn, h->block_size = (int32_t)block;
+    kite_gguf_vtype et;
+    uint64_t n_ids = 0;
+    if (!kite_gguf_get_arr(g, "dflash.target_layers", &et, &n_ids) || n_ids == 0 || n_ids > KITE_DFLASH_MAX_TARGET_LAYERS) {
+        kite_dflash_free(h);
+        return kite_fail(e, KITE_ERR_FORMAT, "DFlash drafter %s: dflash.target_layers must list 1 to %d target layers", path,
+                         KITE_DFLASH_MAX_TARGET_LAYERS);
+    }
+    h->n_target_layers = (int32_t)n_ids;
+    for (int32_t k = 0; k < h->n_target_layers; k++) {
+        int64_t id = -1;
+        if (!kite_gguf_arr_i64(g, "dflash.target_layers", (uint64_t)k, &id) || id < 0 || id > 65536 ||
+            (k > 0 && id <= h->target_layers[k - 1])) {
+            kite_dflash_free(h);
+            return kite_fail(e, KITE_ERR_FORMAT, "DFlash drafter %s: dflash.target_layers[%d] is not a layer id above the one before",
+                             path, k);
+        }
+        h->target_layers[k] = (int32_t)id;
+    }
+    int64_t mask = -1;
+    if (!kite_gguf_get_i64(g, "tokenizer.ggml.mask_token_id", &mask) || mask < 0 || mask > (1 << 30)) {
+        kite_dflash_free(h);
+        return kite_fail(e, KITE_ERR_FORMAT, "DFlash drafter %s: no mask token (tokenizer.ggml.mask_token_id)", path);
+    }
+    h->mask_token = (int32_t)mask;
+    h->rms_eps = 1e-6f;
+    (void)kite_gguf_get_f32(g, "dflash.attention.layer_norm_rms_epsilon", &h->rms_eps);
+    h->rope_theta = 10000.0f;
+    (void)kite_gguf_get_f32(g, "dflash.rope.freq_base", &h->rope_theta);
+    (void)kite_gguf_get_bool(g, "dflash.attention.causal", &h->causal);
+    uint32_t rope_dims = head_dim;
+    if (get_u32(g, "rope.dimension_count", &rope_dims) && rope_dims != head_dim) {
+        kite_dflash_free(h);
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "DFlash drafter %s: partial RoPE (%u of %u dimensions) is not supported yet", path,
+                         rope_dims, head_dim);
+    }
+    h->layers = calloc(n_layers, sizeof *h->layers);
+    if (!h->layers) { kite_dflash_free(h); return kite_fail(e, KITE_ERR_NOMEM, "out of memory"); }
+    int64_t D = dim, qd = (int64_t)n_heads * head_dim, kvd = (int64_t)n_kv * head_dim, F = (int64_t)n_ids * dim;
+    kite_head_file hf = {.what = "DFlash drafter", .g = g, .ks = h->ks, .arena = &h->arena};
+    {
+        enum { PER_LAYER = 7 };
+        static const char *const kinds[PER_LAYER] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+        char (*names)[48] = malloc(sizeof *names * ((size_t)n_layers * PER_LAYER + 2));
+        const char **list = malloc(sizeof *list * ((size_t)n_layers * PER_LAYER + 2));
+        if (!names || !list) {
+            free(names), free(list);
+            kite_dflash_free(h);
+            return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+        }
+        size_t n = 0;
+        for (uint32_t l = 0; l < n_layers; l++)
+            for (int k = 0; k < PER_LAYER; k++) snprintf(names[n], sizeof names[n], "blk.%u.%s.weight", l, kinds[k]), list[n] = names[n], n++;
+        list[n++] = "fc.weight";
+        list[n++] = "output.weight";
+        st = kite_head_arena_init(&hf, list, n, &h->arena, e);
+        free(names), free(list);
+        if (st) goto fail;
+    }
+    const kite_gguf_tensor *t;
+    if ((st = kite_head_find(&hf, "token_embd.weight", D, 0, false, &t, e))) goto fail;
+    if (t) h->tok_embd = kite_head_as_tensor(t), h->has_embd = true;
+    if ((st = kite_head_find(&hf, "output.weight", D, 0, false, &t, e))) goto fail;
+    if (t) {
+        kite_tensor k = kite_head_as_tensor(t);
+        if ((st = h->ks->pack(&k, h->arena.base ? &h->arena : NULL, &h->output, e))) goto fail;
+        h->has_output = true;
+    }
+    if (h->has_embd && h->has_output && h->tok_embd.ne[1] != h->output.rows) {
+        st = kite_fail(e, KITE_ERR_FORMAT, "DFlash drafter %s: its embedding has %lld tokens, its output %lld", path,
+                       (long long)h->tok_embd.ne[1], (long long)h->output.rows);
+        goto fail;
+    }
+    {
+        const kite_gguf_tensor *fc = kite_gguf_find_tensor(g, "fc.weight");
+        if (fc && fc->ne[0] != F) {
+            st = kite_fail(e, KITE_ERR_FORMAT,
+                           "DFlash drafter %s: fc.weight reads %lld features, %d target layers of its width %u make %lld (llama.cpp "
+                           "requires the target's width to be the drafter's)",
+                           path, (long long)fc->ne[0], h->n_target_layers, dim, (long long)F);
+            goto fail;
+        }
+    }
+    if ((st = kite_head_load_matrix(&hf, "fc.weight", F, D, &h->fc, e))) goto fail;
+    if ((st = kite_head_load_vector(&hf, "enc.output_norm.weight", D, &h->enc_norm, e))) goto fail;
+    if ((st = kite_head_load_vector(&hf, "output_norm.weight", D, &h->output_norm, e))) goto fail;
+    for (uint32_t l = 0; l < n_layers; l++) {
+        dflash_layer *L = &h->layers[l];
+        char name[64];
+#define MAT(field, kind, cols, rows)                                                   \
+        snprintf(name, sizeof name, "blk.%u.%s.weight", l, kind);                      \
+        if ((st = kite_head_load_matrix(&hf, name, cols, rows, &L->field, e))) goto fail;
+#define VEC(field, kind, n)                                                            \
+        snprintf(name, sizeof name, "blk.%u.%s.weight", l, kind);                      \
+        if ((st = kite_head_load_vector(&hf, name, n, &L->field, e))) goto fail;
+        MAT(wq, "attn_q", D, qd)
+        MAT(wk, "attn_k", D, kvd)
+        MAT(wv, "attn_v", D, kvd)
+        MAT(wo, "attn_output", qd, D)
+        MAT(gate, "ffn_gate", D, ffn)
+        MAT(up, "ffn_up", D, ffn)
+        MAT(down, "ffn_down", ffn, D)
+        VEC(attn_norm, "attn_norm", D)
+        VEC(ffn_norm, "ffn_norm", D)
+        VEC(q_norm, "attn_q_norm", head_dim)
+        VEC(k_norm, "attn_k_norm", head_dim)
+#undef MAT
+#undef VEC
+    }
+    h->inv_freq = malloc(sizeof(float) * head_dim / 2);
+    if (!h->inv_freq) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
+    for (uint32_t i = 0; i < head_dim / 2; i++) h->inv_freq[i] = powf(h->rope_theta, -2.0f * (float)i / (float)head_dim);
+    return KITE_OK;
+fail:;
+    char inner[sizeof e->msg];
+    snprintf(inner, sizeof inner, "%s", e->msg);
+    kite_dflash_free(h);
+    return kite_fail(e, st, "%s", inner);
+}
+
+void kite_dflash_free(kite_dflash *h) {
+    if (!h) return;
+    if (h->layers)
+        for (int32_t l = 0; l < h->n_layers; l++) {
+            dflash_layer *L = &h->layers[l];
+            kite_packed_matrix *m[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+            for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) kite_packed_matrix_free(m[i]);
+            free(L->attn_norm); free(L->ffn_norm); free(L->q_norm); free(L->k_norm);
+        }
+    free(h->layers);
+    kite_packed_matrix_free(&h->fc);
+    kite_packed_matrix_free(&h->output);
+    kite_weight_arena_free(&h->arena); /* after the matrices carved from it */
+    free(h->enc_norm); free(h->output_norm); free(h->inv_freq);
+    kite_gguf_free(h->g);
+    if (h->file.data) kite_unmap_file(&h->file);
+    free(h);
+}
+
+int32_t kite_dflash_n_vocab(const kite_dflash *h) {
+    return h->has_output ? (int32_t)h->output.rows : h->has_embd ? (int32_t)h->tok_embd.ne[1] : 0;
+}
+int32_t kite_dflash_dim(const kite_dflash *h) { return h->dim; }
+int32_t kite_dflash_n_layers(const kite_dflash *h) { return h->n_layers; }
+int32_t kite_dflash_block_size(const kite_dflash *h) { return h->block_size; }
+int32_t kite_dflash_mask_token(const kite_dflash *h) { return h->mask_token; }
+const int32_t *kite_dflash_target_layers(const kite_dflash *h, int32_t *n) {
+    *n = h->n_target_layers;
+    return h->target_layers;
+}
+
+int kite_dflash_check_target(const kite_dflash *h, const kite_weights *tw, kite_error *e) {
+    const kite_hparams *hp = &tw->hp;
+    if (h->dim != hp->dim)
+        return kite_fail(e, KITE_ERR_INVALID_ARG,
+                         "the DFlash drafter reads target features of width %d (its own), the model's width is %d", h->dim, hp->dim);
+    for (int32_t k = 0; k < h->n_target_layers; k++)
+        if (h->target_layers[k] > hp->n_layers)
+            return kite_fail(e, KITE_ERR_INVALID_ARG, "the DFlash drafter reads target layer %d, the model has %d layers",
+                             h->target_layers[k], hp->n_layers);
+    int32_t V = kite_dflash_n_vocab(h);
+    if (V != 0 && V != hp->n_vocab)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "the DFlash drafter's vocabulary has %d tokens, the model's %d", V, hp->n_vocab);
+    if (h->mask_token >= hp->n_vocab)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "the DFlash drafter's mask token %d is outside the model's vocabulary (%d tokens)",
+                         h->mask_token, hp->n_vocab);
+    if (!h->has_embd && (!tw->tok_embd || tw->tok_embd->ne[0] != h->dim))
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "the DFlash drafter has no embedding and the model's (width %d) does not fit its width %d",
+                         hp->dim, h->dim);
+    if (!h->has_output && tw->output.cols != h->dim)
+        return kite_fail(e, KITE_ERR_INVALID_ARG,
+                         "the DFlash drafter has no output layer and the model's (width %d) does not fit its width %d",
+                         (int)tw->output.cols, h->dim);
+    return KITE_OK;
+}
+
+/* ---- the drafter's passes ---------------------------------------------------------------------------- */
+
+struct kite_dflash_run {
+    const kite_dflash *h;
+    const kite_tensor *embd;    /* the embedding in use (the drafter's or the target's) */
+    const kite_packed_matrix *output;
+    int32_t V;
+    int32_t n_ctx;
+    int32_t cap_rows;           /* n_ctx injected rows, then the block's */
+    float *k, *v;               /* [n_layers][n_kv_heads][cap_rows][head_dim] */
+    int32_t lo, D;              /* injected rows [lo, D) hold positions lo .. D - 1 */
+    int32_t *seen;              /* [n_ctx] seen[p]: the token at p when row p was injected (rows below lo: the
+                                   tokens then; a row is valid while seen[0 .. p] are the session's) */
+    float *x, *xn, *q, *kk, *vv, *att, *h1, *gate, *up, *g; /* [DFLASH_MAX_ROWS][width] scratch */
+    int32_t *vis;               /* [cap_rows] visible rows: injected, then the block's */
+    float *logits;              /* [KITE_DFLASH_MAX_BLOCK - 1][V]: the last block's rows 1 .. n - 1 */
+    int32_t last_rows;          /* rows of the last block */
+    void *act;
+    /* The pass being drafted (for the node callback). */
+    int32_t max_depth;
+};
+
+int kite_dflash_run_new(kite_dflash_run **out, const kite_dflash *h, const kite_weights *tw, int32_t n_ctx, kite_error *e) {
+    *out = NULL;
+    kite_dflash_run *r = calloc(1, sizeof *r);
+    if (!r) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    r->h = h, r->n_ctx = n_ctx;
+    r->embd = h->has_embd ? &h->tok_embd : tw->tok_embd;
+    r->output = h->has_output ? &h->output : &tw->output;
+    r->V = (int32_t)r->output->rows;
+    r->cap_rows = n_ctx + h->block_size;
+    size_t kvn = (size_t)h->n_layers * (size_t)h->n_kv_heads * (size_t)r->cap_rows * (size_t)h->head_dim;
+    size_t R = DFLASH_MAX_ROWS, D = (size_t)h->dim, F = (size_t)h->n_target_layers * (size_t)h->dim;
+    size_t qd = (size_t)h->n_heads * h->head_dim, kvd = (size_t)h->n_kv_heads * h->head_dim;
+    r->k = malloc(sizeof(float) * kvn);
+    r->v = malloc(sizeof(float) * kvn);
+    r->seen = malloc(sizeof(int32_t) * ((size_t)n_ctx + 1));
+    r->x = malloc(sizeof(float) * R * D);
+    r->xn = malloc(sizeof(float) * R * D);
+    r->q = malloc(sizeof(float) * R * qd);
+    r->kk = malloc(sizeof(float) * R * kvd);
+    r->vv = malloc(sizeof(float) * R * kvd);
+    r->att = malloc(sizeof(float) * R * qd);
+    r->h1 = malloc(sizeof(float) * R * D);
+    r->gate = malloc(sizeof(float) * R * (size_t)h->ffn_dim);
+    r->up = malloc(sizeof(float) * R * (size_t)h->ffn_dim);
+    r->g = malloc(sizeof(float) * R * F);
+    r->vis = malloc(sizeof(int32_t) * (size_t)r->cap_rows);
+    r->logits = malloc(sizeof(float) * (size_t)(h->block_size - 1) * (size_t)r->V);
+    const kite_packed_matrix *all[3 + 7 * 64];
+    size_t n_all = 0;
+    all[n_all++] = &h->fc, all[n_all++] = r->output;
+    for (int32_t l = 0; l < h->n_layers; l++) {
+        const dflash_layer *L = &h->layers[l];
+        all[n_all++] = &L->wq, all[n_all++] = &L->wk, all[n_all++] = &L->wv, all[n_all++] = &L->wo;
+        all[n_all++] = &L->gate, all[n_all++] = &L->up, all[n_all++] = &L->down;
+    }
+    size_t act_bytes = kite_head_act_bytes(h->ks, all, n_all, DFLASH_MAX_ROWS);
+    r->act = act_bytes ? malloc(act_bytes) : NULL;
+    if (!r->k || !r->v || !r->seen || !r->x || !r->xn || !r->q || !r->kk || !r->vv || !r->att || !r->h1 || !r->gate || !r->up ||
+        !r->g || !r->vis || !r->logits || (act_bytes && !r->act)) {
+        kite_dflash_run_free(r);
+        return kite_fail(e, KITE_ERR_NOMEM, "out of memory for the DFlash drafter's cache (%d positions)", n_ctx);
+    }
+    *out = r;
+    return KITE_OK;
+}
+
+void kite_dflash_run_free(kite_dflash_run *r) {
+    if (!r) return;
+    free(r->k); free(r->v); free(r->seen); free(r->x); free(r->xn); free(r->q); free(r->kk); free(r->vv); free(r->att);
+    free(r->h1); free(r->gate); free(r->up); free(r->g); free(r->vis); free(r->logits); free(r->act);
+    free(r);
+}
+
+void kite_dflash_run_reset(kite_dflash_run *r) { r->lo = r->D = 0; }
+
+const float *kite_dflash_last_logits(const kite_dflash_run *r, int32_t *n_rows) {
+    *n_rows = r->last_rows;
+    return r->logits;
+}
+
+static void mm(kite_dflash_run *r, kite_pool *pool, const kite_packed_matrix *w, const float *x, int32_t n, float *y) {
+    kite_head_mm(r->h->ks, r->act, pool, w, x, n, y);
+}
+
+static float *cache_k(kite_dflash_run *r, int32_t layer, int32_t kv_head) {
+    return r->k + ((size_t)layer * r->h->n_kv_heads + (size_t)kv_head) * (size_t)r->cap_rows * (size_t)r->h->head_dim;
+}
+static float *cache_v(kite_dflash_run *r, int32_t layer, int32_t kv_head) {
+    return r->v + ((size_t)layer * r->h->n_kv_heads + (size_t)kv_head) * (size_t)r->cap_rows * (size_t)r->h->head_dim;
+}
+
+/* Per head: RMSNorm over the head (weights w) and RoPE at pos; K heads also go to cache row crow of
+ * the layer (crow < 0: queries, kept where they are). */
+static void norm_rope_store(kite_dflash_run *r, float *heads, int32_t n_heads, const float *w, int32_t pos, int32_t layer,
+                            int32_t crow) {
+    const kite_dflash *h = r->h;
+    for (int32_t hh = 0; hh < n_heads; hh++) {
+        float *x = heads + (size_t)hh * h->head_dim;
+        kite_head_rmsnorm(x, x, w, h->head_dim, h->rms_eps);
+        kite_head_rope(x, h->head_dim, h->inv_freq, pos, true);
+        if (crow >= 0) memcpy(cache_k(r, layer, hh) + (size_t)crow * h->head_dim, x, sizeof(float) * (size_t)h->head_dim);
+    }
+}
+
+/* Stores the V heads of one row into cache row crow of the layer. */
+static void store_v(kite_dflash_run *r, const float *heads, int32_t layer, int32_t crow) {
+    const int32_t hd = r->h->head_dim;
+    for (int32_t kh = 0; kh < r->h->n_kv_heads; kh++)
+        memcpy(cache_v(r, layer, kh) + (size_t)crow * hd, heads + (size_t)kh * hd, sizeof(float) * (size_t)hd);
+}
+
+/* Injects feature rows features[n][n_target_layers * dim] of positions pos0 .. pos0 + n - 1 (n <=
+ * DFLASH_INJECT_ROWS) into cache rows of the same numbers. */
+static void inject(kite_dflash_run *r, kite_pool *pool, const float *features, int32_t n, int32_t pos0) {
+    const kite_dflash *h = r->h;
+    const int32_t D = h->dim, kvd = h->n_kv_heads * h->head_dim;
+    mm(r, pool, &h->fc, features, n, r->x);
+    for (int32_t i = 0; i < n; i++) kite_head_rmsnorm(r->x + (size_t)i * D, r->x + (size_t)i * D, h->enc_norm, D, h->rms_eps);
+    for (int32_t l = 0; l < h->n_layers; l++) {
+        const dflash_layer *L = &h->layers[l];
+        mm(r, pool, &L->wk, r->x, n, r->kk);
+        mm(r, pool, &L->wv, r->x, n, r->vv);
+        for (int32_t i = 0; i < n; i++) {
+            store_v(r, r->vv + (size_t)i * kvd, l, pos0 + i);
+            norm_rope_store(r, r->kk + (size_t)i * kvd, h->n_kv_heads, L->k_norm, pos0 + i, l, pos0 + i);
+        }
+    }
+}
+
+typedef struct attend_job {
+    kite_dflash_run *r;
+    int32_t layer, n, n_ctx_rows;
+} attend_job;
+
+/* Task i * n_kv + kh: block row i's queries of KV head kh over the visible rows. */
+static void attend_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const attend_job *j = ctx;
+    kite_dflash_run *r = j->r;
+    const kite_dflash *h = r->h;
+    const int32_t hd = h->head_dim, qd = h->n_heads * hd, group = h->n_heads / h->n_kv_heads;
+    int32_t i = (int32_t)(task / h->n_kv_heads), kh = (int32_t)(task % h->n_kv_heads);
+    kite_attn_query a = {
+        .q = r->q + (size_t)i * qd + (size_t)kh * group * hd, .n_q = group, .head_dim = hd,
+        .k = cache_k(r, j->layer, kh), .v = cache_v(r, j->layer, kh), .kv_type = KITE_TYPE_F32,
+        .row_bytes = sizeof(float) * (size_t)hd, .rows = r->vis,
+        .n_visible = j->n_ctx_rows + (h->causal ? i + 1 : j->n), .scale = 1.0f / sqrtf((float)hd),
+        .out = r->att + (size_t)i * qd + (size_t)kh * group * hd,
+    };
+    h->ks->attend(&a);
+}
+
+/* The block: tokens [root, mask x (n - 1)] at positions P .. P + n - 1 over injected rows [lo, P);
+ * logits of rows 1 .. n - 1 into r->logits. */
+static void run_block(kite_dflash_run *r, kite_pool *pool, int32_t root, int32_t n, int32_t P) {
+    const kite_dflash *h = r->h;
+    const int32_t D = h->dim, hd = h->head_dim, qd = h->n_heads * hd, kvd = h->n_kv_heads * hd;
+    const kite_type_traits *et = kite_type_get(r->embd->type);
+    size_t erow_bytes = kite_type_row_bytes(r->embd->type, D);
+    for (int32_t i = 0; i < n; i++)
+        et->to_float((const unsigned char *)r->embd->data + (size_t)(i == 0 ? root : h->mask_token) * erow_bytes, r->x + (size_t)i * D, D);
+    int32_t nv = 0;
+    for (int32_t p = r->lo; p < P; p++) r->vis[nv++] = p;
+    for (int32_t i = 0; i < n; i++) r->vis[nv + i] = r->n_ctx + i;
+    for (int32_t l = 0; l < h->n_layers; l++) {
+        const dflash_layer *L = &h->layers[l];
+        for (int32_t i = 0; i < n; i++) kite_head_rmsnorm(r->xn + (size_t)i * D, r->x + (size_t)i * D, L->attn_norm, D, h->rms_eps);
+        mm(r, pool, &L->wq, r->xn, n, r->q);
+        mm(r, pool, &L->wk, r->xn, n, r->kk);
+        mm(r, pool, &L->wv, r->xn, n, r->vv);
+        for (int32_t i = 0; i < n; i++) {
+            store_v(r, r->vv + (size_t)i * kvd, l, r->n_ctx + i);
+            norm_rope_store(r, r->q + (size_t)i * qd, h->n_heads, L->q_norm, P + i, l, -1);
+            norm_rope_store(r, r->kk + (size_t)i * kvd, h->n_kv_heads, L->k_norm, P + i, l, r->n_ctx + i);
+        }
+        attend_job j = {r, l, n, nv};
+        int64_t tasks = (int64_t)n * h->n_kv_heads;
+        if (pool && kite_pool_threads(pool) > 1 && tasks > 1) kite_pool_run(pool, attend_task, &j, tasks);
+        else
+            for (int64_t t = 0; t < tasks; t++) attend_task(&j, t, 0);
+        mm(r, pool, &L->wo, r->att, n, r->h1);
+        for (int32_t i = 0; i < n; i++) {
+            float *x = r->x + (size_t)i * D;
+            const float *o = r->h1 + (size_t)i * D;
+            for (int32_t c = 0; c < D; c++) x[c] += o[c];
+            kite_head_rmsnorm(r->xn + (size_t)i * D, x, L->ffn_norm, D, h->rms_eps);
+        }
+        mm(r, pool, &L->gate, r->xn, n, r->gate);
+        mm(r, pool, &L->up, r->xn, n, r->up);
+        for (int32_t i = 0; i < n; i++) h->ks->silu_mul(r->gate + (size_t)i * h->ffn_dim, r->up + (size_t)i * h->ffn_dim, h->ffn_dim);
+        mm(r, pool, &L->down, r->gate, n, r->h1);
+        for (int32_t i = 0; i < n; i++) {
+            float *x = r->x + (size_t)i * D;
+            const float *f = r->h1 + (size_t)i * D;
+            for (int32_t c = 0; c < D; c++) x[c] += f[c];
+        }
+    }
+    for (int32_t i = 1; i < n; i++) kite_head_rmsnorm(r->xn + (size_t)(i - 1) * D, r->x + (size_t)i * D, h->output_norm, D, h->rms_eps);
+    mm(r, pool, r->output, r->xn, n - 1, r->logits);
+    r->last_rows = n;
+}
+
+double kite_dflash_block_ms(kite_dflash_run *r, kite_pool *pool, int32_t n) {
+    if (n < 2) n = 2;
+    if (n > r->h->block_size) n = r->h->block_size;
+    int32_t lo = r->lo, D = r->D;
+    r->lo = 0;
+    double best = INFINITY;
+    for (int i = 0; i < 3; i++) {
+        double t0 = kite_now_ms();
+        run_block(r, pool, 0, n, 0);
+        double t = kite_now_ms() - t0;
+        if (t < best) best = t;
+    }
+    r->lo = lo, r->D = D; /* the block's rows are past the injected ones: those stay valid */
+    return best;
+}
+
+/* ---- drafting ---------------------------------------------------------------------------------------- */
+
+/* kite_spec_grow_tree's callback: a node at depth d takes the block's row d + 1 (no pass). */
+static int block_rows_as_nodes(void *ctx, kite_draft_tree *t, int32_t first, int32_t end, float *logits, kite_error *e) {
+    (void)e;
+    kite_dflash_run *r = ctx;
+    for (int32_t j = first; j < end; j++) {
+        int32_t d = t->depth[j] < r->max_depth ? t->depth[j] : r->max_depth - 1; /* deeper nodes are not expanded */
+        memcpy(logits + (size_t)(j - first) * r->V, r->logits + (size_t)d * r->V, sizeof(float) * (size_t)r->V);
+        t->fed[j] = true;
+    }
+    return KITE_OK;
+}
+
+int kite_dflash_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
+                      kite_draft_tree *t, kite_error *e) {
+    kite_dflash_run *r = st->dflash;
+    kite_features *f = &s->features;
+    const int32_t P = s->n_past, W = r->h->n_target_layers * r->h->dim;
+    if (P < 1 || P > r->n_ctx || f->width != W) return KITE_OK; /* nothing to draft from */
+    /* Injected rows still valid: those whose context up to their position is the session's now (a
+     * truncation or a new turn changes it). */
+    int32_t D = r->D < P ? r->D : P;
+    for (int32_t q = 0; q < D; q++)
+        if (r->seen[q] != s->history[q]) { D = q; break; }
+    /* Feature rows for [D, P) must be held; when they start later (capture began mid-context, a
+     * truncation went below them), the cache restarts where they start. */
+    if (f->n == 0 || f->pos0 + f->n < P) return KITE_OK;
+    if (D < f->pos0 || D < r->lo) {
+        r->lo = f->pos0;
+        D = r->lo;
+        memcpy(r->seen, s->history, sizeof(int32_t) * (size_t)r->lo);
+    }
+    if (r->lo >= P) return KITE_OK;
+    for (int32_t p = D; p < P; p += DFLASH_INJECT_ROWS) {
+        int32_t n = P - p < DFLASH_INJECT_ROWS ? P - p : DFLASH_INJECT_ROWS;
+        inject(r, s->pool, f->rows + (size_t)(p - f->pos0) * W, n, p);
+        memcpy(r->seen + p, s->history + p, sizeof(int32_t) * (size_t)n);
+    }
+    r->D = P;
+    if (r->D - DFLASH_FEATURE_SLACK > f->pos0) kite_features_drop_before(f, r->D - DFLASH_FEATURE_SLACK);
+    /* One block of budget + 1 rows at most (llama.cpp's n_max + 1), so a short budget costs less. */
+    int32_t n = budget + 1 < r->h->block_size ? budget + 1 : r->h->block_size;
+    if (n < 2) n = 2;
+    run_block(r, s->pool, root, n, P);
+    r->max_depth = n - 1;
+    memcpy(st->draft_logits, r->logits, sizeof(float) * (size_t)r->V); /* the root's children: row 1 */
+    t->fed[0] = true;
+    st->max_depth = n - 1;
+    int rc = kite_spec_grow_tree(st, s, budget, gp, t, r->V, block_rows_as_nodes, r, e);
+    st->max_depth = 0;
+    return rc;
+}

@@ -1,0 +1,264 @@
+/* kite's DFlash drafting against llama.cpp's, on the same random pairs: the `tiny-l4` target (F32, dim
+ * 256, 4 layers) and drafters written for it by kite_write_random_model ("dflash", llama.cpp's names
+ * and metadata: 2 layers reading the inputs of target layers 0 and 3, the target's embedding and
+ * output borrowed; block 16 non-causal, and "dflash-b8-causal"). llama.cpp is node-llama-cpp's prebuilt
+ * libllama (dlopen'ed), driven through the C API the way common/speculative.cpp's draft-dflash drives
+ * it: the target decodes the prompt with the inputs of the drafter's layers extracted
+ * (llama_set_embeddings_layer_inp); the drafter (ctx_other = the target, causal attention as its
+ * metadata says) decodes one embedding batch of the concatenated features at positions 0 .. N-1 (the
+ * KV injection), then the token batch [root, mask x (B-1)] at N .. N+B-1 with logits at every row;
+ * greedy drafts are the rows' argmaxes. kite drafts a greedy chain of B-1 tokens with kite_spec_draft
+ * from the same prompt and root. For three prompts and both drafters:
+ *   - kite's captured target features equal llama.cpp's layer inputs within 2e-5;
+ *   - the block's logits at every row within |kite - llama.cpp| <= 1e-5 (observed 1.1e-6; f32 caches and flash
+ *     attention off on llama.cpp's side), and the drafted tokens equal.
+ * Negative control: kite's block drafted from another root is outside the bound. (The functions of
+ * llama.cpp's src/llama-ext.h are looked up by their mangled names, as in test_eagle3_llamacpp.) */
+#include <dlfcn.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "llama_api.h"
+
+#include "engine/engine.h"
+#include "kite.h"
+#include "spec/dflash.h"
+
+enum { MAX_PROMPT = 64, MAX_BLOCK = 16 };
+static const float LOGIT_BOUND = 1e-5f, FEATURE_BOUND = 2e-5f;
+
+static llama_api L;
+static char g_dir[64], g_target_path[128], g_drafter_path[2][128];
+static kite_model *g_target, *g_drafter[2];
+static struct llama_model *l_target, *l_drafter[2];
+static const char *const SHAPES[2] = {"dflash", "dflash-b8-causal"};
+
+static int setup(void **state) {
+    (void)state;
+    char why[512];
+    if (llama_api_open(&L, KITE_LLAMA_LIB_DIR, why, sizeof why)) {
+        fprintf(stderr, "%s\n", why);
+        return -1;
+    }
+    snprintf(g_dir, sizeof g_dir, "/tmp/kite-dflash-llamacpp-XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    snprintf(g_target_path, sizeof g_target_path, "%s/target.gguf", g_dir);
+    char err[512];
+    kite_random_model_params rp = {.shape = "tiny-l4", .type = "f32", .seed = 5};
+    if (kite_write_random_model(g_target_path, &rp, err, sizeof err)) { fprintf(stderr, "%s\n", err); return -1; }
+    kite_model_params mp = kite_model_default_params();
+    mp.n_threads = 1;
+    struct llama_model_params lmp = L.model_default_params();
+    lmp.n_gpu_layers = 0;
+    if (kite_model_open(&g_target, g_target_path, &mp, err, sizeof err)) { fprintf(stderr, "kite: %s\n", err); return -1; }
+    l_target = L.model_load(g_target_path, lmp);
+    if (!l_target) { fprintf(stderr, "llama.cpp could not load the random target\n"); return -1; }
+    for (int d = 0; d < 2; d++) {
+        snprintf(g_drafter_path[d], sizeof g_drafter_path[d], "%s/drafter%d.gguf", g_dir, d);
+        rp.shape = SHAPES[d], rp.target_path = g_target_path, rp.seed = 6 + (uint64_t)d;
+        if (kite_write_random_model(g_drafter_path[d], &rp, err, sizeof err)) { fprintf(stderr, "%s\n", err); return -1; }
+        if (kite_model_open(&g_drafter[d], g_drafter_path[d], &mp, err, sizeof err)) { fprintf(stderr, "kite: %s\n", err); return -1; }
+        l_drafter[d] = L.model_load(g_drafter_path[d], lmp);
+        if (!l_drafter[d]) { fprintf(stderr, "llama.cpp could not load the random DFlash drafter %s\n", SHAPES[d]); return -1; }
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    for (int d = 0; d < 2; d++) {
+        kite_model_free(g_drafter[d]);
+        if (l_drafter[d]) L.model_free(l_drafter[d]);
+        unlink(g_drafter_path[d]);
+    }
+    kite_model_free(g_target);
+    if (l_target) L.model_free(l_target);
+    unlink(g_target_path);
+    rmdir(g_dir);
+    return 0;
+}
+
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++) if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static struct llama_batch make_batch(int32_t n, int32_t embd) {
+    struct llama_batch b = {0};
+    b.n_tokens = n;
+    b.token = embd ? NULL : calloc((size_t)n, sizeof *b.token);
+    b.embd = embd ? calloc((size_t)n * (size_t)embd, sizeof(float)) : NULL;
+    b.pos = calloc((size_t)n, sizeof *b.pos);
+    b.n_seq_id = calloc((size_t)n, sizeof *b.n_seq_id);
+    b.seq_id = calloc((size_t)n, sizeof *b.seq_id);
+    b.logits = calloc((size_t)n, sizeof *b.logits);
+    static llama_seq_id seq0 = 0;
+    for (int32_t i = 0; i < n; i++) b.n_seq_id[i] = 1, b.seq_id[i] = &seq0;
+    return b;
+}
+
+static void free_batch(struct llama_batch *b) {
+    free(b->token); free(b->embd); free(b->pos); free(b->n_seq_id); free(b->seq_id); free(b->logits);
+}
+
+/* llama.cpp's greedy DFlash block: root (the target's greedy token after the prompt), the target
+ * features ([N][n_ids * dim]), the drafted tokens ([B - 1]) and the block's logits ([B - 1][V]). */
+static void llama_draft(int d, const int32_t *prompt, int32_t N, int32_t *root, float *features, int32_t *drafted, float *logits) {
+    const kite_dflash *h = g_drafter[d]->dflash;
+    const int32_t V = g_target->n_vocab, dim = g_target->weights.hp.dim, n_layer = g_target->weights.hp.n_layers;
+    const int32_t B = kite_dflash_block_size(h);
+    int32_t n_ids_k = 0;
+    const int32_t *kids = kite_dflash_target_layers(h, &n_ids_k);
+    const uint32_t n_ids = L.target_layer_ids_n(l_drafter[d]);
+    assert_int_equal(n_ids, n_ids_k);
+    const int32_t *ids = L.target_layer_ids(l_drafter[d]);
+    for (uint32_t k = 0; k < n_ids; k++) assert_int_equal(ids[k], kids[k]);
+    struct llama_context_params cp = L.context_default_params();
+    cp.n_ctx = 256, cp.n_batch = 256, cp.n_ubatch = 256, cp.n_threads = 1, cp.n_threads_batch = 1;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = cp.type_v = GGML_TYPE_F32;
+    struct llama_context *tgt = L.init_from_model(l_target, cp);
+    assert_non_null(tgt);
+    for (uint32_t k = 0; k < n_ids; k++) {
+        assert_true(ids[k] < n_layer);
+        L.set_layer_inp(tgt, (uint32_t)ids[k], true);
+    }
+    cp.ctx_other = tgt;
+    struct llama_context *dft = L.init_from_model(l_drafter[d], cp);
+    assert_non_null(dft);
+    bool causal = !strcmp(SHAPES[d] + strlen(SHAPES[d]) - 6, "causal");
+    L.set_causal_attn(dft, causal);
+
+    struct llama_batch b = make_batch(N, 0);
+    for (int32_t i = 0; i < N; i++) b.token[i] = prompt[i], b.pos[i] = i, b.logits[i] = i == N - 1;
+    assert_int_equal(L.decode(tgt, b), 0);
+    *root = argmax(L.get_logits_ith(tgt, -1), V);
+    free_batch(&b);
+    const int32_t F = (int32_t)n_ids * dim;
+    b = make_batch(N, F);
+    for (uint32_t k = 0; k < n_ids; k++) {
+        const float *layer = L.get_layer_inp(tgt, (uint32_t)ids[k]);
+        assert_non_null(layer);
+        for (int32_t i = 0; i < N; i++)
+            memcpy(b.embd + (size_t)i * F + (size_t)k * dim, layer + (size_t)i * dim, sizeof(float) * (size_t)dim);
+    }
+    memcpy(features, b.embd, sizeof(float) * (size_t)N * (size_t)F);
+    for (int32_t i = 0; i < N; i++) b.pos[i] = i, b.logits[i] = 0;
+    assert_int_equal(L.decode(dft, b), 0); /* the injection */
+    free_batch(&b);
+    b = make_batch(B, 0);
+    for (int32_t i = 0; i < B; i++) b.token[i] = i == 0 ? *root : kite_dflash_mask_token(h), b.pos[i] = N + i, b.logits[i] = 1;
+    assert_int_equal(L.decode(dft, b), 0);
+    for (int32_t i = 1; i < B; i++) {
+        const float *lg = L.get_logits_ith(dft, i);
+        memcpy(logits + (size_t)(i - 1) * V, lg, sizeof(float) * (size_t)V);
+        drafted[i - 1] = argmax(lg, V);
+    }
+    free_batch(&b);
+    L.free_ctx(dft);
+    L.free_ctx(tgt);
+}
+
+/* kite's greedy chain of B - 1 from the same prompt and root; the session's feature rows [N][F] and
+ * the block's logits [B - 1][V]. */
+static void kite_draft(int d, const int32_t *prompt, int32_t N, int32_t root, float *features, int32_t *drafted, float *logits) {
+    const int32_t B = kite_dflash_block_size(g_drafter[d]->dflash);
+    char err[512];
+    kite_session_params sp = kite_session_default_params();
+    sp.n_ctx = 256, sp.n_threads = 1, sp.kv_type = KITE_KV_F32;
+    kite_session *s = NULL;
+    if (kite_session_open(&s, g_target, &sp, err, sizeof err)) fail_msg("%s", err);
+    kite_spec_params spec = kite_spec_default_params();
+    spec.drafter = KITE_DRAFT_MODEL, spec.draft_model = g_drafter[d], spec.budget = B - 1, spec.tree_width = 1; /* recognised */
+    if (kite_session_set_spec(s, &spec, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(s->spec.params.drafter, KITE_DRAFT_DFLASH);
+    if (kite_prompt(s, prompt, (size_t)N, err, sizeof err)) fail_msg("%s", err);
+    if (features) {
+        assert_int_equal(s->features.pos0, 0);
+        assert_int_equal(s->features.n, N);
+        memcpy(features, s->features.rows, sizeof(float) * (size_t)N * (size_t)s->features.width);
+    }
+    kite_gen_params gp = kite_gen_default_params();
+    gp.temperature = 0.0f;
+    kite_draft_tree t;
+    kite_error e = {0};
+    if (kite_spec_draft(&s->spec, s, root, B - 1, &gp, &t, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(t.n, B);
+    for (int32_t j = 1; j < B; j++) {
+        assert_int_equal(t.parent[j], j - 1);
+        drafted[j - 1] = t.token[j];
+    }
+    int32_t rows = 0;
+    const float *lg = kite_dflash_last_logits(s->spec.dflash, &rows);
+    assert_int_equal(rows, B);
+    memcpy(logits, lg, sizeof(float) * (size_t)(B - 1) * (size_t)g_target->n_vocab);
+    kite_session_free(s);
+}
+
+static float max_abs_diff(const float *a, const float *b, size_t n, float *spread) {
+    float dd = 0, lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        float x = fabsf(a[i] - b[i]);
+        if (x > dd) dd = x;
+        if (b[i] < lo) lo = b[i];
+        if (b[i] > hi) hi = b[i];
+    }
+    *spread = hi - lo;
+    return dd;
+}
+
+static void test_blocks_match_llamacpp(void **state) {
+    (void)state;
+    const int32_t V = g_target->n_vocab, dim = g_target->weights.hp.dim;
+    float *lk = malloc(sizeof(float) * MAX_BLOCK * (size_t)V), *ll = malloc(sizeof(float) * MAX_BLOCK * (size_t)V);
+    float *fk = malloc(sizeof(float) * MAX_PROMPT * 8 * (size_t)dim), *fl = malloc(sizeof(float) * MAX_PROMPT * 8 * (size_t)dim);
+    static const int32_t lengths[3] = {1, 17, 40};
+    float worst = 0, worst_f = 0;
+    for (int d = 0; d < 2; d++) {
+        const int32_t B = kite_dflash_block_size(g_drafter[d]->dflash);
+        int32_t n_ids = 0;
+        (void)kite_dflash_target_layers(g_drafter[d]->dflash, &n_ids);
+        for (int c = 0; c < 3; c++) {
+            int32_t prompt[MAX_PROMPT], N = lengths[c];
+            prompt[0] = 1;
+            for (int32_t i = 1; i < N; i++) prompt[i] = 3 + (int32_t)((i * 131 + c * 17 + d * 7) % (V - 4));
+            int32_t root, dl[MAX_BLOCK], dk[MAX_BLOCK];
+            llama_draft(d, prompt, N, &root, fl, dl, ll);
+            kite_draft(d, prompt, N, root, fk, dk, lk);
+            float spread, fd = max_abs_diff(fk, fl, (size_t)N * (size_t)n_ids * (size_t)dim, &spread);
+            if (fd > worst_f) worst_f = fd;
+            if (fd > FEATURE_BOUND) fail_msg("%s, prompt of %d: target features differ by %g from llama.cpp's", SHAPES[d], N, (double)fd);
+            for (int32_t i = 0; i < B - 1; i++) {
+                float dd = max_abs_diff(lk + (size_t)i * V, ll + (size_t)i * V, (size_t)V, &spread);
+                if (dd > worst) worst = dd;
+                if (dd > LOGIT_BOUND)
+                    fail_msg("%s, prompt of %d: block row %d logits differ by %g (spread %g) from llama.cpp's", SHAPES[d], N, i + 1,
+                             (double)dd, (double)spread);
+                if (dk[i] != dl[i]) fail_msg("%s, prompt of %d: row %d kite drafted %d, llama.cpp %d", SHAPES[d], N, i + 1, dk[i], dl[i]);
+            }
+            if (c == 1) { /* negative control: another root */
+                int32_t other[MAX_BLOCK];
+                kite_draft(d, prompt, N, (root + 1) % V, NULL, other, lk);
+                float dd = max_abs_diff(lk, ll, (size_t)V, &spread);
+                if (!(dd > LOGIT_BOUND)) fail_msg("negative control: another root's logits within %g of llama.cpp's", (double)dd);
+            }
+        }
+    }
+    fprintf(stderr, "largest |kite - llama.cpp|: block logits %.3g (bound %.1g), target features %.3g (bound %.1g)\n", (double)worst,
+            (double)LOGIT_BOUND, (double)worst_f, (double)FEATURE_BOUND);
+    free(lk), free(ll), free(fk), free(fl);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_blocks_match_llamacpp)};
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
