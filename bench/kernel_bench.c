@@ -2,7 +2,7 @@
  * shapes, the way the forward pass calls them (quantize the activations once, then row ranges of
  * row_block rows handed to the thread pool).
  *
- *   kite_kernel_bench [--threads N] [--level ref|avx2|avx512|neon|all] [--types q4_0,q8_0,...]
+ *   kite_kernel_bench [--threads N] [--level ref|avx2|avx512|neon|all] [--types q4_0,q8_0,kt2,...]
  *                     [--rows R] [--cols C] [--batches 1,16,64] [--ms MILLISECONDS] [--cpu-time]
  *
  * --copies N caps the copies (1 keeps a small matrix in cache, to see the compute rate alone).
@@ -19,6 +19,7 @@
 
 #include "base/threadpool.h"
 #include "kernels/kernels_internal.h"
+#include "quant/trellis.h"
 #include "quant/types.h"
 
 static clockid_t bench_clock = CLOCK_MONOTONIC;
@@ -88,6 +89,9 @@ static uint32_t type_by_name(const char *name) {
         const kite_type_traits *tr = kite_type_get(t);
         if (tr && strcmp(tr->name, name) == 0) return t;
     }
+    static const uint32_t kt[] = {KITE_TYPE_KT2, KITE_TYPE_KT2_5, KITE_TYPE_KT3};
+    for (size_t i = 0; i < sizeof kt / sizeof kt[0]; i++)
+        if (strcmp(kite_type_get(kt[i])->name, name) == 0) return kt[i];
     return UINT32_MAX;
 }
 
@@ -154,7 +158,8 @@ int main(int argc, char **argv) {
         for (char *tn = strtok(types, ","); tn; tn = strtok(NULL, ",")) {
             uint32_t type = type_by_name(tn);
             const kite_type_traits *tr = kite_type_get(type);
-            if (!tr || !tr->from_float || cols % tr->block_size) {
+            const bool trellis = kite_is_trellis(type);
+            if (!tr || (!tr->from_float && !trellis) || cols % tr->block_size || (trellis && rows % KT_ROWS)) {
                 fprintf(stderr, "skipping type %s\n", tn);
                 continue;
             }
@@ -162,8 +167,18 @@ int main(int argc, char **argv) {
             size_t row_bytes = kite_type_row_bytes(type, cols);
             uint8_t *raw = malloc(row_bytes * (size_t)rows);
             if (!raw) return 1;
-            tr->from_float(src, raw, cols);
-            for (int64_t r = 1; r < rows; r++) memcpy(raw + (size_t)r * row_bytes, raw, row_bytes);
+            if (trellis) { /* one row group (16 rows), repeated */
+                float *src16 = malloc(sizeof(float) * (size_t)cols * KT_ROWS);
+                if (!src16) return 1;
+                for (int r = 0; r < KT_ROWS; r++)
+                    for (int64_t c = 0; c < cols; c++) src16[r * cols + c] = src[(c + 97 * r) % cols];
+                kite_kt_quantize(type, src16, raw, KT_ROWS, cols, NULL);
+                free(src16);
+                for (int64_t r = KT_ROWS; r < rows; r += KT_ROWS) memcpy(raw + (size_t)r * row_bytes, raw, row_bytes * KT_ROWS);
+            } else {
+                tr->from_float(src, raw, cols);
+                for (int64_t r = 1; r < rows; r++) memcpy(raw + (size_t)r * row_bytes, raw, row_bytes);
+            }
             kite_tensor t = {.type = type, .n_dims = 2, .ne = {cols, rows, 1, 1}, .n_bytes = row_bytes * (size_t)rows, .data = raw};
             snprintf(t.name, sizeof t.name, "bench");
             kite_error e = {0};

@@ -33,6 +33,7 @@
 #include "kernels/kernels.h"
 #include "quant/blocks.h"
 #include "quant/types.h"
+#include "quant/trellis.h"
 
 #define KITE_ACT_ALIGN 64
 
@@ -53,6 +54,7 @@ static inline kite_family kite_type_family(uint32_t type) {
     case KITE_TYPE_Q4_0: case KITE_TYPE_Q4_1: case KITE_TYPE_Q5_0: case KITE_TYPE_Q5_1: case KITE_TYPE_Q8_0:
         return KITE_FAMILY_B32;
     case KITE_TYPE_Q2_K: case KITE_TYPE_Q3_K: case KITE_TYPE_Q4_K: case KITE_TYPE_Q5_K: case KITE_TYPE_Q6_K:
+    case KITE_TYPE_KT2: case KITE_TYPE_KT2_5: case KITE_TYPE_KT3: /* trellis: 256-element activation blocks */
         return KITE_FAMILY_K;
     default: return KITE_FAMILY_NONE;
     }
@@ -184,6 +186,9 @@ int kite_ref_pack(const kite_tensor *t, kite_weight_arena *arena, kite_packed_ma
 size_t kite_ref_pack_bytes(const kite_tensor *t); /* 0: the reference views its tensors */
 void kite_ref_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
                      int64_t y_stride, int64_t r0, int64_t r1);
+/* The trellis types' reference product (ref/ref_trellis.c; every level reads the file's tiles as they lie). */
+void kite_ref_matmul_trellis(const kite_packed_matrix *w, const void *act, int32_t n, float *y, int64_t y_stride,
+                             int64_t r0, int64_t r1);
 
 /* ---- Attention (kite_attn_query) ---------------------------------------------------------------------- */
 

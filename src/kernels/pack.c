@@ -183,6 +183,9 @@ int kite_check_matrix(const kite_tensor *t, kite_error *e) {
     if (cols % tr->block_size != 0)
         return kite_fail(e, KITE_ERR_FORMAT, "kernels: tensor %s: %lld columns is not a multiple of the %s block (%d)",
                          t->name, (long long)cols, tr->name, tr->block_size);
+    if (kite_is_trellis(t->type) && rows % KT_ROWS != 0)
+        return kite_fail(e, KITE_ERR_FORMAT, "kernels: tensor %s: %lld rows is not a multiple of the %s row group (%d)",
+                         t->name, (long long)rows, tr->name, KT_ROWS);
     size_t row_bytes = kite_type_row_bytes(t->type, cols);
     /* rows <= 2^32 and row_bytes <= 2^34: the product fits in 64 bits. */
     if (row_bytes == 0 || t->n_bytes < (uint64_t)row_bytes * (uint64_t)rows)

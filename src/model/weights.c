@@ -9,6 +9,7 @@
 
 #include "model/arch/qwen3moe.h"
 #include "model/model.h"
+#include "quant/trellis.h"
 #include "quant/types.h"
 
 /* A small tensor (norm weight, bias) as f32; NULL with an error if absent and required. */
@@ -52,7 +53,8 @@ static const kite_tensor *matrix(const kite_source *src, const char *name, int64
         return NULL;
     }
     const kite_type_traits *tr = kite_type_get(t->type);
-    if (!tr || !tr->to_float || cols % tr->block_size != 0) {
+    /* trellis matrices have no row-wise to_float (their rows are interleaved in tiles); the kernels read them */
+    if (!tr || (!tr->to_float && !kite_is_trellis(t->type)) || cols % tr->block_size != 0) {
         kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: tensor %s: type %u with rows of %lld is not supported", src->format,
                   name, t->type, (long long)cols);
         return NULL;

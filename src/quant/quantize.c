@@ -10,6 +10,7 @@
 
 #include "base/fp16.h"
 #include "quant/blocks.h"
+#include "quant/trellis.h"
 #include "quant/types.h"
 
 /* Below this a group counts as all zeros (ggml's GROUP_MAX_EPS). */
@@ -445,6 +446,7 @@ bool kite_quantize_type_supported(uint32_t type) {
     case KITE_TYPE_F32: case KITE_TYPE_F16: case KITE_TYPE_BF16: case KITE_TYPE_Q4_0: case KITE_TYPE_Q4_1:
     case KITE_TYPE_Q5_0: case KITE_TYPE_Q5_1: case KITE_TYPE_Q8_0: case KITE_TYPE_Q2_K: case KITE_TYPE_Q3_K:
     case KITE_TYPE_Q4_K: case KITE_TYPE_Q5_K: case KITE_TYPE_Q6_K:
+    case KITE_TYPE_KT2: case KITE_TYPE_KT2_5: case KITE_TYPE_KT3:
         return true;
     default:
         return false;
@@ -456,6 +458,8 @@ typedef void (*weighted_row_fn)(const float *x, void *y, int64_t n, const float 
 size_t kite_quantize_rows(uint32_t type, const float *src, void *dst, int64_t n_rows, int64_t n_per_row,
                           const float *imatrix) {
     if (!kite_quantize_type_supported(type) || n_rows < 0 || n_per_row <= 0) return 0;
+    /* trellis types: whole groups of 16 rows, importance used as given (quant/trellis.h) */
+    if (kite_is_trellis(type)) return n_rows == 0 ? 0 : kite_kt_quantize(type, src, dst, n_rows, n_per_row, imatrix);
     const kite_type_traits *tr = kite_type_get(type);
     const size_t row_bytes = kite_type_row_bytes(type, n_per_row);
     if (!tr || !tr->from_float || row_bytes == 0) return 0;

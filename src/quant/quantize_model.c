@@ -33,6 +33,7 @@
 #include "quant/imatrix_parse.h"
 #include "quant/quantize.h"
 #include "quant/quantize_model.h"
+#include "quant/trellis.h"
 #include "quant/types.h"
 
 bool (*kite_quantize_write_hook)(const char *tmp_path) = NULL;
@@ -42,6 +43,8 @@ enum {
     FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9, FT_Q2_K = 10,
     FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14, FT_Q4_K_M = 15, FT_Q5_K_S = 16,
     FT_Q5_K_M = 17, FT_Q6_K = 18, FT_BF16 = 32,
+    /* kite's own (quant/trellis.h); not llama_ftype values: "KT" in the high 16 bits, clear of llama.cpp's */
+    FT_KT2 = 0x4B540004, FT_KT2_5 = 0x4B540005, FT_KT3 = 0x4B540006, FT_KT2_5_M = 0x4B540105,
 };
 
 static const kite_ftype_info ftypes[] = {
@@ -54,12 +57,14 @@ static const kite_ftype_info ftypes[] = {
     {"Q5_K_M", FT_Q5_K_M, KITE_TYPE_Q5_K},   {"Q6_K", FT_Q6_K, KITE_TYPE_Q6_K},
     {"F16", FT_F16, KITE_TYPE_F16},          {"BF16", FT_BF16, KITE_TYPE_BF16},
     {"F32", FT_F32, KITE_TYPE_F32},
+    {"KT2", FT_KT2, KITE_TYPE_KT2},          {"KT2_5", FT_KT2_5, KITE_TYPE_KT2_5},
+    {"KT3", FT_KT3, KITE_TYPE_KT3},          {"KT2_5_M", FT_KT2_5_M, KITE_TYPE_KT2},
 };
 #define N_FTYPES (sizeof ftypes / sizeof ftypes[0])
 
 static const char *const type_names[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L",
                                          "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "F16", "BF16", "F32",
-                                         "Q3_K", "Q4_K", "Q5_K", NULL};
+                                         "Q3_K", "Q4_K", "Q5_K", "KT2", "KT2_5", "KT3", "KT2_5_M", NULL};
 
 const char *const *kite_quantize_type_names(void) { return type_names; }
 
@@ -230,6 +235,27 @@ static uint32_t fallback_type(recipe_state *s, uint32_t t, int64_t n_cols) {
     return t;
 }
 
+/* The trellis file types' recipe. Matrices get the file's type (KT2_5_M: KT3 for attention and
+ * ffn_down, KT2 for the rest: ~2.5 bits per weight over the matrices of a Llama); the token embeddings,
+ * which are read a row at a time and need a row-contiguous type, Q4_K; the output head (and tied
+ * embeddings) Q6_K. A matrix the trellis layout does not fit (columns not a multiple of 256, rows not a
+ * multiple of 16, or stacked experts) falls back to Q4_K, then by fallback_type's rules (Q5_0, F16). */
+static uint32_t trellis_recipe(recipe_state *s, int32_t ft, uint32_t t, const char *name, const int64_t ne[4]) {
+    const category cat = tensor_category(name);
+    if (cat == CAT_OUTPUT || (s->tied_embeddings && cat == CAT_TOKEN_EMBD)) t = KITE_TYPE_Q6_K;
+    else if (cat == CAT_TOKEN_EMBD) t = KITE_TYPE_Q4_K;
+    else if (ft == FT_KT2_5_M)
+        t = (cat == CAT_ATTN_Q || cat == CAT_ATTN_K || cat == CAT_ATTN_V || cat == CAT_ATTN_QKV || cat == CAT_ATTN_OUTPUT ||
+             cat == CAT_FFN_DOWN)
+                ? KITE_TYPE_KT3
+                : KITE_TYPE_KT2;
+    if (kite_is_trellis(t) && (ne[0] % KT_BLOCK != 0 || ne[1] % KT_ROWS != 0 || ne[2] * ne[3] != 1)) {
+        ++s->n_fallback;
+        t = KITE_TYPE_Q4_K;
+    }
+    return fallback_type(s, t, ne[0]);
+}
+
 static bool is_float_type(uint32_t t) { return t == KITE_TYPE_F32 || t == KITE_TYPE_F16 || t == KITE_TYPE_BF16; }
 
 /* ---- one tensor: dequantize if needed, quantize rows over the pool -------------------------------- */
@@ -378,7 +404,9 @@ static int quantize_gguf(quantize_run *r, const char *in, const char *out, const
         uint32_t type = t->type;
         if (allows_quantization(name, t->ne)) {
             type = ft->base_type;
-            if (base_quantized) {
+            if (kite_is_trellis(ft->base_type)) {
+                type = trellis_recipe(&rs, ft->id, type, name, t->ne);
+            } else if (base_quantized) {
                 bool ok;
                 type = recipe_type(&rs, type, name, t->ne, tensor_category(name), e, &ok);
                 if (!ok) return e ? e->status : KITE_ERR_FORMAT;
@@ -428,6 +456,7 @@ static int quantize_gguf(quantize_run *r, const char *in, const char *out, const
                         .rows_per_expert = t->ne[1], .row_bytes = row_bytes, .imatrix = imatrix};
         /* tasks of about 16K elements, so small tensors do not pay for threads and large ones balance */
         job.rows_per_task = (16384 + n_per_row - 1) / n_per_row;
+        if (kite_is_trellis(type)) job.rows_per_task = KT_ROWS; /* whole row groups; 16 rows take ~0.1 s per 2048 columns */
         int64_t n_tasks = (n_rows + job.rows_per_task - 1) / job.rows_per_task;
         kite_pool_run(r->pool, quantize_task, &job, n_tasks);
         kite_gguf_w_tensor(r->w, name, type, t->n_dims, t->ne, r->qbuf, row_bytes * (size_t)n_rows);

@@ -22,6 +22,7 @@
 
 #include "base/fp16.h"
 #include "quant/blocks.h"
+#include "quant/trellis.h"
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -898,6 +899,7 @@ static const kite_type_traits traits[KITE_TYPE_COUNT] = {
 };
 
 const kite_type_traits *kite_type_get(uint32_t type) {
+    if (kite_is_trellis(type)) return kite_kt_traits(type);
     return (type < KITE_TYPE_COUNT && traits[type].name) ? &traits[type] : NULL;
 }
 
@@ -912,7 +914,7 @@ size_t kite_type_row_bytes(uint32_t type, int64_t n) {
 
 float kite_ref_dot(uint32_t type, const void *row, const float *x, int64_t n) {
     const kite_type_traits *t = kite_type_get(type);
-    if (!t || n <= 0 || n % t->block_size != 0) return 0.0f;
+    if (!t || !t->to_float || n <= 0 || n % t->block_size != 0) return 0.0f;
     const int64_t chunk = t->block_size > 1 ? t->block_size : KITE_REF_DOT_FLOAT_CHUNK;
     float w[KITE_QK_K];
     float total = 0.0f;

@@ -14,3 +14,8 @@ add_executable(quantize_vs_llamacpp ${PROJECT_SOURCE_DIR}/bench/quantize_vs_llam
 target_link_libraries(quantize_vs_llamacpp PRIVATE kite_internal ${CMAKE_DL_LIBS})
 target_include_directories(quantize_vs_llamacpp PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 kite_script_test(test_cli_quantize quant/test_cli_quantize.py)
+
+# bench/trellis_rd.c: rate-distortion of the trellis types next to llama.cpp's (not a test).
+add_executable(trellis_rd ${PROJECT_SOURCE_DIR}/bench/trellis_rd.c ${CMAKE_CURRENT_LIST_DIR}/llama_lib.c)
+target_link_libraries(trellis_rd PRIVATE kite_internal ${CMAKE_DL_LIBS} m)
+target_include_directories(trellis_rd PRIVATE ${CMAKE_CURRENT_LIST_DIR})

@@ -240,8 +240,46 @@ static size_t neon_pack_bytes(const kite_tensor *t) {
     return t && accelerated(t->type) ? kite_pack_interleaved_bytes(t, G4) : 0;
 }
 
+/* ---- trellis types (kernels/trellis_simd.h on 4 lanes; SDOT) ------------------------------------------------ */
+#define KT_LANES 4
+typedef uint32x4_t kt_vi;
+typedef float32x4_t kt_vf;
+static inline uint32x4_t kt_u8_4(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(v)))));
+}
+#define kt_u16(p) vmovl_u16(vld1_u16((const uint16_t *)(const void *)(p)))
+#define kt_u8(p) kt_u8_4(p)
+#define kt_nib(p, lane0) vandq_u32(vshlq_u32(kt_u8_4((p) + ((lane0) & 7)), vdupq_n_s32((lane0) >= 8 ? -4 : 0)), vdupq_n_u32(15))
+#define kt_srli(v, n) vshlq_u32(v, vdupq_n_s32(-(n)))
+#define kt_slli(v, n) vshlq_u32(v, vdupq_n_s32(n))
+#define kt_and(a, b) vandq_u32(a, b)
+#define kt_or(a, b) vorrq_u32(a, b)
+#define kt_add(a, b) vaddq_u32(a, b)
+#define kt_sub(a, b) vsubq_u32(a, b)
+#define kt_mullo(a, b) vmulq_u32(a, b)
+#define kt_set1(x) vdupq_n_u32((uint32_t)(x))
+#define kt_zero() vdupq_n_u32(0)
+#define kt_dot2(acc, x0, q0, x1, q1)                                                                                \
+    vreinterpretq_u32_s32(vdotq_s32(vdotq_s32(vreinterpretq_s32_u32(acc), vreinterpretq_s8_u32(x0), vdupq_n_s8(q0)), \
+                                    vreinterpretq_s8_u32(x1), vdupq_n_s8(q1)))
+#define kt_f16(p) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)(p))))
+#define kt_cvt(v) vcvtq_f32_s32(vreinterpretq_s32_u32(v))
+#define kt_fmadd(a, b, c) vfmaq_f32(c, a, b)
+#define kt_mulf(a, b) vmulq_f32(a, b)
+#define kt_set1f(x) vdupq_n_f32(x)
+#define kt_zerof() vdupq_n_f32(0.0f)
+#define kt_storef(p, v) vst1q_f32(p, v)
+#define kt_prefetch(p) __builtin_prefetch(p)
+#include "kernels/trellis_simd.h"
+
 static void neon_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
                         int64_t y_stride, int64_t r0, int64_t r1) {
+    if (kite_is_trellis(w->type)) {
+        kt_matmul(w, act, n, y, y_stride, r0, r1);
+        return;
+    }
     if (w->layout != LAYOUT4) {
         kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
         return;

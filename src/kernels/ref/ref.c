@@ -217,6 +217,10 @@ void kite_ref_matmul(const kite_packed_matrix *w, const void *act, const float *
     if (r0 < 0) r0 = 0;
     if (r1 > w->rows) r1 = w->rows;
     if (r0 >= r1 || n <= 0) return;
+    if (kite_is_trellis(w->type)) {
+        kite_ref_matmul_trellis(w, act, n, y, y_stride, r0, r1);
+        return;
+    }
     switch (kite_type_family(w->type)) {
     case KITE_FAMILY_FLOAT: matmul_float(w, x, n, y, y_stride, r0, r1); break;
     case KITE_FAMILY_B32: matmul_b32(w, act, n, y, y_stride, r0, r1); break;

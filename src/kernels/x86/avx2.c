@@ -461,8 +461,45 @@ static size_t avx2_pack_bytes(const kite_tensor *t) {
     return t && accelerated(t->type) ? kite_pack_interleaved_bytes(t, G8) : 0;
 }
 
+/* ---- trellis types (kernels/trellis_simd.h on 8 lanes; maddubs dot) ------------------------------------------ */
+#define KT_LANES 8
+typedef __m256i kt_vi;
+typedef __m256 kt_vf;
+#define kt_u16(p) _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p)))
+#define kt_u8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+#define kt_nib(p, lane0) \
+    _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p))), (lane0) >= 8 ? 4 : 0), \
+                     _mm256_set1_epi32(15))
+#define kt_srli(v, n) _mm256_srli_epi32(v, n)
+#define kt_slli(v, n) _mm256_slli_epi32(v, n)
+#define kt_and(a, b) _mm256_and_si256(a, b)
+#define kt_or(a, b) _mm256_or_si256(a, b)
+#define kt_add(a, b) _mm256_add_epi32(a, b)
+#define kt_sub(a, b) _mm256_sub_epi32(a, b)
+#define kt_mullo(a, b) _mm256_mullo_epi32(a, b)
+#define kt_set1(x) _mm256_set1_epi32(x)
+#define kt_zero() _mm256_setzero_si256()
+/* Two columns' byte x int8 pairs (each <= 2 * 63 * 127) add up safely in 16 bits before one vpmaddwd. */
+#define kt_dot2(acc, x0, q0, x1, q1)                                                                                   \
+    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(x0, _mm256_set1_epi8(q0)),          \
+                                                             _mm256_maddubs_epi16(x1, _mm256_set1_epi8(q1))),         \
+                                            _mm256_set1_epi16(1)))
+#define kt_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define kt_cvt(v) _mm256_cvtepi32_ps(v)
+#define kt_fmadd(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define kt_mulf(a, b) _mm256_mul_ps(a, b)
+#define kt_set1f(x) _mm256_set1_ps(x)
+#define kt_zerof() _mm256_setzero_ps()
+#define kt_storef(p, v) _mm256_storeu_ps(p, v)
+#define kt_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#include "kernels/trellis_simd.h"
+
 static void avx2_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
                         int64_t y_stride, int64_t r0, int64_t r1) {
+    if (kite_is_trellis(w->type)) {
+        kt_matmul(w, act, n, y, y_stride, r0, r1);
+        return;
+    }
     if (w->layout != LAYOUT8) {
         kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
         return;

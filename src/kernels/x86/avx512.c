@@ -478,8 +478,44 @@ static size_t avx512_pack_bytes(const kite_tensor *t) {
     return t && accelerated(t->type) ? kite_pack_interleaved_bytes(t, G16) : 0;
 }
 
+/* ---- trellis types (kernels/trellis_simd.h on 16 lanes; VNNI dot) ------------------------------------------ */
+#define KT_LANES 16
+typedef __m512i kt_vi;
+typedef __m512 kt_vf;
+#define kt_u16(p) _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p)))
+#define kt_u8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
+/* lanes 0..7 the low nibbles of p[0..7], lanes 8..15 their high nibbles */
+#define kt_nib(p, lane0) \
+    _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_set1_epi64x(load_i64(p))), \
+                                       _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4)), _mm512_set1_epi32(15))
+INLINE int64_t load_i64(const void *p) { int64_t v; memcpy(&v, p, 8); return v; }
+#define kt_srli(v, n) _mm512_srli_epi32(v, n)
+#define kt_slli(v, n) _mm512_slli_epi32(v, n)
+#define kt_and(a, b) _mm512_and_si512(a, b)
+#define kt_or(a, b) _mm512_or_si512(a, b)
+#define kt_add(a, b) _mm512_add_epi32(a, b)
+#define kt_sub(a, b) _mm512_sub_epi32(a, b)
+#define kt_mullo(a, b) _mm512_mullo_epi32(a, b)
+#define kt_set1(x) _mm512_set1_epi32(x)
+#define kt_zero() _mm512_setzero_si512()
+#define kt_dot2(acc, x0, q0, x1, q1) \
+    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, x0, _mm512_set1_epi8(q0)), x1, _mm512_set1_epi8(q1))
+#define kt_f16(p) fp16x16(p)
+#define kt_cvt(v) _mm512_cvtepi32_ps(v)
+#define kt_fmadd(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define kt_mulf(a, b) _mm512_mul_ps(a, b)
+#define kt_set1f(x) _mm512_set1_ps(x)
+#define kt_zerof() _mm512_setzero_ps()
+#define kt_storef(p, v) _mm512_storeu_ps(p, v)
+#define kt_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#include "kernels/trellis_simd.h"
+
 static void avx512_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
                           int64_t y_stride, int64_t r0, int64_t r1) {
+    if (kite_is_trellis(w->type)) {
+        kt_matmul(w, act, n, y, y_stride, r0, r1);
+        return;
+    }
     if ((w->layout & ~(uint32_t)KITE_PACK_Q8_OFFSET) != LAYOUT16) {
         kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
         return;
