@@ -140,6 +140,9 @@ int kite_session_save(const kite_session *s, const char *path, char *err, size_t
     if (!s || !path) return kite_fail(&e, KITE_ERR_INVALID_ARG, "session and path must not be NULL"), kite_error_export(&e, err, err_size);
     if (s->gen.busy)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_save: the session is busy"), kite_error_export(&e, err, err_size);
+    if (!s->kv.uniform)
+        return kite_fail(&e, KITE_ERR_UNSUPPORTED, "kite_session_save: session files do not hold models whose layers differ in "
+                         "head size (Gemma 4)"), kite_error_export(&e, err, err_size);
     kite_session_file_shape x = session_shape(s);
     int32_t n = s->n_past; /* rows with K/V (an unfed generated token has none) */
     kite_kv_cache probe = s->kv; /* kite_kv_can_rewind may change only ring_high, of this copy */
@@ -207,6 +210,9 @@ int kite_session_load(kite_session *s, const char *path, char *err, size_t err_s
     if (!s || !path) return kite_fail(&e, KITE_ERR_INVALID_ARG, "session and path must not be NULL"), kite_error_export(&e, err, err_size);
     if (s->gen.busy)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_load: the session is busy"), kite_error_export(&e, err, err_size);
+    if (!s->kv.uniform)
+        return kite_fail(&e, KITE_ERR_UNSUPPORTED, "kite_session_load: session files do not hold models whose layers differ in "
+                         "head size (Gemma 4)"), kite_error_export(&e, err, err_size);
     char *data = NULL;
     size_t size = 0;
     int st = kite_read_file(path, &data, &size, (size_t)1 << 40, &e);

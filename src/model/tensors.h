@@ -30,6 +30,9 @@ typedef enum kite_arch {
 } kite_arch;
 
 /* The FFN's gate activation: SiLU (SwiGLU: Llama, Qwen) or GELU with the tanh approximation (GeGLU: Gemma). */
+/* Layers a per-layer local/global pattern can describe (llama.cpp's sliding_window_pattern array). */
+enum { KITE_MAX_LAYER_PATTERN = 512 };
+
 typedef enum kite_ffn_act { KITE_FFN_SILU = 0, KITE_FFN_GELU_TANH = 1 } kite_ffn_act;
 
 /* How RoPE pairs the dimensions of a head:
@@ -78,11 +81,57 @@ typedef struct kite_hparams {
     int32_t expert_ffn_dim;       /* each expert's intermediate width */
     bool expert_weights_norm;     /* the top-k probabilities are divided by their sum (HF norm_topk_prob; llama.cpp
                                      always does for qwen3moe GGUF files) */
+    /* Gemma 4 and Muse Glimmer (zero / false elsewhere: "as Llama / Gemma 3 do"). */
+    bool local_by_layer;          /* layer_local[] says which layers are local (llama.cpp's per-layer
+                                     sliding_window_pattern array) instead of swa_period */
+    uint8_t layer_local[KITE_MAX_LAYER_PATTERN]; /* [n_layers] 1 = sliding-window layer, when local_by_layer */
+    int32_t head_dim_local;       /* head size of local layers (Gemma 4: 256 while global layers have head_dim 512);
+                                     0 = head_dim */
+    int32_t n_kv_heads_local;     /* KV heads of local layers (Gemma 4 31B: 16 local, 4 global); 0 = n_kv_heads */
+    int32_t rope_dim_local;       /* rotated dimensions of a local head (partial RoPE: pairs (i, i + rope_dim/2) for
+                                     i < rope_dim/2, the rest pass through); 0 = the whole head */
+    bool rope_global_none;        /* global layers take no RoPE (Muse Glimmer: NoPE on full-attention layers) */
+    bool v_norm;                  /* V gets an RMSNorm without weight before the cache (Gemma 4) */
+    bool embd_norm;               /* the embedding row gets an RMSNorm without weight (Muse Glimmer) */
+    float post_norm_eps;          /* epsilon of the post-attention / post-FFN norms; 0 = rms_eps (Muse Glimmer: 1e-8) */
+    float logit_scale;            /* logits multiplied by this before the soft-cap (Muse Glimmer's output multiplier);
+                                     0 = 1 */
 } kite_hparams;
 
 /* Whether layer l attends over a sliding window (a local layer) rather than the whole context. */
 static inline bool kite_layer_is_local(const kite_hparams *hp, int32_t l) {
-    return hp->sliding_window > 0 && hp->swa_period > 0 && l % hp->swa_period < hp->swa_period - 1;
+    if (hp->sliding_window <= 0) return false;
+    if (hp->local_by_layer) return l >= 0 && l < KITE_MAX_LAYER_PATTERN && hp->layer_local[l];
+    return hp->swa_period > 0 && l % hp->swa_period < hp->swa_period - 1;
+}
+
+/* Layer l's head size and KV head count (local layers may differ: Gemma 4). */
+static inline int32_t kite_layer_head_dim(const kite_hparams *hp, int32_t l) {
+    return hp->head_dim_local > 0 && kite_layer_is_local(hp, l) ? hp->head_dim_local : hp->head_dim;
+}
+static inline int32_t kite_layer_kv_heads(const kite_hparams *hp, int32_t l) {
+    return hp->n_kv_heads_local > 0 && kite_layer_is_local(hp, l) ? hp->n_kv_heads_local : hp->n_kv_heads;
+}
+/* Rotated dimensions of layer l's heads: 0 for a layer without RoPE. */
+static inline int32_t kite_layer_rope_dim(const kite_hparams *hp, int32_t l) {
+    if (kite_layer_is_local(hp, l)) return hp->rope_dim_local > 0 ? hp->rope_dim_local : kite_layer_head_dim(hp, l);
+    return hp->rope_global_none ? 0 : hp->head_dim;
+}
+/* The largest head size and the widest q (n_heads * head size) and k/v (kv heads * head size) rows of any layer. */
+static inline int32_t kite_max_head_dim(const kite_hparams *hp) {
+    return hp->head_dim_local > hp->head_dim ? hp->head_dim_local : hp->head_dim;
+}
+static inline int64_t kite_max_kv_width(const kite_hparams *hp) {
+    int64_t g = (int64_t)hp->n_kv_heads * hp->head_dim;
+    int64_t l = (int64_t)(hp->n_kv_heads_local > 0 ? hp->n_kv_heads_local : hp->n_kv_heads) *
+                (hp->head_dim_local > 0 ? hp->head_dim_local : hp->head_dim);
+    return g > l ? g : l;
+}
+/* Whether every layer has the same head size and KV head count. */
+static inline bool kite_uniform_heads(const kite_hparams *hp) {
+    for (int32_t l = 0; l < hp->n_layers; l++)
+        if (kite_layer_head_dim(hp, l) != hp->head_dim || kite_layer_kv_heads(hp, l) != hp->n_kv_heads) return false;
+    return true;
 }
 
 typedef struct kite_tensor {

@@ -151,14 +151,17 @@ static int rope_table(kite_weights *w, const kite_source *src, kite_error *e) {
     }
     free(freq_factors);
     /* Sliding-window layers (Gemma 3) rotate with their own base and no scaling, as llama.cpp's
-     * rope_freq_base_train_swa / rope_freq_scale_train_swa = 1 and transformers' rope_local_base_freq. */
-    bool any_local = false;
-    for (int32_t l = 0; l < hp->n_layers; l++) any_local = any_local || kite_layer_is_local(hp, l);
-    if (any_local) {
-        w->rope_inv_freq_local = malloc(sizeof(float) * (size_t)half);
+     * rope_freq_base_train_swa / rope_freq_scale_train_swa = 1 and transformers' rope_local_base_freq; over
+     * their own rotated dimensions (Gemma 4's partial RoPE: ggml's theta_scale = base^(-2/n_dims)). */
+    int32_t local_rope_dim = 0;
+    for (int32_t l = 0; l < hp->n_layers; l++)
+        if (kite_layer_is_local(hp, l)) local_rope_dim = kite_layer_rope_dim(hp, l);
+    if (local_rope_dim > 0) {
+        int32_t local_half = local_rope_dim / 2;
+        w->rope_inv_freq_local = malloc(sizeof(float) * (size_t)local_half);
         if (!w->rope_inv_freq_local) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
-        for (int32_t i = 0; i < half; i++)
-            w->rope_inv_freq_local[i] = (float)pow((double)hp->rope_theta_local, -2.0 * i / (double)hp->head_dim);
+        for (int32_t i = 0; i < local_half; i++)
+            w->rope_inv_freq_local[i] = (float)pow((double)hp->rope_theta_local, -2.0 * i / (double)local_rope_dim);
     }
     return KITE_OK;
 }
@@ -168,11 +171,11 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
     memset(w, 0, sizeof *w);
     w->hp = src->hp;
     const kite_hparams *hp = &w->hp;
-    int64_t dim = hp->dim, q_width = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+    int64_t dim = hp->dim;
     int st = KITE_OK;
     w->kernels = kite_kernels();
     if (!(w->tok_embd = matrix(src, "token_embd.weight", hp->n_vocab, dim, e))) return e->status;
-    const size_t per_layer = 7 + (hp->n_experts > 0 ? 1 + 3 * (size_t)hp->n_experts : 0);
+    const size_t per_layer = 8 + (hp->n_experts > 0 ? 1 + 3 * (size_t)hp->n_experts : 0);
     const size_t max_jobs = 1 + (size_t)hp->n_layers * per_layer;
     pack_job *jobs = calloc(max_jobs, sizeof *jobs);
     int32_t n_jobs = 0;
@@ -189,6 +192,8 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
     if (!w->layers) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
     for (int32_t l = 0; l < hp->n_layers; l++) {
         kite_layer_weights *L = &w->layers[l];
+        const int64_t head_dim = kite_layer_head_dim(hp, l), q_width = (int64_t)hp->n_heads * head_dim;
+        const int64_t kv_dim = (int64_t)kite_layer_kv_heads(hp, l) * head_dim;
         char name[96];
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
 #define MATRIX(field, suffix, rows, cols)                                                    \
@@ -199,8 +204,11 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
         }
         MATRIX(wq, "attn_q.weight", q_width, dim);
         MATRIX(wk, "attn_k.weight", kv_dim, dim);
-        MATRIX(wv, "attn_v.weight", kv_dim, dim);
+        /* Gemma 4's k_eq_v layers have no attn_v: V is K's projection (llama.cpp: "use Kcur as Vcur") */
+        L->v_from_k = hp->arch == KITE_ARCH_GEMMA4 && !kite_source_find(src, NAME("attn_v.weight"));
+        if (!L->v_from_k) MATRIX(wv, "attn_v.weight", kv_dim, dim);
         MATRIX(wo, "attn_output.weight", dim, q_width);
+        if (hp->arch == KITE_ARCH_MUSE_GLIMMER) MATRIX(w_attn_gate, "attn_gate.weight", q_width, dim);
         if (hp->n_experts > 0) {
             if (!(L->moe = calloc(1, sizeof *L->moe))) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
             pack_list list = {.jobs = jobs, .n = n_jobs, .cap = (int32_t)max_jobs};
@@ -212,8 +220,8 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
             MATRIX(w_down, "ffn_down.weight", dim, hp->ffn_dim);
         }
 #undef MATRIX
-        bool qk_norm = hp->arch == KITE_ARCH_QWEN3 || hp->arch == KITE_ARCH_GEMMA3 || hp->arch == KITE_ARCH_QWEN3MOE;
-        bool gemma3 = hp->arch == KITE_ARCH_GEMMA3;
+        bool gemma3 = hp->arch == KITE_ARCH_GEMMA3 || hp->arch == KITE_ARCH_GEMMA4 || hp->arch == KITE_ARCH_MUSE_GLIMMER;
+        bool qk_norm = hp->arch == KITE_ARCH_QWEN3 || gemma3 || hp->arch == KITE_ARCH_QWEN3MOE;
         if ((st = norm_f32(src, NAME("attn_norm.weight"), dim, true, &L->attn_norm, e))) goto fail;
         if ((st = norm_f32(src, NAME("ffn_norm.weight"), dim, true, &L->ffn_norm, e))) goto fail;
         if ((st = norm_f32(src, NAME("post_attention_norm.weight"), dim, gemma3, &L->post_attn_norm, e))) goto fail;
@@ -221,8 +229,15 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
         if ((st = vector_f32(src, NAME("attn_q.bias"), q_width, false, &L->q_bias, e))) goto fail;
         if ((st = vector_f32(src, NAME("attn_k.bias"), kv_dim, false, &L->k_bias, e))) goto fail;
         if ((st = vector_f32(src, NAME("attn_v.bias"), kv_dim, false, &L->v_bias, e))) goto fail;
-        if ((st = norm_f32(src, NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm, e))) goto fail;
-        if ((st = norm_f32(src, NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm, e))) goto fail;
+        if ((st = norm_f32(src, NAME("attn_q_norm.weight"), head_dim, qk_norm, &L->q_norm, e))) goto fail;
+        if ((st = norm_f32(src, NAME("attn_k_norm.weight"), head_dim, qk_norm, &L->k_norm, e))) goto fail;
+        if (hp->arch == KITE_ARCH_GEMMA4) { /* layer_scalar, one element (absent: no scaling) */
+            float *scalar = NULL;
+            if ((st = vector_f32(src, NAME("layer_output_scale.weight"), 1, false, &scalar, e))) goto fail;
+            if (scalar) L->out_scale = scalar[0];
+            free(scalar);
+            if (!isfinite(L->out_scale)) { st = kite_fail(e, KITE_ERR_FORMAT, "%s: %s is not finite", src->format, name); goto fail; }
+        }
 #undef NAME
     }
     if ((st = pack_matrices(w, src, jobs, n_jobs, progress, progress_user_data, e))) goto fail;
@@ -243,6 +258,7 @@ void kite_weights_free(kite_weights *w) {
             kite_packed_matrix_free(&L->wq); kite_packed_matrix_free(&L->wk); kite_packed_matrix_free(&L->wv);
             kite_packed_matrix_free(&L->wo); kite_packed_matrix_free(&L->w_gate); kite_packed_matrix_free(&L->w_up);
             kite_packed_matrix_free(&L->w_down);
+            kite_packed_matrix_free(&L->w_attn_gate);
             kite_moe_layer_free(L->moe);
             free(L->moe);
             free(L->attn_norm); free(L->ffn_norm); free(L->q_bias); free(L->k_bias); free(L->v_bias);
