@@ -24,6 +24,11 @@ typedef enum oracle_variant {
     ORACLE_VARIANT_WIDE_WINDOW = 4,     /* gemma3: sliding window 4096 (the window ignored, all else intact) */
     ORACLE_VARIANT_MOE_UNNORMALISED = 5,/* qwen3moe, HF folder only: norm_topk_prob false (top-k weights not divided
                                            by their sum, which llama.cpp always does for qwen3moe) */
+    ORACLE_VARIANT_NO_ATTN_GATE = 6,    /* muse-glimmer: attn_gate all zero (sigmoid 0.5 everywhere: after the post-norm the
+                                           same as no gate at all) */
+    ORACLE_VARIANT_NO_SOFTCAP = 7,      /* muse-glimmer, gemma4: final_logit_softcapping left out */
+    ORACLE_VARIANT_NO_PROPORTIONAL_ROPE = 8, /* gemma4: rope_freqs.weight left out (global layers rotate every pair) */
+    ORACLE_VARIANT_NO_LAYER_SCALAR = 9, /* gemma4: layer_output_scale.weight left out (scalars ignored) */
 } oracle_variant;
 
 typedef struct oracle_spec {
@@ -66,6 +71,17 @@ typedef struct oracle_spec {
     int32_t n_experts;
     int32_t n_experts_used;
     int32_t expert_ffn_dim;
+    /* Gemma 4 (arch "gemma4") and Muse Glimmer (arch "muse-glimmer"): the local/global pattern is written per
+     * layer (a bool array, from config.json's layer_types) with sliding_window and swa_period as above. */
+    int32_t head_dim_swa;      /* gemma4: local layers' head size (head_dim is the global layers'), 0 = head_dim */
+    int32_t n_kv_heads_swa;    /* gemma4: local layers' KV heads, 0 = n_kv_heads */
+    float rope_theta_swa;      /* gemma4: local layers' RoPE base */
+    float partial_rotary_global; /* gemma4: proportional RoPE of global layers (rotated fraction of the pairs) */
+    bool k_eq_v;               /* gemma4: global layers have no v_proj (V = K's projection) */
+    bool layer_scalar;         /* gemma4: per-layer output scalars */
+    float softcap;             /* muse-glimmer, gemma4: final logit soft-cap, 0 = none */
+    float logit_scale;         /* muse-glimmer: output multiplier */
+    float qk_scale;            /* muse-glimmer: qk_scale_factor (the GGUF's q_norm weights) */
     uint64_t seed;
     oracle_variant variant;
 } oracle_spec;

@@ -79,7 +79,7 @@
  * 2.5-3.7x above the measurement) and its negative control must exceed 100x the scaled TV bound. */
 #define GEMMA3_BOUND_SCALE 10.0
 
-enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 5 };
+enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 7, MAX_MORE_CONTROLS = 3 };
 
 /* node-llama-cpp hands over each position's distribution as a Map of the whole vocabulary, about 0.15 s
  * of CPU per position, so llama.cpp returns every position of the short prompts but only every third
@@ -118,6 +118,9 @@ typedef struct arch_case {
     oracle_variant control;     /* the negative control's defect */
     bool control_hf;            /* the control is an HF folder (its defect lives in config.json), not a GGUF */
     const char *control_what;
+    /* further negative controls (GGUF), each breaking one more feature */
+    struct { oracle_variant variant; const char *what; } more_controls[MAX_MORE_CONTROLS];
+    char more_control_gguf[MAX_MORE_CONTROLS][4200];
     const prompt_text *prompts;
     oracle_spec spec;
     char gguf[4200], hf_dir[4200], control_gguf[4200], out_prefix[4200];
@@ -149,6 +152,15 @@ static arch_case CASES[N_ARCHS] = {
      .control_what = "sliding window 4096 instead of 16", .prompts = QWEN_PROMPTS},
     {.arch = "qwen3moe", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_MOE_UNNORMALISED, .control_hf = true,
      .control_what = "top-k expert weights not normalised (HF norm_topk_prob false)", .prompts = QWEN_PROMPTS},
+    {.arch = "muse-glimmer", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_NO_ATTN_GATE,
+     .control_what = "attention output gate ignored (all zero: sigmoid 0.5)", .prompts = QWEN_PROMPTS,
+     .more_controls = {{ORACLE_VARIANT_NO_SOFTCAP, "final soft-cap left out"},
+                       {ORACLE_VARIANT_WIDE_WINDOW, "sliding window 4096 instead of 16"}}},
+    {.arch = "gemma4", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_NO_PROPORTIONAL_ROPE,
+     .control_what = "proportional RoPE ignored (rope_freqs.weight left out)", .prompts = QWEN_PROMPTS,
+     .more_controls = {{ORACLE_VARIANT_NO_LAYER_SCALAR, "layer scalars ignored"},
+                       {ORACLE_VARIANT_NO_SOFTCAP, "final soft-cap left out"},
+                       {ORACLE_VARIANT_WIDE_WINDOW, "sliding window 4096 instead of 16"}}},
 };
 
 static char TMP_DIR[4096];
@@ -262,6 +274,15 @@ static void prepare_case(arch_case *c, json_t *jobs) {
                            msg, sizeof msg)) {
         set_error(c->error, sizeof c->error, "writing the %s control model failed: %s", c->arch, msg);
         return;
+    }
+    for (int k = 0; k < MAX_MORE_CONTROLS && c->more_controls[k].variant; k++) {
+        snprintf(c->more_control_gguf[k], sizeof c->more_control_gguf[k], "%s/%s-control%d.gguf", TMP_DIR, c->arch, k + 2);
+        control = c->spec;
+        control.variant = c->more_controls[k].variant;
+        if (oracle_write_model(&control, c->vocab, tok_dir, c->more_control_gguf[k], NULL, msg, sizeof msg)) {
+            set_error(c->error, sizeof c->error, "writing the %s control model %d failed: %s", c->arch, k + 2, msg);
+            return;
+        }
     }
     open_model(&c->model, c->gguf, c->error, sizeof c->error);
     if (!c->model) return;
@@ -567,7 +588,10 @@ static void compare_probs(const float *logits, const float *probs, int prompt, c
     free(p);
 }
 
-static double bound_scale(const arch_case *c) { return strcmp(c->arch, "gemma3") == 0 ? GEMMA3_BOUND_SCALE : 1.0; }
+/* Gemma 3 and Gemma 4 share the GeGLU and so llama.cpp's f16 GELU table. */
+static double bound_scale(const arch_case *c) {
+    return strcmp(c->arch, "gemma3") == 0 || strcmp(c->arch, "gemma4") == 0 ? GEMMA3_BOUND_SCALE : 1.0;
+}
 
 static bool within_bounds(const arch_case *c, const diff_stats *d) {
     const double k = bound_scale(c);
@@ -657,11 +681,19 @@ static void hf_matches_gguf(int index) {
         fail_msg("%s: the HF folder's logits differ from the GGUF's by %g > %g", c->arch, max_diff, HF_LOGIT_BOUND);
 }
 
+static void one_control_detected(arch_case *c, const char *path, const char *what);
+
 static void control_detected(int index) {
     arch_case *c = ready_case(index);
+    one_control_detected(c, c->control_gguf, c->control_what);
+    for (int k = 0; k < MAX_MORE_CONTROLS && c->more_controls[k].variant; k++)
+        one_control_detected(c, c->more_control_gguf[k], c->more_controls[k].what);
+}
+
+static void one_control_detected(arch_case *c, const char *path, const char *what) {
     kite_model *broken = NULL;
     char err[1024] = "";
-    open_model(&broken, c->control_gguf, err, sizeof err);
+    open_model(&broken, path, err, sizeof err);
     if (!broken) fail_msg("%s", err);
     diff_stats d = {0};
     for (int p = 0; p < N_PROMPTS; p++) {
@@ -673,10 +705,10 @@ static void control_detected(int index) {
     }
     kite_model_free(broken);
     print_message("%s control (%s) vs llama.cpp: max TV %.3g (mean %.3g), max |dp| %.3g: %.0fx the TV bound\n", c->arch,
-                  c->control_what, d.max_tv, d.sum_tv / d.n_positions, d.max_dp, d.max_tv / (bound_scale(c) * TV_BOUND));
+                  what, d.max_tv, d.sum_tv / d.n_positions, d.max_dp, d.max_tv / (bound_scale(c) * TV_BOUND));
     if (!(d.max_tv > CONTROL_MARGIN * bound_scale(c) * TV_BOUND))
         fail_msg("%s: with %s kite still agrees with llama.cpp (max TV %g): the comparison is too weak to catch it",
-                 c->arch, c->control_what, d.max_tv);
+                 c->arch, what, d.max_tv);
 }
 
 static void tokenizer_matches_llamacpp(int index) {
@@ -714,12 +746,15 @@ ARCH_TESTS(1, qwen2)
 ARCH_TESTS(2, qwen3)
 ARCH_TESTS(3, gemma3)
 ARCH_TESTS(4, qwen3moe)
+ARCH_TESTS(5, muse_glimmer)
+ARCH_TESTS(6, gemma4)
 
 /* The families to compare as arguments (GGUF architecture names; none: all). tests/oracle/tests.cmake
  * runs them as several ctest entries, so a parallel ctest spreads the families over the cores. */
 int main(int argc, char **argv) {
     static const struct CMUnitTest per_arch[N_ARCHS][TESTS_PER_ARCH] = {
         ARCH_TEST_LIST(llama), ARCH_TEST_LIST(qwen2), ARCH_TEST_LIST(qwen3), ARCH_TEST_LIST(gemma3), ARCH_TEST_LIST(qwen3moe),
+        ARCH_TEST_LIST(muse_glimmer), ARCH_TEST_LIST(gemma4),
     };
     for (int a = 1; a < argc; a++) {
         int found = -1;
