@@ -96,6 +96,10 @@ typedef struct kite_hparams {
     float post_norm_eps;          /* epsilon of the post-attention / post-FFN norms; 0 = rms_eps (Muse Glimmer: 1e-8) */
     float logit_scale;            /* logits multiplied by this before the soft-cap (Muse Glimmer's output multiplier);
                                      0 = 1 */
+    float rope_global_fraction;   /* Gemma 4 from config.json: proportional RoPE on global layers, only this fraction
+                                     of the pairs turns (GGUF files carry it as rope_freqs.weight); 0 = all */
+    float qk_scale_factor;        /* Muse Glimmer from config.json: q_norm weights (k_norm: 1) when the checkpoint has
+                                     none (its converter synthesizes them); 0 = not given */
 } kite_hparams;
 
 /* Whether layer l attends over a sliding window (a local layer) rather than the whole context. */

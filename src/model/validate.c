@@ -126,8 +126,9 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
         CHECK("attn_q.bias", need_bias, 1, q_dim, 1);
         CHECK("attn_k.bias", need_bias, 1, kv_dim, 1);
         CHECK("attn_v.bias", need_bias, 1, kv_dim, 1);
-        CHECK("attn_q_norm.weight", need_qk_norm, 1, head_dim, 1);
-        CHECK("attn_k_norm.weight", need_qk_norm, 1, head_dim, 1);
+        /* Muse Glimmer's HF checkpoints have none (qk_scale_factor stands for them) */
+        CHECK("attn_q_norm.weight", need_qk_norm && hp->qk_scale_factor == 0.0f, 1, head_dim, 1);
+        CHECK("attn_k_norm.weight", need_qk_norm && hp->qk_scale_factor == 0.0f, 1, head_dim, 1);
         CHECK("ffn_norm.weight", true, 1, hp->dim, 1);
         CHECK("ffn_gate.weight", !moe, 2, hp->dim, hp->ffn_dim);
         CHECK("ffn_up.weight", !moe, 2, hp->dim, hp->ffn_dim);

@@ -133,6 +133,9 @@ static int rope_table(kite_weights *w, const kite_source *src, kite_error *e) {
         double freq = pow((double)hp->rope_theta, -2.0 * i / (double)hp->head_dim);
         if (freq_factors) {
             freq /= freq_factors[i];
+        } else if (hp->rope_global_fraction > 0.0f) {
+            /* as Gemma4Model.generate_extra_tensors: divisor 1e30 for the pairs past the fraction */
+            if (i >= (int32_t)((float)hp->head_dim * hp->rope_global_fraction / 2.0f)) freq /= 1e30f;
         } else if (hp->rope_scaling == KITE_ROPE_SCALING_LLAMA3) {
             double low_wavelen = hp->rope_orig_ctx / hp->rope_low_freq_factor;
             double high_wavelen = hp->rope_orig_ctx / hp->rope_high_freq_factor;
@@ -187,7 +190,9 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
     } else {
         jobs[n_jobs++] = (pack_job){w->tok_embd, &w->output, true};
     }
-    if ((st = norm_f32(src, "output_norm.weight", dim, true, &w->output_norm, e))) goto fail;
+    /* Muse Glimmer's converter shifts only the layer norms (x * (1 + w)); its final norm is x * w */
+    if ((st = (hp->arch == KITE_ARCH_MUSE_GLIMMER ? vector_f32 : norm_f32)(src, "output_norm.weight", dim, true, &w->output_norm, e)))
+        goto fail;
     w->layers = calloc((size_t)hp->n_layers, sizeof *w->layers);
     if (!w->layers) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
     for (int32_t l = 0; l < hp->n_layers; l++) {
@@ -229,8 +234,20 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
         if ((st = vector_f32(src, NAME("attn_q.bias"), q_width, false, &L->q_bias, e))) goto fail;
         if ((st = vector_f32(src, NAME("attn_k.bias"), kv_dim, false, &L->k_bias, e))) goto fail;
         if ((st = vector_f32(src, NAME("attn_v.bias"), kv_dim, false, &L->v_bias, e))) goto fail;
-        if ((st = norm_f32(src, NAME("attn_q_norm.weight"), head_dim, qk_norm, &L->q_norm, e))) goto fail;
-        if ((st = norm_f32(src, NAME("attn_k_norm.weight"), head_dim, qk_norm, &L->k_norm, e))) goto fail;
+        if (hp->qk_scale_factor > 0.0f && !kite_source_find(src, NAME("attn_q_norm.weight"))) {
+            /* Muse Glimmer's Hugging Face checkpoints: a weightless RMSNorm then qk_scale_factor on q, as the
+             * converter's synthesized q_norm = the factor, k_norm = 1 */
+            L->q_norm = malloc(sizeof(float) * (size_t)head_dim);
+            L->k_norm = malloc(sizeof(float) * (size_t)head_dim);
+            if (!L->q_norm || !L->k_norm) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
+            for (int64_t i = 0; i < head_dim; i++) L->q_norm[i] = hp->qk_scale_factor, L->k_norm[i] = 1.0f;
+        } else {
+            /* Muse Glimmer's q/k norms are the converter's own, never shifted */
+            int (*read)(const kite_source *, const char *, int64_t, bool, float **, kite_error *) =
+                hp->arch == KITE_ARCH_MUSE_GLIMMER ? vector_f32 : norm_f32;
+            if ((st = read(src, NAME("attn_q_norm.weight"), head_dim, qk_norm, &L->q_norm, e))) goto fail;
+            if ((st = read(src, NAME("attn_k_norm.weight"), head_dim, qk_norm, &L->k_norm, e))) goto fail;
+        }
         if (hp->arch == KITE_ARCH_GEMMA4) { /* layer_scalar, one element (absent: no scaling) */
             float *scalar = NULL;
             if ((st = vector_f32(src, NAME("layer_output_scale.weight"), 1, false, &scalar, e))) goto fail;

@@ -82,12 +82,13 @@ bool oracle_default_spec(const char *arch, oracle_spec *s) {
     if (strcmp(arch, "gemma4") == 0) {
         /* Gemma 4 in miniature, as the 31B's config: local layers (0, 1) with head size 32 and 2 KV heads (window 16,
          * RoPE base 10000, whole head), global layer 2 with head size 64 and 1 KV head, k_eq_v (no v_proj), and
-         * proportional RoPE (base 1e6, a quarter of the pairs rotated); layer scalars, soft-cap 5, tied. */
+         * proportional RoPE (a quarter of the pairs rotated; base 1000 rather than the 31B's 1e6, so the pairs
+         * the divisors stop would turn by radians within the prompts); layer scalars, soft-cap 5, tied. */
         *s = (oracle_spec){
             .arch = "gemma4", .hf_model_type = "gemma4_text", .hf_class = "Gemma4ForCausalLM", .tokenizer_pre = "qwen2",
             .bos_text = "<|endoftext|>", .eos_text = "<|im_end|>", .add_bos = false,
             .dim = 64, .n_layers = 3, .n_heads = 4, .n_kv_heads = 1, .head_dim = 64, .explicit_head_dim = true,
-            .ffn_dim = 192, .n_vocab = 151936, .n_ctx_train = 512, .rms_eps = 1e-6f, .rope_theta = 1000000.0f,
+            .ffn_dim = 192, .n_vocab = 151936, .n_ctx_train = 512, .rms_eps = 1e-6f, .rope_theta = 1000.0f,
             .qk_norm = true, .tied_embeddings = true, .sliding_window = 16, .swa_period = 3, .head_dim_swa = 32,
             .n_kv_heads_swa = 2, .rope_theta_swa = 10000.0f, .partial_rotary_global = 0.25f, .k_eq_v = true,
             .layer_scalar = true, .softcap = 5.0f, .seed = 0x6e4a4ull,
@@ -326,9 +327,10 @@ static int make_weights(const oracle_spec *s, model_weights *w, errbuf *e) {
             if (!ADD("mlp.down_proj.weight", "ffn_down.weight", s->dim, s->ffn_dim, 0.0, 2.5 * embd_std / sqrt(ffn))) return -1;
         }
         if (gemma4 && s->layer_scalar) {
-            /* one scalar per layer, far from 1 (0.25, 3, 0.25, ...) so the residual mix changes visibly */
+            /* one scalar per layer, far from 1 (3, 0.25, 3, ...) so the residual mix changes visibly: the stream
+             * entering the global layer 2 is small, so that layer weighs much in the logits */
             if (!ADD("layer_scalar", "layer_output_scale.weight", 0, 1, 0.0, 0.0)) return -1;
-            t->data[0] = l % 2 ? 3.0f : 0.25f;
+            t->data[0] = l % 2 ? 0.25f : 3.0f;
         }
 #undef ADD
     }
