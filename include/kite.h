@@ -109,6 +109,10 @@ typedef struct kite_model_info {
     int32_t n_experts;      /* mixture of experts (qwen3moe): routed experts per layer, 0 for a dense model */
     int32_t n_experts_used; /* experts each token runs (top-k) */
     int32_t expert_ffn_dim; /* each expert's intermediate width */
+    int32_t sliding_window; /* positions a sliding-window layer sees (gemma3, gemma4, muse-glimmer); 0 for none */
+    int32_t n_local_layers; /* layers with the sliding window */
+    int32_t head_dim_local; /* head size and KV heads of the sliding-window layers, when they differ from */
+    int32_t n_kv_heads_local; /* head_dim / n_kv_heads (gemma4); else equal to them */
 } kite_model_info;
 
 void kite_model_get_info(const kite_model *model, kite_model_info *info);

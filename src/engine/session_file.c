@@ -10,7 +10,8 @@
  *  40  i32 n_tokens
  *  44  u32 reserved (0)
  *  48  i32 tokens[n_tokens]
- *      K rows, then V rows: for each layer, for each KV head, n_tokens rows of head_dim elements (f16 or f32)
+ *      K rows, then V rows: for each layer, for each of its KV heads, n_tokens rows of its head size (Gemma 4's
+ *      local and global layers differ in both)
  *      u64 FNV-1a 64 of every byte before it
  * A load checks every field against the session and the file's size against the fields before reading. */
 #include <stdio.h>
@@ -69,10 +70,15 @@ static uint64_t get_u64(const unsigned char *p) {
 
 /* Bytes of a file of n_tokens for shape x, or 0 when that would overflow. */
 static uint64_t file_bytes(const kite_session_file_shape *x, int64_t n_tokens) {
-    uint64_t row_bytes = kite_kv_row_bytes(x->kv_type, x->head_dim);
-    uint64_t rows = (uint64_t)x->n_layers * (uint64_t)x->n_kv_heads * (uint64_t)n_tokens; /* each bounded by 2^31 */
-    if (row_bytes == 0 || rows > (UINT64_MAX / 4) / row_bytes) return 0;
-    return KITE_SESSION_HEADER_BYTES + 4 * (uint64_t)n_tokens + 2 * rows * row_bytes + 8;
+    uint64_t per_token = x->token_row_bytes;
+    if (!per_token) {
+        uint64_t row_bytes = kite_kv_row_bytes(x->kv_type, x->head_dim);
+        uint64_t rows = (uint64_t)x->n_layers * (uint64_t)x->n_kv_heads; /* each bounded by 2^31 */
+        if (row_bytes == 0 || rows > (UINT64_MAX / 4) / row_bytes) return 0;
+        per_token = rows * row_bytes;
+    }
+    if ((uint64_t)n_tokens > (UINT64_MAX / 4) / per_token) return 0;
+    return KITE_SESSION_HEADER_BYTES + 4 * (uint64_t)n_tokens + 2 * (uint64_t)n_tokens * per_token + 8;
 }
 
 int kite_session_file_parse(const void *data, size_t size, const kite_session_file_shape *x, int32_t max_tokens,
@@ -125,7 +131,10 @@ int kite_session_file_parse(const void *data, size_t size, const kite_session_fi
 
 static kite_session_file_shape session_shape(const kite_session *s) {
     const kite_hparams *hp = &s->model->weights.hp;
+    uint64_t per_token = 0;
+    for (int32_t l = 0; l < s->kv.n_layers; l++) per_token += (uint64_t)s->kv.layer_kv_heads[l] * s->kv.layer_row_bytes[l];
     return (kite_session_file_shape){
+        .token_row_bytes = per_token,
         .fingerprint = kite_model_fingerprint(s->model),
         .kv_type = s->kv.kv_type,
         .n_layers = hp->n_layers,
@@ -140,16 +149,12 @@ int kite_session_save(const kite_session *s, const char *path, char *err, size_t
     if (!s || !path) return kite_fail(&e, KITE_ERR_INVALID_ARG, "session and path must not be NULL"), kite_error_export(&e, err, err_size);
     if (s->gen.busy)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_save: the session is busy"), kite_error_export(&e, err, err_size);
-    if (!s->kv.uniform)
-        return kite_fail(&e, KITE_ERR_UNSUPPORTED, "kite_session_save: session files do not hold models whose layers differ in "
-                         "head size (Gemma 4)"), kite_error_export(&e, err, err_size);
     kite_session_file_shape x = session_shape(s);
     int32_t n = s->n_past; /* rows with K/V (an unfed generated token has none) */
     kite_kv_cache probe = s->kv; /* kite_kv_can_rewind may change only ring_high, of this copy */
     if (!kite_kv_can_rewind(&probe, n))
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_save: the sliding-window cache no longer holds the window"),
                kite_error_export(&e, err, err_size);
-    size_t row_bytes = s->kv.row_bytes;
     unsigned char header[KITE_SESSION_HEADER_BYTES] = {0};
     memcpy(header, SESSION_MAGIC, 8);
     put_u32(header + 8, SESSION_VERSION);
@@ -178,7 +183,8 @@ int kite_session_save(const kite_session *s, const char *path, char *err, size_t
     for (int pass = 0; pass < 2 && ok; pass++) {
         const char *base = pass == 0 ? s->kv.k : s->kv.v;
         for (int32_t l = 0; l < x.n_layers && ok; l++)
-            for (int32_t hd = 0; hd < x.n_kv_heads && ok; hd++) {
+            for (int32_t hd = 0; hd < s->kv.layer_kv_heads[l] && ok; hd++) {
+                const size_t row_bytes = s->kv.layer_row_bytes[l];
                 if (!kite_kv_is_ring(&s->kv, l)) {
                     const char *rows = base + kite_kv_offset(&s->kv, l, hd, 0);
                     h = fnv1a(h, rows, row_bytes * (size_t)n);
@@ -210,9 +216,6 @@ int kite_session_load(kite_session *s, const char *path, char *err, size_t err_s
     if (!s || !path) return kite_fail(&e, KITE_ERR_INVALID_ARG, "session and path must not be NULL"), kite_error_export(&e, err, err_size);
     if (s->gen.busy)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_load: the session is busy"), kite_error_export(&e, err, err_size);
-    if (!s->kv.uniform)
-        return kite_fail(&e, KITE_ERR_UNSUPPORTED, "kite_session_load: session files do not hold models whose layers differ in "
-                         "head size (Gemma 4)"), kite_error_export(&e, err, err_size);
     char *data = NULL;
     size_t size = 0;
     int st = kite_read_file(path, &data, &size, (size_t)1 << 40, &e);
@@ -228,12 +231,12 @@ int kite_session_load(kite_session *s, const char *path, char *err, size_t err_s
         return kite_error_export(&e, err, err_size);
     }
     int32_t n = view.n_tokens;
-    size_t row_bytes = s->kv.row_bytes, block = row_bytes * (size_t)n;
     const unsigned char *src = view.kv;
     for (int pass = 0; pass < 2; pass++) {
         char *base = pass == 0 ? s->kv.k : s->kv.v;
         for (int32_t l = 0; l < x.n_layers; l++)
-            for (int32_t hd = 0; hd < x.n_kv_heads; hd++) {
+            for (int32_t hd = 0; hd < s->kv.layer_kv_heads[l]; hd++) {
+                const size_t row_bytes = s->kv.layer_row_bytes[l], block = row_bytes * (size_t)n;
                 if (!kite_kv_is_ring(&s->kv, l)) {
                     memcpy(base + kite_kv_offset(&s->kv, l, hd, 0), src, block);
                 } else {

@@ -632,7 +632,6 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
     kv->window = hp->sliding_window;
     int64_t ring = hp->sliding_window > 0 ? (int64_t)hp->sliding_window - 1 + KITE_KV_MAX_PASS : 0;
     kv->ring_rows = ring > 0 && ring < n_ctx ? (int32_t)ring : 0;
-    kv->uniform = kite_uniform_heads(hp);
     kv->layer_rows = calloc((size_t)hp->n_layers, sizeof *kv->layer_rows);
     kv->layer_base = calloc((size_t)hp->n_layers, sizeof *kv->layer_base);
     kv->layer_kv_heads = calloc((size_t)hp->n_layers, sizeof *kv->layer_kv_heads);

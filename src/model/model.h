@@ -75,7 +75,6 @@ typedef struct kite_kv_cache {
     uint32_t type;       /* element type: KITE_TYPE_F16, F32, Q8_0 or Q4_0 (quant/types.h) */
     kite_kv_type kv_type;/* the same as the public enum */
     size_t row_bytes;    /* bytes of one head's row of head_dim elements (global layers) */
-    bool uniform;        /* every layer has n_kv_heads heads of head_dim (false: Gemma 4's local layers differ) */
     int32_t *layer_kv_heads;   /* [n_layers] KV heads of each layer */
     size_t *layer_row_bytes;   /* [n_layers] bytes of one head's row in each layer */
     void *k;

@@ -131,13 +131,6 @@ static inline int64_t kite_max_kv_width(const kite_hparams *hp) {
                 (hp->head_dim_local > 0 ? hp->head_dim_local : hp->head_dim);
     return g > l ? g : l;
 }
-/* Whether every layer has the same head size and KV head count. */
-static inline bool kite_uniform_heads(const kite_hparams *hp) {
-    for (int32_t l = 0; l < hp->n_layers; l++)
-        if (kite_layer_head_dim(hp, l) != hp->head_dim || kite_layer_kv_heads(hp, l) != hp->n_kv_heads) return false;
-    return true;
-}
-
 typedef struct kite_tensor {
     char name[96];       /* canonical name, NUL-terminated */
     uint32_t type;       /* kite_type */

@@ -14,6 +14,10 @@ endfunction()
 # Gemma 3's sliding-window and global layers (and the ring's memory bound).
 kite_spec_family_test(test_spec_gemma3 tiny-gemma3 --ring)
 kite_spec_family_test(test_spec_qwen3moe tiny-qwen3moe)
+# Gemma 4's different head sizes on local and global layers (per-layer cache rows), k_eq_v, proportional RoPE.
+kite_spec_family_test(test_spec_gemma4 tiny-gemma4 --ring)
+# Muse Glimmer's output gate, NoPE global layers, embedding norm, logit scale.
+kite_spec_family_test(test_spec_muse_glimmer tiny-muse-glimmer --ring)
 # EAGLE-3 heads: capture identical under speculation, exactness with the head drafting, its cache in step,
 # bad heads refused (random tiny target and head written by kite_write_random_model).
 kite_unit_test(test_spec_eagle3 ${CMAKE_CURRENT_LIST_DIR}/test_spec_eagle3.c)
