@@ -30,6 +30,34 @@ struct kite_batch {
     size_t cap_sessions;
 };
 
+/* Whether the batch's pass captures what session s's learned drafter reads (the same layers). */
+static bool captures_for(const kite_batch *b, const kite_session *s) {
+    const kite_forward_scratch *own = &s->scratch;
+    return s->features.width > 0 && own->n_capture > 0 && own->n_capture == b->scratch.n_capture &&
+           !memcmp(own->capture_layer, b->scratch.capture_layer, sizeof *own->capture_layer * (size_t)own->n_capture);
+}
+
+/* Sets the pass's capture to the layers the sessions' learned drafters (EAGLE-3, DFlash) read, or to
+ * none (no cost) when no session reads any. Sessions that share a drafter (kite serve) read the same
+ * layers; a session whose drafter reads others gets no rows this step, which its drafter sees as a
+ * gap in the rows (it restarts them), never as wrong rows. */
+static void capture_for_step(kite_batch *b, kite_session *const *sessions, size_t n) {
+    const kite_forward_scratch *want = NULL;
+    for (size_t i = 0; i < n && !want; i++)
+        if (sessions[i] && sessions[i]->gen.busy && sessions[i]->features.width > 0 && sessions[i]->scratch.n_capture > 0)
+            want = &sessions[i]->scratch;
+    if (!want) {
+        if (b->scratch.n_capture) (void)kite_forward_scratch_set_capture(&b->scratch, &b->model->weights.hp, NULL, 0, NULL);
+        return;
+    }
+    if (want->n_capture == b->scratch.n_capture &&
+        !memcmp(want->capture_layer, b->scratch.capture_layer, sizeof *want->capture_layer * (size_t)want->n_capture))
+        return;
+    kite_error e = {0};
+    if (kite_forward_scratch_set_capture(&b->scratch, &b->model->weights.hp, want->capture_layer, want->n_capture, &e))
+        kite_log(KITE_LOG_WARN, "batch: hidden states not captured: %s", e.msg); /* n_capture is 0 again: no rows */
+}
+
 kite_batch_params kite_batch_default_params(void) {
     kite_batch_params p = {0};
     return p;
@@ -182,19 +210,30 @@ int kite_batch_step(kite_batch *b, kite_session *const *sessions, size_t n, char
         }
     }
     if (n_seqs == 0) return KITE_OK;
+    capture_for_step(b, sessions, n);
     kite_forward_multi(&b->model->weights, &b->scratch, b->pool, b->seqs, n_seqs, b->logits);
 
-    /* Each session takes its rows of logits, in the order of the sequences. */
+    /* Each session takes its rows of logits, in the order of the sequences, and its captured rows. */
     const float *row = b->logits;
     size_t V = (size_t)b->model->n_vocab;
+    int32_t token_row = 0; /* the session's first row of the pass */
     for (size_t i = 0; i < n; i++) {
         kite_session *s = sessions[i];
         kite_generation *g = s ? &s->gen : NULL;
+        const float *captured = NULL;
+        if (work[i].kind != STEP_NONE && captures_for(b, s))
+            captured = b->scratch.captured + (size_t)token_row * (size_t)s->features.width;
         if (work[i].kind == STEP_DECODE) {
+            token_row += work[i].pass.tree.n;
+            work[i].pass.captured = captured;
             kite_session_pass_walk(s, &work[i].pass, row);
             row += (size_t)work[i].pass.tree.n * V;
             if (g->stop || g->error.status) end_work(s, KITE_OK, NULL);
         } else if (work[i].kind == STEP_PREFILL) {
+            token_row += work[i].chunk;
+            kite_error fe = {0};
+            if (kite_session_features_append(s, captured, NULL, work[i].chunk, &fe)) /* the drafter finds rows missing */
+                kite_log(KITE_LOG_WARN, "%s", fe.msg);
             memcpy(s->history + s->n_past, g->queue + g->queue_done, sizeof(int32_t) * (size_t)work[i].chunk);
             s->n_past += work[i].chunk;
             g->queue_done += (size_t)work[i].chunk;

@@ -97,6 +97,11 @@ typedef struct kite_features {
 /* Starts (n > 0) or stops capturing the inputs of the given target layers (kite_forward_scratch_set_capture)
  * in every later pass of the session; the feature rows start empty at the current context length. */
 int kite_session_set_capture(struct kite_session *s, const int32_t *layers, int32_t n, kite_error *e);
+/* Appends captured rows (captured[r * width], as kite_forward_scratch.captured) of batch rows
+ * rows[0..count) (NULL: 0..count-1) as the positions from s->n_past on. Rows that do not follow the
+ * held ones (positions were run without capture in between) replace them. */
+int kite_session_features_append(struct kite_session *s, const float *captured, const int32_t *rows, int32_t count,
+                                 kite_error *e);
 /* Forgets the feature rows of positions below pos (the drafter has consumed them). */
 void kite_features_drop_before(kite_features *f, int32_t pos);
 /* Forgets the feature rows of positions at or past n_past. */
@@ -110,7 +115,7 @@ typedef struct kite_pass {
     int32_t pos0;               /* committed context before the pass */
     double t0, t1;              /* drafting start and end, ms */
     const float *captured;      /* the verification pass's captured hidden states (kite_forward_scratch.captured of
-                                   the scratch that ran it), or NULL: none (kite_batch's passes capture nothing) */
+                                   the scratch that ran it, at the pass's first row), or NULL: none */
 } kite_pass;
 
 struct kite_session {

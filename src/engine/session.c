@@ -136,10 +136,7 @@ void kite_features_drop_before(kite_features *f, int32_t pos) {
     f->n -= drop;
 }
 
-/* Appends captured rows (captured[r * width], as kite_forward_scratch.captured) of batch rows
- * rows[0..count) (NULL: 0..count-1) as the positions from s->n_past on. Rows that do not follow the
- * held ones (positions were run without capture in between) replace them. */
-static int features_append(kite_session *s, const float *captured, const int32_t *rows, int32_t count, kite_error *e) {
+int kite_session_features_append(kite_session *s, const float *captured, const int32_t *rows, int32_t count, kite_error *e) {
     kite_features *f = &s->features;
     if (f->width == 0 || count <= 0 || !captured) return KITE_OK;
     if (f->n == 0 || f->pos0 + f->n != s->n_past) {
@@ -253,7 +250,7 @@ int kite_session_run_chain(kite_session *s, const int32_t *ids, size_t n, float 
         bool last = done + (size_t)chunk == n;
         float *out = all_logits ? all_logits + done * (size_t)n_vocab : (last ? s->logits : NULL);
         kite_forward(w, &s->kv, &s->scratch, s->pool, ids + done, NULL, 0, chunk, s->n_past, out, all_logits != NULL);
-        int st = features_append(s, s->scratch.captured, NULL, chunk, e);
+        int st = kite_session_features_append(s, s->scratch.captured, NULL, chunk, e);
         if (st) return st;
         memcpy(s->history + s->n_past, ids + done, sizeof *ids * (size_t)chunk);
         s->n_past += chunk;
@@ -596,7 +593,7 @@ static void pass_walk(kite_session *s, kite_pass *ps, const float *tree_logits) 
                                     emit_for_walk, s->gen.gmask ? mask_for_walk : NULL, s, path);
     kite_kv_commit(&s->kv, m->weights.hp.n_layers, P, path, n_path);
     kite_error fe = {0};
-    if (features_append(s, ps->captured, path, n_path, &fe)) /* out of memory: the drafter finds its rows missing */
+    if (kite_session_features_append(s, ps->captured, path, n_path, &fe)) /* out of memory: the drafter finds its rows missing */
         kite_log(KITE_LOG_WARN, "%s", fe.msg);
     s->n_past = P + n_path;
     s->have_logits = false; /* the logits of the new root are not computed yet */

@@ -88,6 +88,10 @@ char *serve_metrics_text(serve_metrics *m, int32_t queue_depth, int32_t busy_slo
     serve_buf_printf(&b, "kite_time_to_first_token_seconds_count %llu\n", (unsigned long long)m->ttft_count);
     family(&b, "kite_prefix_cache_hits_total", "counter", "Requests that started from cached K/V of a shared prompt prefix.");
     serve_buf_printf(&b, "kite_prefix_cache_hits_total %llu\n", (unsigned long long)m->prefix_hits);
+    family(&b, "kite_spec_drafted_tokens_total", "counter", "Drafted tokens verified by speculative decoding.");
+    serve_buf_printf(&b, "kite_spec_drafted_tokens_total %llu\n", (unsigned long long)m->spec_drafted);
+    family(&b, "kite_spec_accepted_tokens_total", "counter", "Drafted tokens the target accepted.");
+    serve_buf_printf(&b, "kite_spec_accepted_tokens_total %llu\n", (unsigned long long)m->spec_accepted);
     family(&b, "kite_prefix_cache_reused_tokens_total", "counter", "Prompt tokens taken from cached K/V instead of prefilled.");
     serve_buf_printf(&b, "kite_prefix_cache_reused_tokens_total %llu\n", (unsigned long long)m->prefix_reused_tokens);
     family(&b, "kite_prefix_cache_copies_total", "counter", "Prefix-cache hits whose K/V was copied from another slot.");

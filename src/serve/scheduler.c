@@ -583,9 +583,25 @@ static void *scheduler_main(void *arg) {
         if (n_stepped > 0) {
             char err[512];
             s->step_generated = 0;
+            /* Drafted and accepted tokens of this step: the sessions' counters before and after it. */
+            int64_t drafted_before = 0, accepted_before = 0;
+            kite_stats st;
+            for (int32_t i = 0; i < s->n_slots; i++)
+                if (s->slots[i].req) {
+                    kite_session_stats(s->slots[i].session, &st);
+                    drafted_before += st.drafted;
+                    accepted_before += st.accepted;
+                }
             double t0 = serve_now();
             int rc = kite_batch_step(s->batch, sessions, (size_t)s->n_slots, err, sizeof err);
             double dt = serve_now() - t0;
+            int64_t drafted_after = 0, accepted_after = 0;
+            for (int32_t i = 0; i < s->n_slots; i++)
+                if (s->slots[i].req) {
+                    kite_session_stats(s->slots[i].session, &st);
+                    drafted_after += st.drafted;
+                    accepted_after += st.accepted;
+                }
             int32_t pending_after = 0;
             for (int32_t i = 0; i < s->n_slots; i++)
                 if (s->slots[i].req) pending_after += kite_session_pending_prompt(s->slots[i].session);
@@ -595,6 +611,8 @@ static void *scheduler_main(void *arg) {
             s->metrics.generated_tokens += s->step_generated;
             s->metrics.batch_steps++;
             s->metrics.batch_slot_steps += (uint64_t)n_stepped;
+            if (drafted_after > drafted_before) s->metrics.spec_drafted += (uint64_t)(drafted_after - drafted_before);
+            if (accepted_after > accepted_before) s->metrics.spec_accepted += (uint64_t)(accepted_after - accepted_before);
             if (prefilled > 0) {
                 s->metrics.prefill_seconds += dt;
             } else {

@@ -71,6 +71,8 @@ typedef struct serve_metrics {
     uint64_t prefix_copies;     /* of those, K/V copied from another slot */
     uint64_t batch_steps;       /* kite_batch_step calls */
     uint64_t batch_slot_steps;  /* busy slots summed over those steps (their ratio: requests per pass) */
+    uint64_t spec_drafted;      /* drafted tokens verified (speculative decoding) */
+    uint64_t spec_accepted;     /* of those, accepted */
 } serve_metrics;
 
 const char *serve_endpoint_name(serve_endpoint endpoint);

@@ -5,8 +5,10 @@
 // Run by ctest: node tests/serve/test_serve.mjs (env KITE_BIN, KITE_SOURCE_DIR, KITE_TEST_DATA).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFile } from 'node:child_process';
+import { spawn, spawnSync, execFile } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 
 import { BIN, OpenAI, MODEL, TEMPLATE } from '../test_env.mjs';
 const NAME = 'tiny';
@@ -482,7 +484,12 @@ async function runOne(server, { kind, body }) {
   return { text: r.choices[0].text, finish: r.choices[0].finish_reason, usage: r.usage, tokens: r.choices[0].logprobs.tokens };
 }
 
-test('exactness under load: 8 concurrent requests give the tokens each gets alone (plain and n-gram drafting)', async () => {
+test('exactness under load: 8 concurrent requests give the tokens each gets alone (plain, n-gram and EAGLE-3 drafting)', async () => {
+  // an EAGLE-3 head for the model: its drafts read the hidden states the batched passes capture
+  const headDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kite-serve-head-'));
+  const head = path.join(headDir, 'head.gguf');
+  const made = spawnSync(BIN, ['gen-model', '--shape', 'eagle3', '--target', MODEL, '--type', 'f32', '--out', head], { encoding: 'utf8' });
+  assert.equal(made.status, 0, made.stderr);
   const alone = [];
   const single = await startServer(['--parallel', '1']);
   try {
@@ -491,7 +498,7 @@ test('exactness under load: 8 concurrent requests give the tokens each gets alon
     await stopServer(single);
   }
   assert.ok(alone[2].usage.prompt_tokens > 256, 'one prompt is longer than a pass of 8 sessions (256 rows)');
-  for (const extra of [[], ['--draft', 'ngram']]) {
+  for (const extra of [[], ['--draft', 'ngram'], ['--draft', head, '--spec-budget', '4']]) {
     const eight = await startServer(['--parallel', '8', ...extra]);
     try {
       const together = await Promise.all(LOAD.map((req) => runOne(eight, req)));
@@ -503,10 +510,12 @@ test('exactness under load: 8 concurrent requests give the tokens each gets alon
       const steps = Number(/^kite_batch_steps_total (\d+)$/m.exec(text)[1]);
       const slotSteps = Number(/^kite_batch_slot_steps_total (\d+)$/m.exec(text)[1]);
       assert.ok(slotSteps / steps > 2, `${slotSteps} slot-steps in ${steps} passes`);
+      if (extra[1] === head) assert.match(text, /^kite_spec_drafted_tokens_total [1-9]\d*$/m, 'the head drafted');
     } finally {
       await stopServer(eight);
     }
   }
+  fs.rmSync(headDir, { recursive: true, force: true });
 });
 
 test('prefix cache: K/V copied from a busy slot or kept in a free one gives the tokens of a fresh prefill', async () => {

@@ -9,7 +9,9 @@
  *     from a cache rebuilt from scratch out of the session's feature rows (after generation and after a
  *     truncation), so the cache stays in step with the accepted path;
  *   - bad input: a head for another target (width 128) and a truncated head file are refused with a
- *     clear message, and the session then decodes exactly as plain. */
+ *     clear message, and the session then decodes exactly as plain;
+ *   - continuous batching: sessions drafting with the head stepped together by kite_batch (as kite serve
+ *     runs them) give plain decoding's tokens and keep plain decoding's feature rows. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -427,6 +429,59 @@ static void test_bad_heads_refused(void **state) {
     assert_non_null(strstr(err, "EAGLE-3"));
 }
 
+/* ---- continuous batching ------------------------------------------------------------------------ */
+
+/* Sessions drafting with the head, stepped together by kite_batch (as kite serve runs them) from prompts
+ * of different lengths: each one's tokens equal plain decoding's alone, and each keeps exactly the
+ * feature rows a plain session capturing the head's layers keeps (the batch's pass captures them for
+ * every session's rows; without that, the head would read rows of another session or none). */
+static void test_batch_with_head(void **state) {
+    (void)state;
+    enum { N_SESS = 3 };
+    kite_batch_params bp = kite_batch_default_params();
+    bp.n_ctx = N_CTX;
+    bp.n_threads = 1;
+    kite_batch *batch = NULL;
+    char err[512];
+    if (kite_batch_open(&batch, g_target, &bp, err, sizeof err)) fail_msg("kite_batch_open: %s", err);
+    kite_session *s[N_SESS];
+    kite_gen_params gp[N_SESS];
+    static run_result got[N_SESS], want;
+    for (int i = 0; i < N_SESS; i++) {
+        s[i] = open_session();
+        kite_spec_params sp = spec_of(KITE_DRAFT_EAGLE3, i == 0 ? 8 : 4, i == 2 ? 3 : 1);
+        set_spec(s[i], &sp);
+        gp[i] = gen_config(i);
+        memset(&got[i], 0, sizeof got[i]);
+        if (kite_session_start(s[i], g_prompt + 7 * i, N_PROMPT - 7 * i, &gp[i], collect, &got[i], err, sizeof err))
+            fail_msg("kite_session_start: %s", err);
+    }
+    for (int steps = 0;; steps++) {
+        bool busy = false;
+        for (int i = 0; i < N_SESS; i++) busy |= kite_session_busy(s[i]);
+        if (!busy) break;
+        if (steps > 4 * (N_PROMPT + GEN)) fail_msg("the batch did not finish");
+        if (kite_batch_step(batch, s, N_SESS, err, sizeof err)) fail_msg("kite_batch_step: %s", err);
+    }
+    for (int i = 0; i < N_SESS; i++) {
+        if (kite_session_result(s[i], err, sizeof err)) fail_msg("session %d: %s", i, err);
+        kite_session_stats(s[i], &got[i].stats);
+        if (got[i].stats.drafted == 0) fail_msg("session %d: the head drafted nothing", i);
+        kite_session *plain = open_session();
+        kite_error e = {0};
+        if (kite_session_set_capture(plain, s[i]->scratch.capture_layer, s[i]->scratch.n_capture, &e)) fail_msg("capture: %s", e.msg);
+        if (kite_prompt(plain, g_prompt + 7 * i, N_PROMPT - 7 * i, err, sizeof err)) fail_msg("kite_prompt: %s", err);
+        gen(plain, &gp[i], &want);
+        char what[64];
+        snprintf(what, sizeof what, "batched session %d (setting %d)", i, i);
+        assert_same(&want, &got[i], what);
+        assert_same_features(plain, s[i], what);
+        kite_session_free(plain);
+        kite_session_free(s[i]);
+    }
+    kite_batch_free(batch);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_capture_matches_plain),
@@ -434,6 +489,7 @@ int main(void) {
         cmocka_unit_test(test_long_context_and_deep_truncation),
         cmocka_unit_test(test_cache_in_step),
         cmocka_unit_test(test_bad_heads_refused),
+        cmocka_unit_test(test_batch_with_head),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

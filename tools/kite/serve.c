@@ -203,17 +203,6 @@ int kite_cmd_serve(int argc, char **argv) {
                 free(template_text);
                 return 1;
             }
-            kite_model_info di;
-            kite_model_get_info(draft_model, &di);
-            if (!strcmp(di.architecture, "eagle3")) { /* continuous batching does not capture hidden states yet */
-                fprintf(stderr, "kite serve: error: draft model: EAGLE-3 heads are not supported by the server yet "
-                                "(kite run and kite chat take them)\n");
-                kite_model_free(draft_model);
-                if (router) kite_router_free(router);
-                else kite_model_free(model);
-                free(template_text);
-                return 1;
-            }
             spec.drafter = KITE_DRAFT_MODEL;
             spec.draft_model = draft_model;
         }
