@@ -2,7 +2,9 @@
  * Names are canonical, in GGUF's spelling: token_embd.weight, output_norm.weight, output.weight,
  * blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,attn_q_norm,attn_k_norm,ffn_norm,ffn_gate,
  * ffn_up,ffn_down}.weight and blk.N.attn_{q,k,v}.bias; Gemma 3 adds blk.N.post_attention_norm.weight and
- * blk.N.post_ffw_norm.weight. Qwen3-MoE replaces ffn_{gate,up,down} by blk.N.ffn_gate_inp.weight (the router,
+ * blk.N.post_ffw_norm.weight; Muse Glimmer blk.N.attn_gate.weight (the output gate), Gemma 4
+ * blk.N.layer_output_scale.weight (one scalar) and rope_freqs.weight (proportional RoPE divisors), and its
+ * k_eq_v layers have no attn_v. Qwen3-MoE replaces ffn_{gate,up,down} by blk.N.ffn_gate_inp.weight (the router,
  * [dim, n_experts]) and the experts, either as llama.cpp's 3-D blk.N.ffn_{gate,up,down}_exps.weight or one
  * 2-D matrix per expert, blk.N.ffn_{gate,up,down}_exps.E.weight (Hugging Face folders), or gate and up fused
  * per expert in blk.N.ffn_gate_up_exps.weight (transformers 5). Loaders of other
