@@ -113,6 +113,10 @@ typedef struct kite_model_info {
     int32_t recurrent_k_heads, recurrent_v_heads, recurrent_head_dim; /* their key and value heads, each head's size */
     int32_t n_conv_layers;  /* lfm2: layers that are short gated convolutions instead of attention, 0 elsewhere */
     int32_t conv_taps;      /* lfm2: the convolutions' kernel length */
+    int32_t sliding_window; /* positions a sliding-window layer sees (gemma3, gemma4, muse-glimmer); 0 for none */
+    int32_t n_local_layers; /* layers with the sliding window */
+    int32_t head_dim_local; /* head size and KV heads of the sliding-window layers, when they differ from */
+    int32_t n_kv_heads_local; /* head_dim / n_kv_heads (gemma4); else equal to them */
 } kite_model_info;
 
 void kite_model_get_info(const kite_model *model, kite_model_info *info);

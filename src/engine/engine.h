@@ -145,7 +145,10 @@ enum { KITE_SESSION_HEADER_BYTES = 48 };
 typedef struct kite_session_file_shape {
     uint64_t fingerprint;   /* kite_model_fingerprint of the session's model */
     kite_kv_type kv_type;
-    int32_t n_layers, n_kv_heads, head_dim, n_vocab;
+    int32_t n_layers, n_kv_heads, head_dim, n_vocab; /* n_kv_heads, head_dim: the global layers' (Gemma 4's local
+                                                        layers differ; the fingerprint covers them) */
+    uint64_t token_row_bytes; /* K bytes of one token over every layer and KV head; 0: n_layers x n_kv_heads rows of
+                                 head_dim */
     uint64_t dn_bytes;      /* the recurrent state after the K/V (Qwen3.5's DeltaNet layers, kite_dn_state), or 0 */
     /* LFM2: layers that are conv layers (no K/V rows in the file) and what each keeps instead: the conv rows
      * (conv_dim f32) of the last conv_keep positions (the taps' window, conv_taps - 1). 0 elsewhere. */

@@ -228,6 +228,16 @@ void kite_model_get_info(const kite_model *m, kite_model_info *info) {
     info->recurrent_head_dim = hp->dn_head_k_dim;
     for (int32_t l = 0; l < hp->n_layers; l++) info->n_conv_layers += kite_layer_is_conv(hp, l);
     info->conv_taps = info->n_conv_layers > 0 ? hp->conv_taps : 0;
+    info->sliding_window = hp->sliding_window;
+    info->n_local_layers = 0;
+    info->head_dim_local = hp->head_dim;
+    info->n_kv_heads_local = hp->n_kv_heads;
+    for (int32_t l = 0; l < hp->n_layers; l++)
+        if (kite_layer_is_local(hp, l)) {
+            info->n_local_layers++;
+            info->head_dim_local = kite_layer_head_dim(hp, l);
+            info->n_kv_heads_local = kite_layer_kv_heads(hp, l);
+        }
     info->n_ctx_train = hp->n_ctx_train;
     info->rope_theta = hp->rope_theta;
     info->rms_eps = hp->rms_eps;

@@ -24,6 +24,7 @@
 #include "engine/random_model.h"
 #include "io/gguf.h"
 #include "io/mmap.h"
+#include "model/tensors.h"
 #include "quant/types.h"
 
 /* ---- shapes ----------------------------------------------------------------------------------- */
@@ -43,44 +44,66 @@ typedef struct model_shape {
     int32_t full_attn_interval, dn_kernel, dn_n_k, dn_n_v, dn_head, n_rot;
     const char *layer_kinds; /* lfm2: one letter per layer, 'c' a short conv block, 'a' attention (NULL: all attend) */
     int32_t conv_taps;       /* lfm2: the conv's kernel length (shortconv.l_cache) */
+    struct { /* gemma4 / muse-glimmer (the pattern written per layer, as their converters do); zero elsewhere */
+        int32_t head_dim_swa, n_kv_heads_swa; /* gemma4: local layers' head size and KV heads (global: head_dim, n_kv_heads) */
+        float rope_theta_swa;                 /* gemma4: local layers' RoPE base */
+        float partial_rotary_global;          /* gemma4: proportional RoPE fraction (rope_freqs.weight: 1, then 1e30) */
+        bool k_eq_v;                          /* gemma4: global layers without attn_v */
+        float softcap, logit_scale;           /* final soft-cap; muse-glimmer's output multiplier */
+    } g4;
 } model_shape;
 
 static bool shape_layer_is_conv(const model_shape *s, int l) { return s->layer_kinds && s->layer_kinds[l] == 'c'; }
 
 static const model_shape k_shapes[] = {
     /* TinyLlama-1.1B's layout with the FFN of the project's issue (8192 rather than TinyLlama's 5632). */
-    {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
-    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
-    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
-    {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
+    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
+    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
+    {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
     /* tiny with 4 layers: an EAGLE-3 head for it reads layer inputs only (0, 2, 3), as llama.cpp's llama graph exposes. */
-    {"tiny-l4", "llama", 256, 4, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"tiny-l4", "llama", 256, 4, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
     /* Gemma 3 1B: 26 layers, five sliding-window layers (window 512) for each global one. */
-    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, true, 512, 6, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, true, 512, 6, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
     /* Tests: layers 0-1 local (window 8), layer 2 global. */
-    {"tiny-gemma3", "gemma3", 128, 3, 4, 2, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"tiny-gemma3", "gemma3", 128, 3, 4, 2, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
     /* Qwen3-30B-A3B's layer (128 experts of 768, 8 per token, the dense feed_forward_length 6144 unused) with 4 of
      * its 48 layers: the real shape of every product for benchmarks, at 1/12 of the size (2.7B weights). */
     {"qwen3moe-a3b-4l", "qwen3moe", 2048, 4, 32, 4, 128, 6144, 151936, 40960, 1000000.0f, 1e-6f, false, true, 0, 0,
-     128, 8, 768, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
+     128, 8, 768, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
     /* Tests: 8 experts of 64, 2 per token; weights 8x the default deviation (0.16) so the router's and the output's
      * logits spread over units (greedy choices and expert choices are not near-ties). */
-    {"tiny-qwen3moe", "qwen3moe", 128, 2, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-6f, true, true, 0, 0, 8, 2, 64, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"tiny-qwen3moe", "qwen3moe", 128, 2, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-6f, true, true, 0, 0, 8, 2, 64, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
     /* Qwen3.5-0.8B's published config: 24 layers, every fourth gated attention (8 heads of 256, 2 KV heads, a
      * quarter of each head rotated), the others Gated DeltaNet (16 key and 16 value heads of 128, conv 4). */
     {"qwen3.5-0.8b", "qwen35", 1024, 24, 8, 2, 256, 3584, 248320, 262144, 10000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f,
-     4, 4, 16, 16, 128, 64, NULL, 0},
+     4, 4, 16, 16, 128, 64, NULL, 0, {0}},
     /* Tests: layers 0-2 DeltaNet (2 key heads, 4 value heads of 16), layer 3 attention (8 of 32 rotated). */
     {"tiny-qwen35", "qwen35", 128, 4, 4, 2, 32, 256, 0, 512, 10000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 8.0f,
-     4, 4, 2, 4, 16, 8, NULL, 0},
+     4, 4, 2, 4, 16, 8, NULL, 0, {0}},
     /* LFM2-350M (LiquidAI/LFM2-350M's config.json): 16 layers, attention at 2, 5, 8, 10, 12, 14, the rest short
      * convolutions of 3 taps; intermediate_size 6656 adjusted as llama.cpp's converter does (block_auto_adjust_ff_dim:
      * 256 * ceil(int(2 * 6656 / 3) / 256) = 4608), vocabulary 65536, tied embeddings. */
     {"lfm2-350m", "lfm2", 1024, 16, 16, 8, 64, 4608, 65536, 128000, 1000000.0f, 1e-5f, true, true, 0, 0, 0, 0, 0, 0.0f,
-     0, 0, 0, 0, 0, 0, "ccaccaccacacacac", 3},
+     0, 0, 0, 0, 0, 0, "ccaccaccacacacac", 3, {0}},
     /* Tests: conv, conv, attention, conv (two convs in a row, a conv after attention); weights 8x the default
      * deviation so greedy choices are not near-ties. */
-    {"tiny-lfm2", "lfm2", 128, 4, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-5f, true, true, 0, 0, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, "ccac", 3},
+    {"tiny-lfm2", "lfm2", 128, 4, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-5f, true, true, 0, 0, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, "ccac", 3, {0}},
+    /* Gemma 4 31B's layer shapes (heads 32; local layers head size 256 with 16 KV heads, window 1024; global ones 512
+     * with 4 KV heads, k_eq_v, proportional RoPE over a quarter of the pairs) with 6 of its 60 layers (five local,
+     * one global): every product's real shape for benchmarks. */
+    {"gemma4-31b-6l", "gemma4", 5376, 6, 32, 4, 512, 21504, 262144, 262144, 1000000.0f, 1e-6f, true, true, 1024, 6, 0, 0, 0,
+     0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {.head_dim_swa = 256, .n_kv_heads_swa = 16, .rope_theta_swa = 10000.0f, .partial_rotary_global = 0.25f,
+            .k_eq_v = true, .softcap = 30.0f}},
+    /* Tests: layers 0-1 local (window 8, head size 32, 2 KV heads), layer 2 global (head size 64, 1 KV head, k_eq_v,
+     * proportional RoPE); weights 4x the default deviation so greedy choices are not near-ties. */
+    {"tiny-gemma4", "gemma4", 128, 3, 4, 1, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 4.0f, 0, 0, 0, 0, 0, 0, NULL, 0,
+     {.head_dim_swa = 32, .n_kv_heads_swa = 2, .rope_theta_swa = 10000.0f, .partial_rotary_global = 0.25f, .k_eq_v = true,
+      .softcap = 30.0f}},
+    /* Tests: Muse Glimmer's pattern (three sliding layers with RoPE, then a full one without), window 8, the output
+     * gate, untied output with multiplier 0.5 and soft-cap 30; weights 8x the default deviation. */
+    {"tiny-muse-glimmer", "muse-glimmer", 128, 4, 4, 2, 32, 384, 0, 512, 10000.0f, 1e-6f, false, true, 8, 4, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0,
+     {.softcap = 30.0f, .logit_scale = 0.5f}},
 };
 
 enum { TINY_DEFAULT_VOCAB = 512 };
@@ -453,6 +476,8 @@ typedef struct tensor_plan {
     uint32_t n_dims;
     float scale;     /* values x this (1: as kite_random_model_row draws them) */
     bool negexp;     /* values v become -exp(v) (qwen35's ssm_a) */
+    float constant;  /* != 0: every value is this instead (Gemma 4's layer scalars) */
+    int32_t rotated; /* > 0: rope_freqs.weight of proportional RoPE: 1 for the first `rotated` pairs, 1e30 after */
 } tensor_plan;
 
 typedef struct quant_job {
@@ -472,6 +497,10 @@ static void quant_task(void *ctx, int64_t task, int thread) {
     float *row = job->scratch + (size_t)thread * (size_t)cols;
     for (int64_t r = r0; r < r1; r++) {
         kite_random_model_row(job->seed, job->t->name, r, row, cols);
+        if (job->t->constant != 0.0f)
+            for (int64_t i = 0; i < cols; i++) row[i] = job->t->constant;
+        if (job->t->rotated > 0)
+            for (int64_t i = 0; i < cols; i++) row[i] = i < job->t->rotated ? 1.0f : 1e30f;
         if (job->t->scale != 1.0f)
             for (int64_t i = 0; i < cols; i++) row[i] *= job->t->scale;
         if (job->t->negexp) /* a DeltaNet decay rate, stored as the converter stores it: -exp(A_log) */
@@ -481,10 +510,10 @@ static void quant_task(void *ctx, int64_t task, int thread) {
 }
 
 static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, tensor_plan **out, int *n_out, kite_error *e) {
-    int cap = 3 + s->n_layers * 14, n = 0;
+    int cap = 4 + s->n_layers * 16, n = 0;
     tensor_plan *p = calloc((size_t)cap, sizeof *p);
     if (!p) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
-    int32_t q_dim = s->n_heads * s->head_dim, kv_dim = s->n_kv_heads * s->head_dim;
+    const bool gemma4 = strcmp(s->arch, "gemma4") == 0, glimmer = strcmp(s->arch, "muse-glimmer") == 0;
 #define ADD(role, layer, cols, rows, ...)                                                          \
     do {                                                                                           \
         tensor_plan *t = &p[n++];                                                                  \
@@ -495,6 +524,9 @@ static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, te
     } while (0)
     ADD(ROLE_EMBD, 0, s->dim, n_vocab, "token_embd.weight");
     for (int l = 0; l < s->n_layers; l++) {
+        const bool local = s->sliding_window > 0 && s->swa_period > 0 && l % s->swa_period < s->swa_period - 1;
+        const int32_t hd = local && s->g4.head_dim_swa ? s->g4.head_dim_swa : s->head_dim;
+        const int32_t q_dim = s->n_heads * hd, kv_dim = (local && s->g4.n_kv_heads_swa ? s->g4.n_kv_heads_swa : s->n_kv_heads) * hd;
         if (s->full_attn_interval > 0) { /* qwen35 */
             ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.attn_norm.weight", l);
             ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.post_attention_norm.weight", l);
@@ -536,10 +568,15 @@ static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, te
         }
         ADD(ROLE_MATRIX, l, s->dim, q_dim, "blk.%d.attn_q.weight", l);
         ADD(ROLE_MATRIX, l, s->dim, kv_dim, "blk.%d.attn_k.weight", l);
-        ADD(ROLE_ATTN_V, l, s->dim, kv_dim, "blk.%d.attn_v.weight", l);
+        if (!(s->g4.k_eq_v && !local)) ADD(ROLE_ATTN_V, l, s->dim, kv_dim, "blk.%d.attn_v.weight", l);
+        if (glimmer) ADD(ROLE_MATRIX, l, s->dim, q_dim, "blk.%d.attn_gate.weight", l);
         if (s->qk_norm) {
-            ADD(ROLE_NORM, l, s->head_dim, 1, "blk.%d.attn_q_norm.weight", l);
-            ADD(ROLE_NORM, l, s->head_dim, 1, "blk.%d.attn_k_norm.weight", l);
+            ADD(ROLE_NORM, l, hd, 1, "blk.%d.attn_q_norm.weight", l);
+            ADD(ROLE_NORM, l, hd, 1, "blk.%d.attn_k_norm.weight", l);
+        }
+        if (gemma4) {
+            ADD(ROLE_NORM, l, 1, 1, "blk.%d.layer_output_scale.weight", l);
+            p[n - 1].constant = 1.0f;
         }
         ADD(ROLE_MATRIX, l, q_dim, s->dim, "blk.%d.attn_output.weight", l);
         ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.ffn_norm.weight", l);
@@ -557,13 +594,17 @@ static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, te
             ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_up.weight", l);
             ADD(ROLE_FFN_DOWN, l, s->ffn_dim, s->dim, "blk.%d.ffn_down.weight", l);
         }
-        if (strcmp(s->arch, "gemma3") == 0) {
+        if (strcmp(s->arch, "gemma3") == 0 || gemma4 || glimmer) {
             ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.post_attention_norm.weight", l);
             ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.post_ffw_norm.weight", l);
         }
     }
     ADD(ROLE_NORM, 0, s->dim, 1, "%s", s->layer_kinds ? "token_embd_norm.weight" : "output_norm.weight");
     if (!s->tied) ADD(ROLE_OUTPUT, 0, s->dim, n_vocab, "output.weight");
+    if (s->g4.partial_rotary_global > 0.0f) {
+        ADD(ROLE_NORM, 0, s->head_dim / 2, 1, "rope_freqs.weight");
+        p[n - 1].rotated = (int32_t)(s->head_dim * s->g4.partial_rotary_global / 2);
+    }
 #undef ADD
     for (int i = 0; i < n; i++) {
         const kite_type_traits *tr = kite_type_get(p[i].type);
@@ -598,7 +639,7 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
         for (int l = 0; l < s->n_layers && l < 64; l++) kv[l] = shape_layer_is_conv(s, l) ? 0 : s->n_kv_heads;
         kite_gguf_w_arr_i32(w, ARCH_KEY("attention.head_count_kv"), kv, (uint64_t)s->n_layers);
         kite_gguf_w_u32(w, ARCH_KEY("shortconv.l_cache"), (uint32_t)s->conv_taps);
-    } else {
+    } else if (!s->g4.n_kv_heads_swa) {
         kite_gguf_w_u32(w, ARCH_KEY("attention.head_count_kv"), (uint32_t)s->n_kv_heads);
     }
     kite_gguf_w_u32(w, ARCH_KEY("attention.key_length"), (uint32_t)s->head_dim);
@@ -622,9 +663,30 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
         kite_gguf_w_u32(w, ARCH_KEY("expert_used_count"), (uint32_t)s->n_experts_used);
         kite_gguf_w_u32(w, ARCH_KEY("expert_feed_forward_length"), (uint32_t)s->expert_ffn_dim);
     }
+    const bool per_layer = strcmp(s->arch, "gemma4") == 0 || strcmp(s->arch, "muse-glimmer") == 0;
     if (s->sliding_window > 0) {
         kite_gguf_w_u32(w, ARCH_KEY("attention.sliding_window"), (uint32_t)s->sliding_window);
-        kite_gguf_w_u32(w, ARCH_KEY("attention.sliding_window_pattern"), (uint32_t)s->swa_period);
+        if (!per_layer) kite_gguf_w_u32(w, ARCH_KEY("attention.sliding_window_pattern"), (uint32_t)s->swa_period);
+    }
+    if (per_layer) { /* as Gemma4Model / MuseGlimmerModel: the pattern and KV heads per layer */
+        uint8_t local[KITE_MAX_LAYER_PATTERN];
+        int32_t kv_heads[KITE_MAX_LAYER_PATTERN];
+        for (int32_t l = 0; l < s->n_layers && l < KITE_MAX_LAYER_PATTERN; l++) {
+            local[l] = s->sliding_window > 0 && s->swa_period > 0 && l % s->swa_period < s->swa_period - 1;
+            kv_heads[l] = local[l] && s->g4.n_kv_heads_swa ? s->g4.n_kv_heads_swa : s->n_kv_heads;
+        }
+        kite_gguf_w_arr_bool(w, ARCH_KEY("attention.sliding_window_pattern"), local, (uint64_t)s->n_layers);
+        if (s->g4.n_kv_heads_swa) kite_gguf_w_arr_i32(w, ARCH_KEY("attention.head_count_kv"), kv_heads, (uint64_t)s->n_layers);
+        if (s->g4.softcap > 0.0f) kite_gguf_w_f32(w, ARCH_KEY("final_logit_softcapping"), s->g4.softcap);
+        if (s->g4.logit_scale > 0.0f) kite_gguf_w_f32(w, ARCH_KEY("logit_scale"), s->g4.logit_scale);
+    }
+    if (s->g4.head_dim_swa) {
+        kite_gguf_w_u32(w, ARCH_KEY("attention.key_length_swa"), (uint32_t)s->g4.head_dim_swa);
+        kite_gguf_w_u32(w, ARCH_KEY("attention.value_length_swa"), (uint32_t)s->g4.head_dim_swa);
+        kite_gguf_w_u32(w, ARCH_KEY("rope.dimension_count_swa"), (uint32_t)s->g4.head_dim_swa);
+        kite_gguf_w_f32(w, ARCH_KEY("rope.freq_base_swa"), s->g4.rope_theta_swa);
+        kite_gguf_w_u32(w, ARCH_KEY("attention.shared_kv_layers"), 0);
+        kite_gguf_w_u32(w, ARCH_KEY("embedding_length_per_layer_input"), 0);
     }
 #undef ARCH_KEY
     kite_gguf_w_str(w, "tokenizer.ggml.model", v->model);
@@ -662,7 +724,7 @@ int kite_write_random_model(const char *path, const kite_random_model_params *pa
         if (strcmp(params->shape, k_shapes[i].name) == 0) shape = &k_shapes[i];
     if (!shape)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, tiny-l4, gemma3-1b, "
-                         "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, qwen3.5-0.8b, tiny-qwen35, lfm2-350m, tiny-lfm2, eagle3, dflash)",
+                         "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, qwen3.5-0.8b, tiny-qwen35, lfm2-350m, tiny-lfm2, gemma4-31b-6l, tiny-gemma4, tiny-muse-glimmer, eagle3, dflash)",
                          params->shape),
                kite_error_export(&e, err, err_size);
     int type_index = -1;

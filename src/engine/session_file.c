@@ -10,8 +10,8 @@
  *  40  i32 n_tokens
  *  44  u32 reserved (0)
  *  48  i32 tokens[n_tokens]
- *      K rows, then V rows: for each layer with K/V, for each KV head, n_tokens rows of head_dim elements (the
- *      cache's type)
+ *      K rows, then V rows: for each layer, for each of its KV heads, n_tokens rows of its head size (Gemma 4's
+ *      local and global layers differ in both; LFM2's conv layers have none)
  *      conv rows (LFM2): for each conv layer, the last min(n_tokens, taps - 1) positions' rows of dim f32
  *      a model with recurrent layers (Qwen3.5): i32 base block set, base position, rows held, 0; both block sets
  *      of its state, then its kept rows (f32, kite_dn_state's layout), so the loaded session can start at
@@ -74,13 +74,18 @@ static uint64_t get_u64(const unsigned char *p) {
 
 /* Bytes of a file of n_tokens for shape x, or 0 when that would overflow. */
 static uint64_t file_bytes(const kite_session_file_shape *x, int64_t n_tokens) {
-    uint64_t row_bytes = kite_kv_row_bytes(x->kv_type, x->head_dim);
     if (x->n_conv_layers < 0 || x->n_conv_layers > x->n_layers || x->conv_dim < 0 || x->conv_keep < 0) return 0;
-    uint64_t rows = (uint64_t)(x->n_layers - x->n_conv_layers) * (uint64_t)x->n_kv_heads * (uint64_t)n_tokens; /* each bounded by 2^31 */
-    if (row_bytes == 0 || rows > (UINT64_MAX / 4) / row_bytes) return 0;
+    uint64_t per_token = x->token_row_bytes;
+    if (!per_token) {
+        uint64_t row_bytes = kite_kv_row_bytes(x->kv_type, x->head_dim);
+        uint64_t rows = (uint64_t)(x->n_layers - x->n_conv_layers) * (uint64_t)x->n_kv_heads; /* each bounded by 2^31 */
+        if (row_bytes == 0 || rows > (UINT64_MAX / 4) / row_bytes) return 0;
+        per_token = rows * row_bytes;
+    }
+    if (per_token && (uint64_t)n_tokens > (UINT64_MAX / 4) / per_token) return 0;
     uint64_t keep = (uint64_t)(n_tokens < x->conv_keep ? n_tokens : x->conv_keep);
     uint64_t conv_bytes = (uint64_t)x->n_conv_layers * keep * (uint64_t)x->conv_dim * 4; /* each bounded by 2^31 */
-    return KITE_SESSION_HEADER_BYTES + 4 * (uint64_t)n_tokens + 2 * rows * row_bytes + conv_bytes + x->dn_bytes + 8;
+    return KITE_SESSION_HEADER_BYTES + 4 * (uint64_t)n_tokens + 2 * (uint64_t)n_tokens * per_token + conv_bytes + x->dn_bytes + 8;
 }
 
 int kite_session_file_parse(const void *data, size_t size, const kite_session_file_shape *x, int32_t max_tokens,
@@ -149,7 +154,10 @@ static int32_t n_conv_layers(const kite_kv_cache *kv) {
 
 static kite_session_file_shape session_shape(const kite_session *s) {
     const kite_hparams *hp = &s->model->weights.hp;
+    uint64_t per_token = 0;
+    for (int32_t l = 0; l < s->kv.n_layers; l++) per_token += (uint64_t)s->kv.layer_kv_heads[l] * s->kv.layer_row_bytes[l];
     return (kite_session_file_shape){
+        .token_row_bytes = per_token,
         .fingerprint = kite_model_fingerprint(s->model),
         .kv_type = s->kv.kv_type,
         .n_layers = hp->n_layers,
@@ -176,7 +184,6 @@ int kite_session_save(const kite_session *s, const char *path, char *err, size_t
     if (!kite_kv_can_rewind(&probe, n))
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_save: the sliding-window or conv cache no longer holds the window"),
                kite_error_export(&e, err, err_size);
-    size_t row_bytes = s->kv.row_bytes;
     unsigned char header[KITE_SESSION_HEADER_BYTES] = {0};
     memcpy(header, SESSION_MAGIC, 8);
     put_u32(header + 8, SESSION_VERSION);
@@ -205,7 +212,8 @@ int kite_session_save(const kite_session *s, const char *path, char *err, size_t
     for (int pass = 0; pass < 2 && ok; pass++) {
         const char *base = pass == 0 ? s->kv.k : s->kv.v;
         for (int32_t l = 0; l < x.n_layers && ok; l++)
-            for (int32_t hd = 0; hd < x.n_kv_heads && ok && kite_kv_layer_has_kv(&s->kv, l); hd++) {
+            for (int32_t hd = 0; hd < s->kv.layer_kv_heads[l] && ok; hd++) {
+                const size_t row_bytes = s->kv.layer_row_bytes[l];
                 if (!kite_kv_is_ring(&s->kv, l)) {
                     const char *rows = base + kite_kv_offset(&s->kv, l, hd, 0);
                     h = fnv1a(h, rows, row_bytes * (size_t)n);
@@ -270,12 +278,12 @@ int kite_session_load(kite_session *s, const char *path, char *err, size_t err_s
         return kite_error_export(&e, err, err_size);
     }
     int32_t n = view.n_tokens;
-    size_t row_bytes = s->kv.row_bytes, block = row_bytes * (size_t)n;
     const unsigned char *src = view.kv;
     for (int pass = 0; pass < 2; pass++) {
         char *base = pass == 0 ? s->kv.k : s->kv.v;
         for (int32_t l = 0; l < x.n_layers; l++)
-            for (int32_t hd = 0; hd < x.n_kv_heads && kite_kv_layer_has_kv(&s->kv, l); hd++) {
+            for (int32_t hd = 0; hd < s->kv.layer_kv_heads[l]; hd++) {
+                const size_t row_bytes = s->kv.layer_row_bytes[l], block = row_bytes * (size_t)n;
                 if (!kite_kv_is_ring(&s->kv, l)) {
                     memcpy(base + kite_kv_offset(&s->kv, l, hd, 0), src, block);
                 } else {

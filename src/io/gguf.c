@@ -540,6 +540,13 @@ bool kite_gguf_arr_i64(const kite_gguf *g, const char *key, uint64_t i, int64_t 
     return true;
 }
 
+bool kite_gguf_arr_bool(const kite_gguf *g, const char *key, uint64_t i, bool *v) {
+    const gguf_kv *kv = find_arr(g, key, i);
+    if (!kv || kv->elem_type != KITE_GGUF_BOOL) return false;
+    *v = kv->value[i] != 0;
+    return true;
+}
+
 int64_t kite_gguf_n_tensors(const kite_gguf *g) { return g->n_tensors; }
 
 const kite_gguf_tensor *kite_gguf_tensor_at(const kite_gguf *g, int64_t i) {
@@ -698,6 +705,10 @@ void kite_gguf_w_arr_f32(kite_gguf_writer *w, const char *key, const float *v, u
 }
 void kite_gguf_w_arr_i32(kite_gguf_writer *w, const char *key, const int32_t *v, uint64_t n) {
     put_scalar_arr(w, key, KITE_GGUF_INT32, v, n);
+}
+
+void kite_gguf_w_arr_bool(kite_gguf_writer *w, const char *key, const uint8_t *v, uint64_t n) {
+    put_scalar_arr(w, key, KITE_GGUF_BOOL, v, n);
 }
 
 void kite_gguf_w_copy_kv(kite_gguf_writer *w, const kite_gguf *g, int64_t i) {

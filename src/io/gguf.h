@@ -53,6 +53,7 @@ bool kite_gguf_get_arr(const kite_gguf *g, const char *key, kite_gguf_vtype *ele
 bool kite_gguf_arr_str(const kite_gguf *g, const char *key, uint64_t i, kite_gguf_str *v);
 bool kite_gguf_arr_f32(const kite_gguf *g, const char *key, uint64_t i, float *v);   /* from f32 or f64 */
 bool kite_gguf_arr_i64(const kite_gguf *g, const char *key, uint64_t i, int64_t *v); /* from any int */
+bool kite_gguf_arr_bool(const kite_gguf *g, const char *key, uint64_t i, bool *v);  /* from a bool array only */
 
 /* Tensors. */
 int64_t kite_gguf_n_tensors(const kite_gguf *g);
@@ -75,6 +76,7 @@ void kite_gguf_w_str(kite_gguf_writer *w, const char *key, const char *v);
 void kite_gguf_w_arr_str(kite_gguf_writer *w, const char *key, const char *const *v, uint64_t n);
 void kite_gguf_w_arr_f32(kite_gguf_writer *w, const char *key, const float *v, uint64_t n);
 void kite_gguf_w_arr_i32(kite_gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
+void kite_gguf_w_arr_bool(kite_gguf_writer *w, const char *key, const uint8_t *v, uint64_t n); /* each 0 or 1 */
 /* Copies key i of g (any value type, arrays included) as it is. */
 void kite_gguf_w_copy_kv(kite_gguf_writer *w, const kite_gguf *g, int64_t i);
 /* Copies n_bytes of already-encoded data of the given type and shape (ne[0] innermost). */

@@ -3,6 +3,7 @@
 #include "model/arch/gemma3.h"
 #include "model/arch/qwen35.h"
 #include "model/arch/lfm2.h"
+#include "model/arch/gemma4.h"
 #include "model/arch/qwen3moe.h"
 
 #include <jansson.h>
@@ -108,6 +109,9 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
         {"qwen3_moe", "Qwen3MoeForCausalLM", KITE_ARCH_QWEN3MOE},
         {"qwen3_5_text", "Qwen3_5ForCausalLM", KITE_ARCH_QWEN35},
         {"lfm2", "Lfm2ForCausalLM", KITE_ARCH_LFM2},
+        {"gemma4_text", "Gemma4ForCausalLM", KITE_ARCH_GEMMA4},
+        {"gemma4", "Gemma4ForConditionalGeneration", KITE_ARCH_GEMMA4},
+        {"muse_glimmer", "MuseGlimmerForConditionalGeneration", KITE_ARCH_MUSE_GLIMMER},
     };
     const size_t n_known = sizeof known / sizeof known[0];
     const json_t *mt = field(root, "model_type");
@@ -116,7 +120,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
         for (size_t i = 0; i < n_known; i++)
             if (strcmp(s, known[i].model_type) == 0) { *arch = known[i].arch; return KITE_OK; }
         return kite_fail(e, KITE_ERR_UNSUPPORTED,
-                         "%s: unsupported architecture '%.64s' (model_type in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, qwen3_5_text, gemma3_text, lfm2",
+                         "%s: unsupported architecture '%.64s' (model_type in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, qwen3_5_text, gemma3_text, gemma4(_text), muse_glimmer, lfm2",
                          label, s);
     }
     if (mt) return kite_fail(e, KITE_ERR_FORMAT, "%s: \"model_type\" is not a string", label);
@@ -128,7 +132,7 @@ static int parse_arch(const json_t *root, kite_arch *arch, const char *label, ki
     for (size_t i = 0; i < n_known; i++)
         if (strcmp(s, known[i].class_name) == 0) { *arch = known[i].arch; return KITE_OK; }
     return kite_fail(e, KITE_ERR_UNSUPPORTED,
-                     "%s: unsupported architecture '%.64s' (architectures in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, qwen3_5_text, gemma3_text, lfm2",
+                     "%s: unsupported architecture '%.64s' (architectures in config.json); kite runs llama, qwen2, qwen3, qwen3_moe, qwen3_5_text, gemma3_text, gemma4(_text), muse_glimmer, lfm2",
                      label, s);
 }
 
@@ -313,6 +317,145 @@ static int parse_lfm2(const json_t *root, kite_hparams *hp, const char *label, k
     return KITE_OK;
 }
 
+/* layer_types (required here) into hp->layer_local: "sliding_attention" or "full_attention" per layer. */
+static int parse_layer_types(const json_t *root, kite_hparams *hp, const char *label, kite_error *e) {
+    const json_t *types = field(root, "layer_types");
+    if (!json_is_array(types) || (int64_t)json_array_size(types) != hp->n_layers)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: \"layer_types\" is not a list of %d strings", label, hp->n_layers);
+    if (hp->n_layers > KITE_MAX_LAYER_PATTERN)
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: %d layers; kite's per-layer attention pattern holds at most %d", label,
+                         hp->n_layers, KITE_MAX_LAYER_PATTERN);
+    hp->local_by_layer = true;
+    hp->swa_period = 0;
+    for (size_t l = 0; l < json_array_size(types); l++) {
+        const json_t *t = json_array_get(types, l);
+        const char *name = json_is_string(t) ? json_string_value(t) : "";
+        bool local = strcmp(name, "sliding_attention") == 0;
+        if (!local && strcmp(name, "full_attention") != 0)
+            return kite_fail(e, KITE_ERR_FORMAT, "%s: layer_types[%zu] is neither \"sliding_attention\" nor \"full_attention\"",
+                             label, l);
+        hp->layer_local[l] = local;
+    }
+    return KITE_OK;
+}
+
+/* Gemma 4's text keys (transformers' Gemma4TextConfig; Gemma4ForConditionalGeneration nests them in
+ * text_config), as Gemma4Model.set_gguf_parameters converts them: head_dim / num_key_value_heads are the
+ * sliding layers', global_head_dim / num_global_key_value_heads the full-attention layers' (default: the
+ * same), layer_types, sliding_window, rope_parameters.{sliding_attention, full_attention} (rope_theta,
+ * partial_rotary_factor; the full layers' "proportional" type turns only that fraction of the pairs),
+ * final_logit_softcapping, attention_k_eq_v (the global layers' missing v_proj says it too). Norm weights
+ * as stored (x * w). Refused by name: num_kv_shared_layers, hidden_size_per_layer_input (E2B/E4B),
+ * enable_moe_block (26B-A4B), use_double_wide_mlp. */
+static int parse_gemma4(const json_t *root, kite_hparams *hp, const char *label, kite_error *e) {
+    int rc;
+    const json_t *act = field(root, "hidden_activation");
+    if (!act) act = field(root, "hidden_act");
+    if (act && (!json_is_string(act) || (strcmp(json_string_value(act), "gelu_pytorch_tanh") != 0 &&
+                                         strcmp(json_string_value(act), "gelu_tanh") != 0)))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: hidden_activation '%.32s' is not supported; kite runs gelu_pytorch_tanh",
+                         label, json_is_string(act) ? json_string_value(act) : "?");
+    int64_t shared = 0, per_layer = 0, global_hd = 0, global_kv = 0, window = 0;
+    if ((rc = get_int(root, "num_kv_shared_layers", 0, MAX_LAYERS, false, 0, &shared, label, e))) return rc;
+    if (shared > 0)
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: Gemma 4 KV sharing across layers (num_kv_shared_layers %lld) is not supported",
+                         label, (long long)shared);
+    const json_t *ple = field(root, "hidden_size_per_layer_input");
+    if (ple && (rc = get_int(root, "hidden_size_per_layer_input", 0, MAX_DIM, false, 0, &per_layer, label, e))) return rc;
+    if (per_layer > 0)
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: Gemma 4 per-layer embeddings (hidden_size_per_layer_input %lld) are not supported",
+                         label, (long long)per_layer);
+    if (json_is_true(field(root, "enable_moe_block")))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: Gemma 4 mixture of experts (enable_moe_block) is not supported", label);
+    if (json_is_true(field(root, "use_double_wide_mlp")))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: Gemma 4 per-layer FFN widths (use_double_wide_mlp) are not supported", label);
+    if (field(root, "attn_logit_softcapping"))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: \"attn_logit_softcapping\" is not supported (Gemma 4 has none)", label);
+    if ((rc = get_int(root, "global_head_dim", 2, KITE_ATTN_MAX_HEAD_DIM, false, hp->head_dim, &global_hd, label, e))) return rc;
+    if ((rc = get_int(root, "num_global_key_value_heads", 1, hp->n_heads, false, hp->n_kv_heads, &global_kv, label, e))) return rc;
+    if (global_hd % 2 || hp->n_heads % global_kv)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: global_head_dim %lld must be even and num_global_key_value_heads %lld divide the "
+                         "%d heads", label, (long long)global_hd, (long long)global_kv, hp->n_heads);
+    if ((rc = get_int(root, "sliding_window", 1, 1 << 24, true, 0, &window, label, e))) return rc;
+    if ((rc = parse_layer_types(root, hp, label, e))) return rc;
+    double cap = 0.0, local_base = 10000.0, local_part = 1.0, global_base = 1e6, global_part = 1.0;
+    if ((rc = get_num(root, "final_logit_softcapping", 0.0, true, 1e9, 0.0, &cap, NULL, label, e))) return rc;
+    const json_t *rp = field(root, "rope_parameters");
+    const json_t *rp_local = rp ? field(rp, "sliding_attention") : NULL, *rp_global = rp ? field(rp, "full_attention") : NULL;
+    if (rp && (!json_is_object(rp_local) || !json_is_object(rp_global)))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: \"rope_parameters\" needs \"sliding_attention\" and \"full_attention\" objects", label);
+    if (rp_local) {
+        const json_t *type = field(rp_local, "rope_type");
+        if (type && (!json_is_string(type) || strcmp(json_string_value(type), "default") != 0))
+            return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: sliding layers' rope_type must be \"default\"", label);
+        if ((rc = get_num(rp_local, "rope_theta", 0.0, false, 1e12, 10000.0, &local_base, NULL, label, e)) ||
+            (rc = get_num(rp_local, "partial_rotary_factor", 0.0, false, 1.0, 1.0, &local_part, NULL, label, e)))
+            return rc;
+    }
+    if (rp_global) {
+        const json_t *type = field(rp_global, "rope_type");
+        const char *name = json_is_string(type) ? json_string_value(type) : "default";
+        if (strcmp(name, "proportional") != 0 && strcmp(name, "default") != 0)
+            return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: full-attention layers' rope_type '%.32s' is not supported (proportional, "
+                             "default)", label, name);
+        if ((rc = get_num(rp_global, "rope_theta", 0.0, false, 1e12, 1e6, &global_base, NULL, label, e)) ||
+            (rc = get_num(rp_global, "partial_rotary_factor", 0.0, false, 1.0, 1.0, &global_part, NULL, label, e)))
+            return rc;
+        if (strcmp(name, "default") == 0 && global_part != 1.0)
+            return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: partial RoPE of type default on full-attention layers is not supported", label);
+    }
+    int64_t local_rot = (int64_t)((double)hp->head_dim * local_part);
+    if (local_rot < 2 || local_rot % 2)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: sliding layers rotate %lld dimensions (must be even and at least 2)", label,
+                         (long long)local_rot);
+    if (!field(root, "tie_word_embeddings")) hp->tied_embeddings = true;
+    /* the common fields read head_dim / num_key_value_heads: the sliding layers' */
+    hp->head_dim_local = hp->head_dim;
+    hp->n_kv_heads_local = hp->n_kv_heads;
+    hp->head_dim = (int32_t)global_hd;
+    hp->n_kv_heads = (int32_t)global_kv;
+    hp->rope_dim_local = (int32_t)local_rot;
+    hp->rope_theta = (float)global_base;
+    hp->rope_theta_local = (float)local_base;
+    hp->rope_global_fraction = global_part < 1.0 ? (float)global_part : 0.0f;
+    hp->sliding_window = (int32_t)window;
+    hp->final_logit_softcap = (float)cap;
+    hp->ffn_act = KITE_FFN_GELU_TANH;
+    hp->embd_scale = sqrtf((float)hp->dim);
+    hp->attn_scale = 1.0f;
+    hp->norm_weight_offset = 0.0f;
+    hp->v_norm = true;
+    return KITE_OK;
+}
+
+/* Muse Glimmer's keys, as MuseGlimmerModel.set_gguf_parameters / modify_tensors convert them:
+ * sliding_window, layer_types, final_logit_softcapping, output_multiplier, qk_scale_factor (all required),
+ * rope_theta for the sliding layers (the full ones take no RoPE); the four layer norms are stored as w for
+ * x * (1 + w), the final norm as w. */
+static int parse_muse_glimmer(const json_t *root, kite_hparams *hp, const char *label, kite_error *e) {
+    int rc;
+    int64_t window = 0;
+    double cap = 0.0, mult = 0.0, qk = 0.0;
+    if ((rc = get_int(root, "sliding_window", 1, 1 << 24, true, 0, &window, label, e)) ||
+        (rc = get_num(root, "final_logit_softcapping", 0.0, true, 1e9, 0.0, &cap, NULL, label, e)) ||
+        (rc = get_num(root, "output_multiplier", 0.0, false, 1e9, 0.0, &mult, NULL, label, e)) ||
+        (rc = get_num(root, "qk_scale_factor", 0.0, false, 1e9, 0.0, &qk, NULL, label, e)) ||
+        (rc = parse_layer_types(root, hp, label, e)))
+        return rc;
+    if (!field(root, "output_multiplier") || !field(root, "qk_scale_factor"))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: Muse Glimmer needs \"output_multiplier\" and \"qk_scale_factor\"", label);
+    hp->sliding_window = (int32_t)window;
+    hp->final_logit_softcap = (float)cap;
+    hp->logit_scale = (float)mult;
+    hp->qk_scale_factor = (float)qk;
+    hp->rope_theta_local = hp->rope_theta;
+    hp->rope_global_none = true;
+    hp->embd_norm = true;
+    hp->post_norm_eps = 1e-8f;
+    hp->norm_weight_offset = 1.0f;
+    return KITE_OK;
+}
+
 /* Qwen3-MoE's keys, as transformers' Qwen3MoeConfig reads them: num_experts, num_experts_per_tok,
  * moe_intermediate_size (all required here), norm_topk_prob (default false, as transformers; Qwen3-30B-A3B
  * sets true), and every layer sparse: decoder_sparse_step 1 and no mlp_only_layers (dense layers in
@@ -404,8 +547,9 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
     memset(hp, 0, sizeof *hp);
     *bos_id = -1;
     *eos_id = -1;
-    json_t *root = load_object(text, len, label, e);
-    if (!root) return e ? e->status : KITE_ERR_FORMAT;
+    json_t *doc = load_object(text, len, label, e);
+    if (!doc) return e ? e->status : KITE_ERR_FORMAT;
+    json_t *root = doc;
     int rc;
     int64_t dim = 0, ffn = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, ctx = 0;
     double eps = 0.0, theta = 0.0;
@@ -424,9 +568,12 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
         goto done;
     }
     if ((rc = parse_arch(cfg, &hp->arch, label, e))) goto done;
+    /* Gemma 4 / Muse Glimmer ForConditionalGeneration: the text model's keys are in text_config (the vision
+     * and audio towers' weights are not read: kite runs the text model) */
+    if ((hp->arch == KITE_ARCH_GEMMA4 || hp->arch == KITE_ARCH_MUSE_GLIMMER) && json_is_object(text_config)) cfg = text_config;
 
     const json_t *act = field(cfg, "hidden_act");
-    if (act && hp->arch != KITE_ARCH_GEMMA3 && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
+    if (act && hp->arch != KITE_ARCH_GEMMA3 && hp->arch != KITE_ARCH_GEMMA4 && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
         rc = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: hidden_act '%.32s' is not supported; kite runs silu", label,
                        json_is_string(act) ? json_string_value(act) : "?");
         goto done;
@@ -493,6 +640,8 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
     if (hp->arch == KITE_ARCH_QWEN3MOE && (rc = parse_qwen3moe(cfg, hp, label, e))) goto done;
     if (hp->arch == KITE_ARCH_QWEN35 && (rc = parse_qwen35(cfg, hp, label, e))) goto done;
     if (hp->arch == KITE_ARCH_LFM2 && (rc = parse_lfm2(cfg, hp, label, e))) goto done;
+    if (hp->arch == KITE_ARCH_GEMMA4 && (rc = parse_gemma4(cfg, hp, label, e))) goto done;
+    if (hp->arch == KITE_ARCH_MUSE_GLIMMER && (rc = parse_muse_glimmer(cfg, hp, label, e))) goto done;
     if ((rc = parse_rope_scaling(cfg, hp, label, e))) goto done;
 
     bool given;
@@ -506,7 +655,7 @@ int kite_hf_parse_config(const char *text, size_t len, const char *label, kite_h
         goto done;
     }
 done:
-    json_decref(root);
+    json_decref(doc);
     if (rc) {
         memset(hp, 0, sizeof *hp);
         *bos_id = *eos_id = -1;
@@ -601,8 +750,12 @@ int kite_hf_canonical_name_arch(kite_arch arch, const char *hf_name, int32_t n_l
     if (arch == KITE_ARCH_LFM2 && strcmp(hf_name, "model.embedding_norm.weight") == 0)
         return snprintf(out, out_size, "token_embd_norm.weight") < (int)out_size; /* the final norm, llama.cpp's name */
     char unwrapped[256];
-    if (arch == KITE_ARCH_QWEN35 && strncmp(hf_name, "model.language_model.", 21) == 0) { /* Qwen3_5ForConditionalGeneration */
-        if (snprintf(unwrapped, sizeof unwrapped, "model.%s", hf_name + 21) >= (int)sizeof unwrapped) return -1;
+    /* Qwen3.5's, Gemma 4's and Muse Glimmer's ForConditionalGeneration checkpoints keep the text model under
+     * model.language_model. (the converter maps it as model.); the vision / audio towers are not kite's to run */
+    const char *lm = "model.language_model.";
+    if ((arch == KITE_ARCH_QWEN35 || arch == KITE_ARCH_GEMMA4 || arch == KITE_ARCH_MUSE_GLIMMER) &&
+        strncmp(hf_name, lm, strlen(lm)) == 0) {
+        if (snprintf(unwrapped, sizeof unwrapped, "model.%s", hf_name + strlen(lm)) >= (int)sizeof unwrapped) return -1;
         hf_name = unwrapped;
     }
     for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
@@ -633,7 +786,9 @@ int kite_hf_canonical_name_arch(kite_arch arch, const char *hf_name, int32_t n_l
         }
     }
     const char *gemma = arch == KITE_ARCH_GEMMA3 ? kite_gemma3_hf_layer_name(rest)
-                        : arch == KITE_ARCH_QWEN35 ? kite_qwen35_hf_layer_name(rest) : NULL;
+                        : arch == KITE_ARCH_QWEN35                                   ? kite_qwen35_hf_layer_name(rest)
+                        : arch == KITE_ARCH_GEMMA4 || arch == KITE_ARCH_MUSE_GLIMMER ? kite_gemma4_hf_layer_name(arch, rest)
+                                                                                     : NULL;
     if (gemma) {
         if (layer >= n_layers) return -1;
         int n = snprintf(out, out_size, "blk.%d.%s", (int)layer, gemma);

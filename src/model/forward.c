@@ -106,10 +106,15 @@ static void observe(const kite_forward_scratch *s, int32_t layer, const char *ro
     s->act_hook(s->act_hook_user_data, name, -1, x, n, cols);
 }
 
+/* weight NULL: the plain normalisation (Gemma 4's V norm, Muse Glimmer's embedding norm). */
 static void rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
     double ss = 0.0;
     for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
     float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    if (!weight) {
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale;
+        return;
+    }
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
 }
 
@@ -123,10 +128,10 @@ static void rope_table(int32_t pos, const float *inv_freq, int32_t half, float *
     }
 }
 
-/* Rotates the first rot dimensions of one head's vector by a rope_table (rot = head_dim but for a partial
- * rotary, whose HALF pairs are (i, i + rot/2)). */
-static void rope(float *v, int32_t rot, const float *c, const float *sn, kite_rope_layout layout) {
-    int32_t half = rot / 2;
+/* Rotates the first rope_dim elements of one head's vector by a rope_table (partial RoPE leaves the rest,
+ * as ggml's rope with n_dims below the head size). */
+static void rope(float *v, int32_t rope_dim, const float *c, const float *sn, kite_rope_layout layout) {
+    int32_t half = rope_dim / 2;
     for (int32_t i = 0; i < half; i++) {
         int32_t a = layout == KITE_ROPE_INTERLEAVED ? 2 * i : i;
         int32_t b = layout == KITE_ROPE_INTERLEAVED ? 2 * i + 1 : i + half;
@@ -262,16 +267,17 @@ static int32_t tree_visible_rows(const kite_forward_seq *q, int32_t node, int32_
 static void attention_task(void *ctx, int64_t task, int thread) {
     const attention_job *job = ctx;
     const kite_hparams *hp = job->hp;
-    const int32_t hd = hp->head_dim, q_width = hp->n_heads * hd;
-    const int32_t group = hp->n_heads / hp->n_kv_heads;
+    const int32_t hd = kite_layer_head_dim(hp, job->layer), q_width = hp->n_heads * hd;
+    const int32_t group = hp->n_heads / kite_layer_kv_heads(hp, job->layer);
     const int32_t row = (int32_t)(task % job->n), kvh = (int32_t)(task / job->n);
     const int32_t si = job->row_seq[row];
     const kite_forward_seq *q = &job->seqs[si];
     const int32_t b = row - job->row0[si];
     const size_t head_base = kite_kv_offset(q->kv, job->layer, kvh, 0);
+    const size_t row_bytes = q->kv->layer_row_bytes[job->layer];
     kite_attn_query a = {
         .head_dim = hd, .k = (const char *)q->kv->k + head_base, .v = (const char *)q->kv->v + head_base,
-        .kv_type = q->kv->type, .row_bytes = q->kv->row_bytes, .scale = job->scale,
+        .kv_type = q->kv->type, .row_bytes = row_bytes, .scale = job->scale,
     };
     /* Either way the visible rows are listed in position order, entry i at position i, so a window keeps
      * the last `window` entries: a drafted node and plain decoding see the same rows in the same order. */
@@ -293,7 +299,7 @@ static void attention_task(void *ctx, int64_t task, int thread) {
     } else {
         a.n_visible = q->pos0 + q->first + b + 1; /* a chain: rows 0 .. its own, contiguous */
         int32_t skip = job->window > 0 && a.n_visible > job->window ? a.n_visible - job->window : 0;
-        size_t skip_bytes = (size_t)skip * q->kv->row_bytes;
+        size_t skip_bytes = (size_t)skip * row_bytes;
         a.k = (const char *)a.k + skip_bytes;
         a.v = (const char *)a.v + skip_bytes;
         a.n_visible -= skip;
@@ -329,7 +335,8 @@ static void qkv_row_task(void *ctx, int64_t b, int thread) {
     const qkv_row_job *j = ctx;
     const kite_hparams *hp = j->hp;
     const kite_layer_weights *L = j->L;
-    const int32_t hd = hp->head_dim, q_width = hp->n_heads * hd, kv_dim = hp->n_kv_heads * hd;
+    const int32_t hd = kite_layer_head_dim(hp, j->layer), n_kv = kite_layer_kv_heads(hp, j->layer);
+    const int32_t q_width = hp->n_heads * hd, kv_dim = n_kv * hd, rope_dim = kite_layer_rope_dim(hp, j->layer);
     float *q = j->q + b * q_width, *k = j->k + b * kv_dim, *v = j->v + b * kv_dim;
     if (j->q_gate)
         for (int32_t h = 0; h < hp->n_heads; h++) {
@@ -337,25 +344,26 @@ static void qkv_row_task(void *ctx, int64_t b, int thread) {
             memcpy(q + h * hd, qg, sizeof(float) * (size_t)hd);
             memcpy(j->attn_gate + b * q_width + h * hd, qg + hd, sizeof(float) * (size_t)hd);
         }
-    const int32_t rot = hp->n_rot > 0 ? hp->n_rot : hd;
+    if (L->v_from_k) memcpy(v, k, sizeof(float) * (size_t)kv_dim); /* Gemma 4 k_eq_v: V is the raw K projection */
     if (L->q_bias) for (int32_t i = 0; i < q_width; i++) q[i] += L->q_bias[i];
     if (L->k_bias) for (int32_t i = 0; i < kv_dim; i++) k[i] += L->k_bias[i];
     if (L->v_bias) for (int32_t i = 0; i < kv_dim; i++) v[i] += L->v_bias[i];
     float rc[KITE_ATTN_MAX_HEAD_DIM / 2], rs[KITE_ATTN_MAX_HEAD_DIM / 2]; /* validate.c caps head_dim */
-    rope_table(j->pos[b], j->rope_inv_freq, hd / 2, rc, rs);
+    if (rope_dim > 0) rope_table(j->pos[b], j->rope_inv_freq, rope_dim / 2, rc, rs);
     for (int32_t h = 0; h < hp->n_heads; h++) {
         if (L->q_norm) rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->rms_eps);
-        rope(q + h * hd, rot, rc, rs, hp->rope_layout);
+        if (rope_dim > 0) rope(q + h * hd, rope_dim, rc, rs, hp->rope_layout);
     }
-    for (int32_t h = 0; h < hp->n_kv_heads; h++) {
+    for (int32_t h = 0; h < n_kv; h++) {
         if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->rms_eps);
-        rope(k + h * hd, rot, rc, rs, hp->rope_layout);
+        if (rope_dim > 0) rope(k + h * hd, rope_dim, rc, rs, hp->rope_layout);
+        if (hp->v_norm) rmsnorm(v + h * hd, v + h * hd, NULL, hd, hp->rms_eps);
     }
     const int32_t si = j->row_seq[b];
     const kite_forward_seq *sq = &j->seqs[si];
     const kite_kv_cache *kv = sq->kv;
     const int32_t cache_row = kite_kv_row(kv, j->layer, sq->pos0 + sq->first + ((int32_t)b - j->row0[si]));
-    for (int32_t h = 0; h < hp->n_kv_heads; h++) {
+    for (int32_t h = 0; h < n_kv; h++) {
         size_t at = kite_kv_offset(kv, j->layer, h, cache_row);
         if (kv->type == KITE_TYPE_F32) {
             memcpy((char *)kv->k + at, k + h * hd, sizeof(float) * (size_t)hd);
@@ -465,7 +473,7 @@ static void deltanet_layer(const kite_weights *w, const kite_layer_weights *L, i
 int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_pool *pool, const kite_forward_seq *seqs,
                            int32_t n_seqs, float *logits) {
     const kite_hparams *hp = &w->hp;
-    int32_t dim = hp->dim, hd = hp->head_dim, q_width = hp->n_heads * hd, kv_dim = hp->n_kv_heads * hd;
+    int32_t dim = hp->dim, hd_max = kite_max_head_dim(hp);
     int32_t ffn = hp->ffn_dim;
 
     /* Batch rows: the sequences' tokens one after the other. Absolute positions: a chain runs pos0,
@@ -488,7 +496,7 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
             q->kv->ring_high = q->pos0 + q->first + q->n;
         if (q->kv->dn) kite_dn_plan_pass(q->kv->dn, q->parent, q->first, q->n, q->pos0, &s->dn_plans[si]);
         /* QK and AV over up to pos0 + first + n positions (a tree sees fewer). */
-        attn_macs += 2 * (int64_t)q->n * hp->n_heads * hd * (q->pos0 + q->first + q->n);
+        attn_macs += 2 * (int64_t)q->n * hp->n_heads * hd_max * (q->pos0 + q->first + q->n);
     }
     if (n == 0) return 0;
 
@@ -501,12 +509,17 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
                          dim);
     if (hp->embd_scale != 0.0f)
         for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] *= hp->embd_scale;
+    if (hp->embd_norm) /* Muse Glimmer: the embedding row normalised, without weight */
+        for (int32_t r = 0; r < n; r++) rmsnorm(s->x + (int64_t)r * dim, s->x + (int64_t)r * dim, NULL, dim, hp->rms_eps);
+    const float post_eps = hp->post_norm_eps > 0.0f ? hp->post_norm_eps : hp->rms_eps;
 
     int32_t next_capture = 0; /* index into s->capture_layer of the next layer to capture */
+    bool pending = false;     /* xn holds the previous layer's FFN output, still to join the residual stream x */
     for (int32_t l = 0; l < hp->n_layers; l++) {
         const kite_layer_weights *L = &w->layers[l];
+        const int32_t hd = kite_layer_head_dim(hp, l), q_width = hp->n_heads * hd, kv_dim = kite_layer_kv_heads(hp, l) * hd;
         /* The previous layer's down projection (in xn) joins the residual stream here. */
-        residual_norm(pool, s->x, s->xn, L->attn_norm, dim, hp->rms_eps, l > 0, NULL, n);
+        residual_norm(pool, s->x, s->xn, L->attn_norm, dim, hp->rms_eps, pending, NULL, n);
         if (next_capture < s->n_capture && s->capture_layer[next_capture] == l) capture_rows(s, next_capture++, s->x, NULL, n, dim);
         if (kite_layer_is_recurrent(hp, l)) {
             deltanet_layer(w, L, l, s, pool, seqs, n_seqs, n);
@@ -525,12 +538,17 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
         const matmul_part qkv[3] = {{.w = &L->wq, .y = gated ? s->q_gate : s->q, .y_stride = gated ? 2 * q_width : q_width},
                                     {.w = &L->wk, .y = s->k, .y_stride = kv_dim},
                                     {.w = &L->wv, .y = s->v, .y_stride = kv_dim}};
+        const int n_qkv = L->v_from_k ? 2 : 3;
         if (s->act_hook) {
             observe(s, l, "attn_q", s->xn, n, dim);
             observe(s, l, "attn_k", s->xn, n, dim);
-            observe(s, l, "attn_v", s->xn, n, dim);
+            if (!L->v_from_k) observe(s, l, "attn_v", s->xn, n, dim);
         }
-        matmul_shared_input(pool, s, w->kernels, qkv, 3, s->xn, n);
+        matmul_shared_input(pool, s, w->kernels, qkv, n_qkv, s->xn, n);
+        if (L->w_attn_gate.rows > 0) { /* Muse Glimmer's output gate, from the same normed input */
+            if (s->act_hook) observe(s, l, "attn_gate", s->xn, n, dim);
+            matmul(pool, s, w->kernels, &L->w_attn_gate, s->xn, s->gate, q_width, n);
+        }
         const bool local = kite_layer_is_local(hp, l);
         qkv_row_job qj = {.hp = hp, .L = L, .rope_inv_freq = local ? w->rope_inv_freq_local : w->rope_inv_freq, .pos = pos, .q = s->q, .k = s->k,
                           .v = s->v, .seqs = seqs, .row_seq = row_seq, .row0 = row0, .ks = w->kernels, .layer = l,
@@ -542,14 +560,16 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
             .window = local ? hp->sliding_window : 0,
             .scale = hp->attn_scale > 0.0f ? hp->attn_scale : 1.0f / sqrtf((float)hd),
         };
-        kite_run_sized(pool, attention_task, &aj, (int64_t)n * hp->n_kv_heads, attn_macs);
-        if (gated)
+        kite_run_sized(pool, attention_task, &aj, (int64_t)n * kite_layer_kv_heads(hp, l), attn_macs);
+        if (gated) /* Qwen3.5: the gate from the doubled q projection */
             for (int64_t i = 0; i < (int64_t)n * q_width; i++) s->att_out[i] *= 1.0f / (1.0f + expf(-s->attn_gate[i]));
+        if (L->w_attn_gate.rows > 0) /* out *= sigmoid(gate), as llama.cpp's ggml_sigmoid then ggml_mul */
+            for (int64_t i = 0; i < (int64_t)n * q_width; i++) s->att_out[i] *= 1.0f / (1.0f + expf(-s->gate[i]));
         /* Output projection into xn, then the residual add and the FFN norm. */
         if (s->act_hook) observe(s, l, "attn_output", s->att_out, n, q_width);
         matmul(pool, s, w->kernels, &L->wo, s->att_out, s->xn, dim, n);
         }
-        post_norm(pool, s->xn, L->post_attn_norm, dim, hp->rms_eps, n);
+        post_norm(pool, s->xn, L->post_attn_norm, dim, post_eps, n);
         residual_norm(pool, s->x, s->xn, L->ffn_norm, dim, hp->rms_eps, true, NULL, n);
         if (L->moe) { /* routed experts (Qwen3-MoE), xn in and out */
             const kite_moe_call mc = {.ks = w->kernels, .moe = L->moe, .layer = l, .dim = dim, .n_used = hp->n_experts_used,
@@ -569,7 +589,12 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
         if (s->act_hook) observe(s, l, "ffn_down", s->gate, n, ffn);
         matmul(pool, s, w->kernels, &L->w_down, s->gate, s->xn, dim, n);
         }
-        post_norm(pool, s->xn, L->post_ffn_norm, dim, hp->rms_eps, n);
+        post_norm(pool, s->xn, L->post_ffn_norm, dim, post_eps, n);
+        pending = true;
+        if (L->out_scale != 0.0f) { /* Gemma 4's layer_scalar: (x + ffn out) * scalar, as llama.cpp's ggml_mul */
+            for (int64_t i = 0; i < (int64_t)n * dim; i++) s->x[i] = (s->x[i] + s->xn[i]) * L->out_scale;
+            pending = false;
+        }
     }
 
     for (int32_t si = 0; si < n_seqs; si++)
@@ -577,16 +602,18 @@ int32_t kite_forward_multi(const kite_weights *w, kite_forward_scratch *s, kite_
 
     /* The last layer's output: x + xn, summed as residual_norm sums it (the same float additions). */
     if (next_capture < s->n_capture && s->capture_layer[next_capture] == hp->n_layers)
-        capture_rows(s, next_capture, s->x, hp->n_layers > 0 ? s->xn : NULL, n, dim);
+        capture_rows(s, next_capture, s->x, pending ? s->xn : NULL, n, dim);
 
     /* The last down projection joins the residual stream of the rows whose logits are wanted (the
      * stream itself is not needed after this pass: the cache holds every row's K and V), gathered to
      * the front of xn; then one product over them all. */
     if (n_out == 0) return 0;
     bool identity = out_rows[n_out - 1] == n_out - 1; /* increasing and distinct: rows 0 .. n_out-1 */
-    residual_norm(pool, s->x, s->xn, w->output_norm, dim, hp->rms_eps, hp->n_layers > 0, identity ? NULL : out_rows, n_out);
+    residual_norm(pool, s->x, s->xn, w->output_norm, dim, hp->rms_eps, pending, identity ? NULL : out_rows, n_out);
     if (s->act_hook) observe(s, -1, hp->tied_embeddings ? "token_embd" : "output", s->xn, n_out, dim);
     matmul(pool, s, w->kernels, &w->output, s->xn, logits, hp->n_vocab, n_out);
+    if (hp->logit_scale != 0.0f) /* Muse Glimmer's output multiplier, before the soft-cap as in llama.cpp */
+        for (int64_t i = 0; i < (int64_t)n_out * hp->n_vocab; i++) logits[i] *= hp->logit_scale;
     if (hp->final_logit_softcap > 0.0f) {
         /* As llama.cpp: scale by 1/c, tanh, scale by c (Gemma 2; Gemma 3 configs have none). */
         const float c = hp->final_logit_softcap, inv_c = 1.0f / c;
@@ -611,7 +638,9 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
     s->max_batch = max_batch;
     s->n_threads = n_threads;
     s->n_ctx = n_ctx;
-    int64_t dim = hp->dim, q_width = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+    int64_t dim = hp->dim, q_width = (int64_t)hp->n_heads * kite_max_head_dim(hp), kv_dim = kite_max_kv_width(hp);
+    /* gate also holds Muse Glimmer's attention gate, one q row per batch row */
+    int64_t gate_width = hp->ffn_dim > q_width ? hp->ffn_dim : q_width;
     int64_t widest = dim;
     if (hp->ffn_dim > widest) widest = hp->ffn_dim;
     if (q_width > widest) widest = q_width;
@@ -632,7 +661,7 @@ int kite_forward_scratch_init(kite_forward_scratch *s, const kite_hparams *hp, i
     s->k = calloc((size_t)(max_batch * kv_dim), sizeof(float));
     s->v = calloc((size_t)(max_batch * kv_dim), sizeof(float));
     s->att_out = calloc((size_t)(max_batch * q_width), sizeof(float));
-    s->gate = calloc((size_t)max_batch * (size_t)hp->ffn_dim, sizeof(float));
+    s->gate = calloc((size_t)max_batch * (size_t)gate_width, sizeof(float));
     s->up = calloc((size_t)max_batch * (size_t)hp->ffn_dim, sizeof(float));
     s->slots = calloc((size_t)n_threads * (size_t)n_ctx, sizeof(int32_t));
     s->positions = calloc((size_t)max_batch, sizeof(int32_t));
@@ -734,10 +763,12 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
     if ((unsigned)type >= sizeof kv_element_type / sizeof *kv_element_type)
         return kite_fail(e, KITE_ERR_INVALID_ARG, "KV cache type %d is not one of f16, f32, q8_0, q4_0", (int)type);
     size_t row_bytes = kite_kv_row_bytes(type, hp->head_dim);
+    for (int32_t l = 0; l < hp->n_layers && row_bytes; l++)
+        if (!kite_kv_row_bytes(type, kite_layer_head_dim(hp, l))) row_bytes = 0;
     if (row_bytes == 0)
         return kite_fail(e, KITE_ERR_INVALID_ARG,
                          "KV cache type %s needs a head size that is a multiple of 32; this model's heads have %d elements "
-                         "(use f16 or f32)", kite_kv_type_name(type), hp->head_dim);
+                         "(use f16 or f32)", kite_kv_type_name(type), hp->head_dim_local > 0 ? hp->head_dim_local : hp->head_dim);
     kv->n_ctx = n_ctx;
     kv->n_kv_heads = hp->n_kv_heads;
     kv->head_dim = hp->head_dim;
@@ -750,11 +781,13 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
     kv->ring_rows = ring > 0 && ring < n_ctx ? (int32_t)ring : 0;
     kv->layer_rows = calloc((size_t)hp->n_layers, sizeof *kv->layer_rows);
     kv->layer_base = calloc((size_t)hp->n_layers, sizeof *kv->layer_base);
-    if (!kv->layer_rows || !kv->layer_base) {
+    kv->layer_kv_heads = calloc((size_t)hp->n_layers, sizeof *kv->layer_kv_heads);
+    kv->layer_row_bytes = calloc((size_t)hp->n_layers, sizeof *kv->layer_row_bytes);
+    if (!kv->layer_rows || !kv->layer_base || !kv->layer_kv_heads || !kv->layer_row_bytes) {
         kite_kv_cache_free(kv);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
     }
-    size_t rows = 0; /* rows of row_bytes over all layers and heads */
+    size_t bytes = 0; /* of k (or of v) over all layers and heads */
     int32_t n_conv = 0;
     kv->conv_index = calloc((size_t)hp->n_layers, sizeof *kv->conv_index);
     if (!kv->conv_index) {
@@ -765,22 +798,24 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
         kv->conv_index[l] = kite_layer_is_conv(hp, l) ? n_conv++ : -1;
         if (kite_layer_is_conv(hp, l)) { /* conv rows instead of K/V (below) */
             kv->layer_rows[l] = 0;
-            kv->layer_base[l] = rows;
+            kv->layer_base[l] = bytes;
             continue;
         }
         kv->layer_rows[l] = kv->ring_rows > 0 && kite_layer_is_local(hp, l) ? kv->ring_rows : n_ctx;
-        kv->layer_base[l] = rows;
-        rows += (size_t)hp->n_kv_heads * (size_t)kv->layer_rows[l];
+        kv->layer_kv_heads[l] = kite_layer_kv_heads(hp, l);
+        kv->layer_row_bytes[l] = kite_kv_row_bytes(type, kite_layer_head_dim(hp, l));
+        kv->layer_base[l] = bytes;
+        bytes += (size_t)kv->layer_kv_heads[l] * (size_t)kv->layer_rows[l] * kv->layer_row_bytes[l];
     }
-    kv->bytes = 2 * rows * row_bytes;
+    kv->bytes = 2 * bytes;
     int dst = kite_dn_state_init(&kv->dn, hp, KITE_KV_MAX_PASS, e);
     if (dst) {
         kite_kv_cache_free(kv);
         return dst;
     }
     if (kv->dn) kv->bytes += kv->dn->bytes;
-    kv->k = calloc(rows ? rows : 1, row_bytes);
-    kv->v = calloc(rows ? rows : 1, row_bytes);
+    kv->k = calloc(bytes ? bytes : 1, 1);
+    kv->v = calloc(bytes ? bytes : 1, 1);
     if (n_conv > 0) {
         kv->conv_taps = hp->conv_taps;
         kv->conv_dim = hp->dim;
@@ -796,14 +831,13 @@ int kite_kv_cache_init(kite_kv_cache *kv, const kite_hparams *hp, int32_t n_ctx,
     if (!kv->k || !kv->v) {
         kite_kv_cache_free(kv);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for a KV cache of %d tokens (%.1f MiB)", n_ctx,
-                         2.0 * (double)rows * (double)row_bytes / 1048576.0);
+                         2.0 * (double)bytes / 1048576.0);
     }
     return KITE_OK;
 }
 
 void kite_kv_commit(kite_kv_cache *kv, int32_t n_layers, int32_t pos0, const int32_t *nodes, int32_t n_nodes) {
     kite_dn_commit(kv->dn, pos0, nodes, n_nodes);
-    size_t head_bytes = kv->row_bytes;
     char *k = kv->k, *v = kv->v;
     /* A ring maps the pass's rows pos0 .. pos0 + KITE_KV_MAX_PASS - 1 to distinct rows, so the moves are
      * the same as in a flat layer. */
@@ -815,7 +849,8 @@ void kite_kv_commit(kite_kv_cache *kv, int32_t n_layers, int32_t pos0, const int
                 memmove(kite_kv_conv_row(kv, l, to), kite_kv_conv_row(kv, l, from), sizeof(float) * (size_t)kv->conv_dim);
                 continue;
             }
-            for (int32_t h = 0; h < kv->n_kv_heads; h++) {
+            for (int32_t h = 0; h < kv->layer_kv_heads[l]; h++) {
+                const size_t head_bytes = kv->layer_row_bytes[l];
                 size_t at_to = kite_kv_offset(kv, l, h, kite_kv_row(kv, l, to));
                 size_t at_from = kite_kv_offset(kv, l, h, kite_kv_row(kv, l, from));
                 memmove(k + at_to, k + at_from, head_bytes);
@@ -859,15 +894,15 @@ static void conv_copy_window(kite_kv_cache *dst, const kite_kv_cache *src, int32
 
 void kite_kv_copy_prefix(kite_kv_cache *dst, const kite_kv_cache *src, int32_t n) {
     if (dst->dn && src->dn) kite_dn_copy(dst->dn, src->dn);
-    size_t head_bytes = src->row_bytes;
     conv_copy_window(dst, src, n);
     for (int32_t l = 0; l < src->n_layers; l++) {
         if (!kite_kv_layer_has_kv(src, l)) continue; /* a conv layer (conv_copy_window) */
+        const size_t head_bytes = src->layer_row_bytes[l];
         bool ring = kite_kv_is_ring(src, l) || kite_kv_is_ring(dst, l);
         int32_t keep = kite_kv_is_ring(dst, l) ? dst->layer_rows[l] : n;
         if (kite_kv_is_ring(src, l) && src->layer_rows[l] < keep) keep = src->layer_rows[l];
         int32_t p0 = ring && n > keep ? n - keep : 0;
-        for (int32_t h = 0; h < src->n_kv_heads; h++) {
+        for (int32_t h = 0; h < src->layer_kv_heads[l]; h++) {
             if (!ring) { /* flat to flat: one block */
                 memcpy((char *)dst->k + kite_kv_offset(dst, l, h, 0), (const char *)src->k + kite_kv_offset(src, l, h, 0),
                        head_bytes * (size_t)n);
@@ -893,5 +928,7 @@ void kite_kv_cache_free(kite_kv_cache *kv) {
     free(kv->layer_base);
     free(kv->conv_index);
     free(kv->conv);
+    free(kv->layer_kv_heads);
+    free(kv->layer_row_bytes);
     memset(kv, 0, sizeof *kv);
 }

@@ -38,6 +38,11 @@ typedef struct kite_layer_weights {
     kite_packed_matrix w_alpha; /* [n_v rows, dim] */
     kite_packed_matrix w_ssm_out; /* [dim rows, n_v * head_v] */
     kite_dn_weights dn;         /* conv taps, dt bias, A, output norm (f32, owned) */
+    /* Muse Glimmer: the attention output gate, out *= sigmoid(w_attn_gate x) before wo ([n_heads*head_dim rows,
+     * dim]); rows = 0 when the model has none. */
+    kite_packed_matrix w_attn_gate;
+    bool v_from_k;      /* Gemma 4 k_eq_v layer: no wv, V is the K projection (before K's norm and RoPE) */
+    float out_scale;    /* Gemma 4's layer_scalar: the layer's output (residual stream) multiplied by it; 0 = none */
 } kite_layer_weights;
 
 typedef struct kite_weights {
@@ -47,9 +52,10 @@ typedef struct kite_weights {
     kite_packed_matrix output;    /* [n_vocab rows, dim]; packed from tok_embd when tied */
     float *output_norm;           /* [dim] */
     kite_layer_weights *layers;   /* [n_layers] */
-    float *rope_inv_freq;         /* [head_dim / 2] radians per position, scaling applied */
-    float *rope_inv_freq_local;   /* [head_dim / 2] for sliding-window layers (base rope_theta_local, unscaled), or
-                                     NULL when there are none */
+    float *rope_inv_freq;         /* [head_dim / 2] radians per position of global layers, scaling (or Gemma 4's
+                                     proportional-RoPE divisors, rope_freqs.weight) applied */
+    float *rope_inv_freq_local;   /* [rope dims of a local layer / 2] for sliding-window layers (base rope_theta_local,
+                                     unscaled), or NULL when there are none */
     kite_weight_arena arena;      /* the packed matrices' memory (kernels.h) */
 } kite_weights;
 
@@ -76,18 +82,20 @@ enum { KITE_KV_MAX_PASS = 64 };
  * third of its in-cache speed. */
 typedef struct kite_kv_cache {
     int32_t n_ctx;
-    int32_t n_kv_heads;
-    int32_t head_dim;
+    int32_t n_kv_heads;  /* of global layers (uniform models: every layer) */
+    int32_t head_dim;    /* of global layers */
     uint32_t type;       /* element type: KITE_TYPE_F16, F32, Q8_0 or Q4_0 (quant/types.h) */
     kite_kv_type kv_type;/* the same as the public enum */
-    size_t row_bytes;    /* bytes of one head's row of head_dim elements */
+    size_t row_bytes;    /* bytes of one head's row of head_dim elements (global layers) */
+    int32_t *layer_kv_heads;   /* [n_layers] KV heads of each layer */
+    size_t *layer_row_bytes;   /* [n_layers] bytes of one head's row in each layer */
     void *k;
     void *v;
     /* Sliding-window layers (Gemma 3) keep a ring: position p lives in row p % ring_rows, so their memory
      * follows the window, not the context. Global layers keep n_ctx rows, position p in row p. */
     int32_t n_layers;
     int32_t *layer_rows;  /* [n_layers] n_ctx, or ring_rows for a sliding-window layer */
-    size_t *layer_base;   /* [n_layers] the layer's first row (rows of row_bytes, all heads before it) */
+    size_t *layer_base;   /* [n_layers] byte offset of the layer's first row (all heads of the layers before it) */
     int32_t window;       /* the model's sliding window (0: none) */
     int32_t ring_rows;    /* window - 1 + KITE_KV_MAX_PASS when that is below n_ctx, else 0 (no ring) */
     int32_t ring_high;    /* 1 + the highest position written to the rings: a position p is still held iff
@@ -117,7 +125,7 @@ static inline float *kite_kv_conv_row(const kite_kv_cache *kv, int32_t layer, in
 
 /* Byte offset of (layer, KV head, cache row) in k or v; row from kite_kv_row. */
 static inline size_t kite_kv_offset(const kite_kv_cache *kv, int32_t layer, int32_t head, int32_t row) {
-    return (kv->layer_base[layer] + (size_t)head * (size_t)kv->layer_rows[layer] + (size_t)row) * kv->row_bytes;
+    return kv->layer_base[layer] + ((size_t)head * (size_t)kv->layer_rows[layer] + (size_t)row) * kv->layer_row_bytes[layer];
 }
 
 /* Whether layer's rows are a ring (kite_kv_cache); layer must keep K/V (kite_kv_layer_has_kv). */

@@ -5,6 +5,7 @@
 #include "model/arch/gemma3.h"
 #include "model/arch/qwen35.h"
 #include "model/arch/lfm2.h"
+#include "model/arch/gemma4.h"
 #include "model/arch/qwen3moe.h"
 #include "model/source.h"
 #include "model/validate.h"
@@ -27,6 +28,12 @@ static bool arch_f32(const kite_gguf *g, const char *arch, const char *suffix, f
 static int required_u32(const kite_gguf *g, const char *path, const char *arch, const char *suffix, uint32_t max,
                         int32_t *out, kite_error *e) {
     uint32_t v;
+    char key[128];
+    kite_gguf_vtype type;
+    uint64_t n;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (kite_gguf_get_arr(g, key, &type, &n))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: %s is a per-layer array; kite supports one value for every layer", path, key);
     if (!arch_u32(g, arch, suffix, &v)) return kite_fail(e, KITE_ERR_FORMAT, "%s: missing or non-integer key %s.%s", path, arch, suffix);
     if (v == 0 || v > max) return kite_fail(e, KITE_ERR_FORMAT, "%s: %s.%s = %u is out of range (1..%u)", path, arch, suffix, v, max);
     *out = (int32_t)v;
@@ -143,11 +150,18 @@ int kite_source_open_gguf(kite_source *src, const char *path, kite_error *e) {
     } else if (gguf_str_eq(arch_str, "gemma3")) {
         hp->arch = KITE_ARCH_GEMMA3;
         hp->rope_layout = KITE_ROPE_HALF; /* llama.cpp's NEOX type, no q/k permutation */
+    } else if (gguf_str_eq(arch_str, "gemma4")) {
+        hp->arch = KITE_ARCH_GEMMA4;
+        hp->rope_layout = KITE_ROPE_HALF; /* NEOX */
+    } else if (gguf_str_eq(arch_str, "muse-glimmer")) {
+        hp->arch = KITE_ARCH_MUSE_GLIMMER;
+        hp->rope_layout = KITE_ROPE_INTERLEAVED; /* llama.cpp's NORM type; the converter un-permutes HF's q/k */
     } else if (gguf_str_eq(arch_str, "lfm2")) {
         hp->arch = KITE_ARCH_LFM2;
         hp->rope_layout = KITE_ROPE_HALF; /* llama.cpp's NEOX type */
     } else {
-        st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: unsupported architecture '%s'; kite runs llama, qwen2, qwen3, qwen3moe, qwen35, gemma3, lfm2", path, arch);
+        st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: unsupported architecture '%s'; kite runs llama, qwen2, qwen3, qwen3moe, qwen35, gemma3, "
+                       "gemma4, muse-glimmer, lfm2", path, arch);
         goto fail;
     }
     const uint32_t big = 1u << 20;
@@ -158,6 +172,22 @@ int kite_source_open_gguf(kite_source *src, const char *path, kite_error *e) {
         goto fail;
     uint32_t v;
     hp->n_kv_heads = arch_u32(g, arch, "attention.head_count_kv", &v) ? (int32_t)v : hp->n_heads;
+    {
+        char key[128];
+        kite_gguf_vtype type;
+        uint64_t n;
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+        int64_t first;
+        /* per layer (Gemma 4's converter): the first layer's count here, the per-kind counts in arch/gemma4.c;
+         * LFM2's (0 marking a conv layer) are read by arch/lfm2.c */
+        if (hp->arch != KITE_ARCH_LFM2 && kite_gguf_get_arr(g, key, &type, &n)) {
+            if (hp->arch != KITE_ARCH_GEMMA4) {
+                st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: per-layer %s is not supported for %s", path, key, arch);
+                goto fail;
+            }
+            hp->n_kv_heads = n > 0 && kite_gguf_arr_i64(g, key, 0, &first) && first > 0 && first <= hp->n_heads ? (int32_t)first : 0;
+        }
+    }
     hp->head_dim = arch_u32(g, arch, "attention.key_length", &v) ? (int32_t)v : hp->dim / hp->n_heads;
     hp->n_ctx_train = arch_u32(g, arch, "context_length", &v) ? (int32_t)v : 2048;
     if (!arch_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps)) hp->rms_eps = 1e-5f;
@@ -173,6 +203,8 @@ int kite_source_open_gguf(kite_source *src, const char *path, kite_error *e) {
         goto fail;
     }
     if (hp->arch == KITE_ARCH_GEMMA3 && (st = kite_gemma3_gguf_hparams(g, path, hp, e))) goto fail;
+    if (hp->arch == KITE_ARCH_GEMMA4 && (st = kite_gemma4_gguf_hparams(g, path, hp, e))) goto fail;
+    if (hp->arch == KITE_ARCH_MUSE_GLIMMER && (st = kite_muse_glimmer_gguf_hparams(g, path, hp, e))) goto fail;
     if (hp->arch == KITE_ARCH_QWEN3MOE && (st = kite_qwen3moe_gguf_hparams(g, path, hp, e))) goto fail;
     if (hp->arch == KITE_ARCH_QWEN35 && (st = kite_qwen35_gguf_hparams(g, path, hp, e))) goto fail;
     if (hp->arch == KITE_ARCH_LFM2 && (st = kite_lfm2_gguf_hparams(g, path, hp, e))) goto fail;

@@ -2,7 +2,9 @@
  * Names are canonical, in GGUF's spelling: token_embd.weight, output_norm.weight, output.weight,
  * blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,attn_q_norm,attn_k_norm,ffn_norm,ffn_gate,
  * ffn_up,ffn_down}.weight and blk.N.attn_{q,k,v}.bias; Gemma 3 adds blk.N.post_attention_norm.weight and
- * blk.N.post_ffw_norm.weight. Qwen3-MoE replaces ffn_{gate,up,down} by blk.N.ffn_gate_inp.weight (the router,
+ * blk.N.post_ffw_norm.weight; Muse Glimmer blk.N.attn_gate.weight (the output gate), Gemma 4
+ * blk.N.layer_output_scale.weight (one scalar) and rope_freqs.weight (proportional RoPE divisors), and its
+ * k_eq_v layers have no attn_v. Qwen3-MoE replaces ffn_{gate,up,down} by blk.N.ffn_gate_inp.weight (the router,
  * [dim, n_experts]) and the experts, either as llama.cpp's 3-D blk.N.ffn_{gate,up,down}_exps.weight or one
  * 2-D matrix per expert, blk.N.ffn_{gate,up,down}_exps.E.weight (Hugging Face folders), or gate and up fused
  * per expert in blk.N.ffn_gate_up_exps.weight (transformers 5). LFM2's conv layers have
@@ -34,6 +36,8 @@ typedef enum kite_arch {
 /* The FFN's gate activation: SiLU (SwiGLU: Llama, Qwen) or GELU with the tanh approximation (GeGLU: Gemma). */
 /* Layers a hybrid model with convolution blocks (LFM2) may have: conv_layers is a bit set of this size. */
 enum { KITE_MAX_CONV_LAYERS = 256 };
+/* Layers a per-layer local/global pattern can describe (llama.cpp's sliding_window_pattern array). */
+enum { KITE_MAX_LAYER_PATTERN = 512 };
 
 typedef enum kite_ffn_act { KITE_FFN_SILU = 0, KITE_FFN_GELU_TANH = 1 } kite_ffn_act;
 
@@ -101,6 +105,25 @@ typedef struct kite_hparams {
      * of conv_taps taps (model/arch/lfm2.h) instead of attention. */
     int32_t conv_taps;            /* the conv's kernel length L (LFM2: conv_L_cache = 3) */
     uint64_t conv_layers[KITE_MAX_CONV_LAYERS / 64]; /* bit l: layer l is a conv layer */
+    /* Gemma 4 and Muse Glimmer (zero / false elsewhere: "as Llama / Gemma 3 do"). */
+    bool local_by_layer;          /* layer_local[] says which layers are local (llama.cpp's per-layer
+                                     sliding_window_pattern array) instead of swa_period */
+    uint8_t layer_local[KITE_MAX_LAYER_PATTERN]; /* [n_layers] 1 = sliding-window layer, when local_by_layer */
+    int32_t head_dim_local;       /* head size of local layers (Gemma 4: 256 while global layers have head_dim 512);
+                                     0 = head_dim */
+    int32_t n_kv_heads_local;     /* KV heads of local layers (Gemma 4 31B: 16 local, 4 global); 0 = n_kv_heads */
+    int32_t rope_dim_local;       /* rotated dimensions of a local head (partial RoPE: pairs (i, i + rope_dim/2) for
+                                     i < rope_dim/2, the rest pass through); 0 = the whole head */
+    bool rope_global_none;        /* global layers take no RoPE (Muse Glimmer: NoPE on full-attention layers) */
+    bool v_norm;                  /* V gets an RMSNorm without weight before the cache (Gemma 4) */
+    bool embd_norm;               /* the embedding row gets an RMSNorm without weight (Muse Glimmer) */
+    float post_norm_eps;          /* epsilon of the post-attention / post-FFN norms; 0 = rms_eps (Muse Glimmer: 1e-8) */
+    float logit_scale;            /* logits multiplied by this before the soft-cap (Muse Glimmer's output multiplier);
+                                     0 = 1 */
+    float rope_global_fraction;   /* Gemma 4 from config.json: proportional RoPE on global layers, only this fraction
+                                     of the pairs turns (GGUF files carry it as rope_freqs.weight); 0 = all */
+    float qk_scale_factor;        /* Muse Glimmer from config.json: q_norm weights (k_norm: 1) when the checkpoint has
+                                     none (its converter synthesizes them); 0 = not given */
 } kite_hparams;
 
 /* Whether layer l is a Gated DeltaNet (linear attention) layer of Qwen3.5. */
@@ -115,9 +138,33 @@ static inline bool kite_layer_is_conv(const kite_hparams *hp, int32_t l) {
 
 /* Whether layer l attends over a sliding window (a local layer) rather than the whole context. */
 static inline bool kite_layer_is_local(const kite_hparams *hp, int32_t l) {
-    return hp->sliding_window > 0 && hp->swa_period > 0 && l % hp->swa_period < hp->swa_period - 1;
+    if (hp->sliding_window <= 0) return false;
+    if (hp->local_by_layer) return l >= 0 && l < KITE_MAX_LAYER_PATTERN && hp->layer_local[l];
+    return hp->swa_period > 0 && l % hp->swa_period < hp->swa_period - 1;
 }
 
+/* Layer l's head size and KV head count (local layers may differ: Gemma 4). */
+static inline int32_t kite_layer_head_dim(const kite_hparams *hp, int32_t l) {
+    return hp->head_dim_local > 0 && kite_layer_is_local(hp, l) ? hp->head_dim_local : hp->head_dim;
+}
+static inline int32_t kite_layer_kv_heads(const kite_hparams *hp, int32_t l) {
+    return hp->n_kv_heads_local > 0 && kite_layer_is_local(hp, l) ? hp->n_kv_heads_local : hp->n_kv_heads;
+}
+/* Rotated dimensions of layer l's heads: 0 for a layer without RoPE. */
+static inline int32_t kite_layer_rope_dim(const kite_hparams *hp, int32_t l) {
+    if (kite_layer_is_local(hp, l)) return hp->rope_dim_local > 0 ? hp->rope_dim_local : kite_layer_head_dim(hp, l);
+    return hp->rope_global_none ? 0 : hp->n_rot > 0 ? hp->n_rot : hp->head_dim; /* Qwen3.5: partial rotary */
+}
+/* The largest head size and the widest q (n_heads * head size) and k/v (kv heads * head size) rows of any layer. */
+static inline int32_t kite_max_head_dim(const kite_hparams *hp) {
+    return hp->head_dim_local > hp->head_dim ? hp->head_dim_local : hp->head_dim;
+}
+static inline int64_t kite_max_kv_width(const kite_hparams *hp) {
+    int64_t g = (int64_t)hp->n_kv_heads * hp->head_dim;
+    int64_t l = (int64_t)(hp->n_kv_heads_local > 0 ? hp->n_kv_heads_local : hp->n_kv_heads) *
+                (hp->head_dim_local > 0 ? hp->head_dim_local : hp->head_dim);
+    return g > l ? g : l;
+}
 typedef struct kite_tensor {
     char name[96];       /* canonical name, NUL-terminated */
     uint32_t type;       /* kite_type */

@@ -80,6 +80,16 @@ static int check_hparams(const kite_source *src, kite_error *e) {
                                hp->n_layers > KITE_MAX_CONV_LAYERS))
         return kite_fail(e, KITE_ERR_FORMAT, "%s: conv layers of %d taps in %d layers are not supported (LFM2: 2..%d taps, up to %d layers)",
                          src->format, hp->conv_taps, hp->n_layers, KITE_LFM2_MAX_TAPS, KITE_MAX_CONV_LAYERS);
+    for (int32_t l = 0; l < hp->n_layers; l++) {
+        const int32_t hd = kite_layer_head_dim(hp, l), kvh = kite_layer_kv_heads(hp, l), rot = kite_layer_rope_dim(hp, l);
+        if (hd < 2 || hd % 2 || hd > KITE_ATTN_MAX_HEAD_DIM || kvh < 1 || hp->n_heads % kvh || rot < 0 || rot % 2 || rot > hd)
+            return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: layer %d: head size %d (at most %d, even), %d kv heads for %d heads, "
+                             "%d rotated dimensions are not supported", src->format, (int)l, hd, KITE_ATTN_MAX_HEAD_DIM, kvh,
+                             hp->n_heads, rot);
+    }
+    if (!(hp->logit_scale >= 0.0f) || !isfinite(hp->logit_scale) || !(hp->post_norm_eps >= 0.0f) || !isfinite(hp->post_norm_eps))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: logit scale %g or post-norm epsilon %g is invalid", src->format,
+                         (double)hp->logit_scale, (double)hp->post_norm_eps);
     if (!(hp->final_logit_softcap >= 0.0f) || !isfinite(hp->final_logit_softcap) || !(hp->attn_scale >= 0.0f) ||
         !isfinite(hp->attn_scale) || !(hp->embd_scale >= 0.0f) || !isfinite(hp->embd_scale))
         return kite_fail(e, KITE_ERR_FORMAT, "%s: soft-cap %g, attention scale %g or embedding scale %g is invalid",
@@ -91,7 +101,6 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
     const kite_hparams *hp = &src->hp;
     int rc = check_hparams(src, e);
     if (rc) return rc;
-    const int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
     if ((rc = check_tensor(src, "token_embd.weight", true, 2, hp->dim, hp->n_vocab, e))) return rc;
     const bool lfm2 = hp->arch == KITE_ARCH_LFM2;
     if ((rc = check_tensor(src, lfm2 ? "token_embd_norm.weight" : "output_norm.weight", true, 1, hp->dim, 1, e))) return rc;
@@ -100,7 +109,10 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
         return kite_fail(e, KITE_ERR_FORMAT, "%s: output.weight is missing and the embeddings are not tied", src->format);
 
     if (hp->arch == KITE_ARCH_QWEN35) return kite_qwen35_validate(src, e);
-    const bool gemma3 = hp->arch == KITE_ARCH_GEMMA3;
+    const bool gemma4 = hp->arch == KITE_ARCH_GEMMA4, glimmer = hp->arch == KITE_ARCH_MUSE_GLIMMER;
+    const bool gemma3 = hp->arch == KITE_ARCH_GEMMA3 || gemma4 || glimmer; /* the post-norms */
+    if (glimmer && !kite_source_find(src, "output.weight"))
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: Muse Glimmer needs output.weight (llama.cpp does not tie it)", src->format);
     const bool moe = hp->arch == KITE_ARCH_QWEN3MOE; /* routed experts instead of ffn_{gate,up,down} */
     const bool need_bias = hp->arch == KITE_ARCH_QWEN2, need_qk_norm = hp->arch == KITE_ARCH_QWEN3 || gemma3 || moe || lfm2;
     char name[96];
@@ -110,6 +122,8 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
         if ((rc = check_tensor(src, name, required, n_dims, ne0, ne1, e))) return rc;          \
     } while (0)
     for (int32_t layer = 0; layer < hp->n_layers; layer++) {
+        const int32_t head_dim = kite_layer_head_dim(hp, layer);
+        const int64_t q_dim = (int64_t)hp->n_heads * head_dim, kv_dim = (int64_t)kite_layer_kv_heads(hp, layer) * head_dim;
         CHECK("attn_norm.weight", true, 1, hp->dim, 1);
         CHECK("ffn_norm.weight", true, 1, hp->dim, 1);
         CHECK("ffn_gate.weight", !moe, 2, hp->dim, hp->ffn_dim);
@@ -128,13 +142,16 @@ int kite_source_validate(const kite_source *src, kite_error *e) {
         }
         CHECK("attn_q.weight", true, 2, hp->dim, q_dim);
         CHECK("attn_k.weight", true, 2, hp->dim, kv_dim);
-        CHECK("attn_v.weight", true, 2, hp->dim, kv_dim);
+        CHECK("attn_v.weight", !gemma4, 2, hp->dim, kv_dim); /* Gemma 4's k_eq_v layers have none */
+        CHECK("attn_gate.weight", glimmer, 2, hp->dim, q_dim);
+        CHECK("layer_output_scale.weight", false, 1, 1, 1);
         CHECK("attn_output.weight", true, 2, q_dim, hp->dim);
         CHECK("attn_q.bias", need_bias, 1, q_dim, 1);
         CHECK("attn_k.bias", need_bias, 1, kv_dim, 1);
         CHECK("attn_v.bias", need_bias, 1, kv_dim, 1);
-        CHECK("attn_q_norm.weight", need_qk_norm, 1, hp->head_dim, 1);
-        CHECK("attn_k_norm.weight", need_qk_norm, 1, hp->head_dim, 1);
+        /* Muse Glimmer's HF checkpoints have none (qk_scale_factor stands for them) */
+        CHECK("attn_q_norm.weight", need_qk_norm && hp->qk_scale_factor == 0.0f, 1, head_dim, 1);
+        CHECK("attn_k_norm.weight", need_qk_norm && hp->qk_scale_factor == 0.0f, 1, head_dim, 1);
         CHECK("post_attention_norm.weight", gemma3, 1, hp->dim, 1);
         CHECK("post_ffw_norm.weight", gemma3, 1, hp->dim, 1);
     }

@@ -137,6 +137,9 @@ static int rope_table(kite_weights *w, const kite_source *src, kite_error *e) {
         double freq = 2 * i < rot ? pow((double)hp->rope_theta, -2.0 * i / (double)rot) : 0.0;
         if (freq_factors) {
             freq /= freq_factors[i];
+        } else if (hp->rope_global_fraction > 0.0f) {
+            /* as Gemma4Model.generate_extra_tensors: divisor 1e30 for the pairs past the fraction */
+            if (i >= (int32_t)((float)hp->head_dim * hp->rope_global_fraction / 2.0f)) freq /= 1e30f;
         } else if (hp->rope_scaling == KITE_ROPE_SCALING_LLAMA3) {
             double low_wavelen = hp->rope_orig_ctx / hp->rope_low_freq_factor;
             double high_wavelen = hp->rope_orig_ctx / hp->rope_high_freq_factor;
@@ -155,14 +158,17 @@ static int rope_table(kite_weights *w, const kite_source *src, kite_error *e) {
     }
     free(freq_factors);
     /* Sliding-window layers (Gemma 3) rotate with their own base and no scaling, as llama.cpp's
-     * rope_freq_base_train_swa / rope_freq_scale_train_swa = 1 and transformers' rope_local_base_freq. */
-    bool any_local = false;
-    for (int32_t l = 0; l < hp->n_layers; l++) any_local = any_local || kite_layer_is_local(hp, l);
-    if (any_local) {
-        w->rope_inv_freq_local = malloc(sizeof(float) * (size_t)half);
+     * rope_freq_base_train_swa / rope_freq_scale_train_swa = 1 and transformers' rope_local_base_freq; over
+     * their own rotated dimensions (Gemma 4's partial RoPE: ggml's theta_scale = base^(-2/n_dims)). */
+    int32_t local_rope_dim = 0;
+    for (int32_t l = 0; l < hp->n_layers; l++)
+        if (kite_layer_is_local(hp, l)) local_rope_dim = kite_layer_rope_dim(hp, l);
+    if (local_rope_dim > 0) {
+        int32_t local_half = local_rope_dim / 2;
+        w->rope_inv_freq_local = malloc(sizeof(float) * (size_t)local_half);
         if (!w->rope_inv_freq_local) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
-        for (int32_t i = 0; i < half; i++)
-            w->rope_inv_freq_local[i] = (float)pow((double)hp->rope_theta_local, -2.0 * i / (double)hp->head_dim);
+        for (int32_t i = 0; i < local_half; i++)
+            w->rope_inv_freq_local[i] = (float)pow((double)hp->rope_theta_local, -2.0 * i / (double)local_rope_dim);
     }
     return KITE_OK;
 }
@@ -172,7 +178,7 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
     memset(w, 0, sizeof *w);
     w->hp = src->hp;
     const kite_hparams *hp = &w->hp;
-    int64_t dim = hp->dim, q_width = (int64_t)hp->n_heads * hp->head_dim, kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+    int64_t dim = hp->dim;
     int st = KITE_OK;
     w->kernels = kite_kernels();
     if (!(w->tok_embd = matrix(src, "token_embd.weight", hp->n_vocab, dim, e))) return e->status;
@@ -188,12 +194,17 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
     } else {
         jobs[n_jobs++] = (pack_job){w->tok_embd, &w->output, true};
     }
+    /* LFM2's final norm is token_embd_norm; Muse Glimmer's converter shifts only the layer norms (x * (1 + w)),
+     * its final norm is x * w */
     const char *final_norm = hp->arch == KITE_ARCH_LFM2 ? "token_embd_norm.weight" : "output_norm.weight";
-    if ((st = norm_f32(src, final_norm, dim, true, &w->output_norm, e))) goto fail;
+    if ((st = (hp->arch == KITE_ARCH_MUSE_GLIMMER ? vector_f32 : norm_f32)(src, final_norm, dim, true, &w->output_norm, e)))
+        goto fail;
     w->layers = calloc((size_t)hp->n_layers, sizeof *w->layers);
     if (!w->layers) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
     for (int32_t l = 0; l < hp->n_layers; l++) {
         kite_layer_weights *L = &w->layers[l];
+        const int64_t head_dim = kite_layer_head_dim(hp, l), q_width = (int64_t)hp->n_heads * head_dim;
+        const int64_t kv_dim = (int64_t)kite_layer_kv_heads(hp, l) * head_dim;
         char name[96];
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
 #define MATRIX(field, suffix, rows, cols)                                                    \
@@ -229,8 +240,11 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
         } else {
             MATRIX(wq, "attn_q.weight", hp->attn_output_gate ? 2 * q_width : q_width, dim);
             MATRIX(wk, "attn_k.weight", kv_dim, dim);
-            MATRIX(wv, "attn_v.weight", kv_dim, dim);
+            /* Gemma 4's k_eq_v layers have no attn_v: V is K's projection (llama.cpp: "use Kcur as Vcur") */
+            L->v_from_k = hp->arch == KITE_ARCH_GEMMA4 && !kite_source_find(src, NAME("attn_v.weight"));
+            if (!L->v_from_k) MATRIX(wv, "attn_v.weight", kv_dim, dim);
             MATRIX(wo, "attn_output.weight", dim, q_width);
+            if (hp->arch == KITE_ARCH_MUSE_GLIMMER) MATRIX(w_attn_gate, "attn_gate.weight", q_width, dim);
         }
         if (hp->n_experts > 0) {
             if (!(L->moe = calloc(1, sizeof *L->moe))) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
@@ -244,9 +258,9 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
         }
 #undef MATRIX
         const bool qwen35 = hp->arch == KITE_ARCH_QWEN35;
-        bool qk_norm = !conv && (hp->arch == KITE_ARCH_QWEN3 || hp->arch == KITE_ARCH_GEMMA3 || hp->arch == KITE_ARCH_QWEN3MOE ||
+        bool gemma3 = hp->arch == KITE_ARCH_GEMMA3 || hp->arch == KITE_ARCH_GEMMA4 || hp->arch == KITE_ARCH_MUSE_GLIMMER;
+        bool qk_norm = !conv && (hp->arch == KITE_ARCH_QWEN3 || gemma3 || hp->arch == KITE_ARCH_QWEN3MOE ||
                                  hp->arch == KITE_ARCH_LFM2 || (qwen35 && !recurrent));
-        bool gemma3 = hp->arch == KITE_ARCH_GEMMA3;
         if ((st = norm_f32(src, NAME("attn_norm.weight"), dim, true, &L->attn_norm, e))) goto fail;
         /* Qwen3.5's FFN input norm is named post_attention_norm (HF post_attention_layernorm), as Gemma's
          * norm of the attention output is: here it is the plain pre-FFN norm. */
@@ -257,8 +271,27 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
         if ((st = vector_f32(src, NAME("attn_q.bias"), q_width, false, &L->q_bias, e))) goto fail;
         if ((st = vector_f32(src, NAME("attn_k.bias"), kv_dim, false, &L->k_bias, e))) goto fail;
         if ((st = vector_f32(src, NAME("attn_v.bias"), kv_dim, false, &L->v_bias, e))) goto fail;
-        if ((st = norm_f32(src, NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm, e))) goto fail;
-        if ((st = norm_f32(src, NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm, e))) goto fail;
+        if (hp->qk_scale_factor > 0.0f && !kite_source_find(src, NAME("attn_q_norm.weight"))) {
+            /* Muse Glimmer's Hugging Face checkpoints: a weightless RMSNorm then qk_scale_factor on q, as the
+             * converter's synthesized q_norm = the factor, k_norm = 1 */
+            L->q_norm = malloc(sizeof(float) * (size_t)head_dim);
+            L->k_norm = malloc(sizeof(float) * (size_t)head_dim);
+            if (!L->q_norm || !L->k_norm) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
+            for (int64_t i = 0; i < head_dim; i++) L->q_norm[i] = hp->qk_scale_factor, L->k_norm[i] = 1.0f;
+        } else {
+            /* Muse Glimmer's q/k norms are the converter's own, never shifted */
+            int (*read)(const kite_source *, const char *, int64_t, bool, float **, kite_error *) =
+                hp->arch == KITE_ARCH_MUSE_GLIMMER ? vector_f32 : norm_f32;
+            if ((st = read(src, NAME("attn_q_norm.weight"), head_dim, qk_norm, &L->q_norm, e))) goto fail;
+            if ((st = read(src, NAME("attn_k_norm.weight"), head_dim, qk_norm, &L->k_norm, e))) goto fail;
+        }
+        if (hp->arch == KITE_ARCH_GEMMA4) { /* layer_scalar, one element (absent: no scaling) */
+            float *scalar = NULL;
+            if ((st = vector_f32(src, NAME("layer_output_scale.weight"), 1, false, &scalar, e))) goto fail;
+            if (scalar) L->out_scale = scalar[0];
+            free(scalar);
+            if (!isfinite(L->out_scale)) { st = kite_fail(e, KITE_ERR_FORMAT, "%s: %s is not finite", src->format, name); goto fail; }
+        }
 #undef NAME
     }
     if ((st = pack_matrices(w, src, jobs, n_jobs, progress, progress_user_data, e))) goto fail;
@@ -281,6 +314,7 @@ void kite_weights_free(kite_weights *w) {
             kite_packed_matrix_free(&L->w_down);
             kite_packed_matrix_free(&L->conv_in); kite_packed_matrix_free(&L->conv_out);
             free(L->conv_kernel);
+            kite_packed_matrix_free(&L->w_attn_gate);
             kite_moe_layer_free(L->moe);
             free(L->moe);
             free(L->attn_norm); free(L->ffn_norm); free(L->q_bias); free(L->k_bias); free(L->v_bias);

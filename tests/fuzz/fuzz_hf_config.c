@@ -27,6 +27,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             abort();
         for (int32_t l = hp.n_layers; l < KITE_MAX_CONV_LAYERS; l++)
             if (kite_layer_is_conv(&hp, l)) abort();
+        /* Gemma 4's and Muse Glimmer's: a window, a pattern for every layer, local heads that divide the heads,
+         * rotated dimensions within the local head */
+        if ((hp.arch == KITE_ARCH_GEMMA4 || hp.arch == KITE_ARCH_MUSE_GLIMMER) &&
+            (hp.sliding_window < 1 || !hp.local_by_layer || hp.n_layers > KITE_MAX_LAYER_PATTERN ||
+             (hp.n_kv_heads_local && hp.n_heads % hp.n_kv_heads_local) || hp.rope_dim_local % 2 ||
+             hp.rope_dim_local > (hp.head_dim_local ? hp.head_dim_local : hp.head_dim) || !(hp.final_logit_softcap >= 0)))
+            abort();
     }
     kite_gen_params p = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .repeat_penalty = 1.0f};
     if (kite_hf_parse_generation_config((const char *)data, size, "generation_config.json", &p, &bos, &eos, &e) ==
@@ -42,5 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kite_hf_canonical_name(name, 64, out, sizeof out);
     kite_hf_canonical_name_arch(KITE_ARCH_GEMMA3, name, 64, out, sizeof out);
     kite_hf_canonical_name_arch(KITE_ARCH_LFM2, name, 64, out, sizeof out);
+    kite_hf_canonical_name_arch(KITE_ARCH_GEMMA4, name, 64, out, sizeof out);
+    kite_hf_canonical_name_arch(KITE_ARCH_MUSE_GLIMMER, name, 64, out, sizeof out);
     return 0;
 }

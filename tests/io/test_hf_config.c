@@ -253,6 +253,87 @@ static void test_gemma3(void **state) {
 
 /* Qwen3-MoE: the expert keys (transformers' Qwen3MoeConfig defaults), refused variants, and the router and
  * expert names. */
+/* Gemma 4 31B's text config (shape scaled down, keys and kinds as published): nested in text_config, the sliding
+ * layers' head_dim / num_key_value_heads and the global ones' global_head_dim / num_global_key_value_heads,
+ * proportional RoPE; the E2B/E4B and 26B-A4B features refused by name. */
+#define G4T "\"model_type\":\"gemma4_text\",\"hidden_size\":64,\"intermediate_size\":100,\"num_hidden_layers\":6," \
+            "\"num_attention_heads\":8,\"num_key_value_heads\":4,\"num_global_key_value_heads\":2,\"head_dim\":32," \
+            "\"global_head_dim\":64,\"vocab_size\":300,\"sliding_window\":16,\"final_logit_softcapping\":30.0," \
+            "\"attention_k_eq_v\":true,\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"sliding_attention\"," \
+            "\"sliding_attention\",\"sliding_attention\",\"full_attention\"],\"rope_parameters\":{\"sliding_attention\":" \
+            "{\"rope_type\":\"default\",\"rope_theta\":10000.0},\"full_attention\":{\"rope_type\":\"proportional\"," \
+            "\"partial_rotary_factor\":0.25,\"rope_theta\":1000000.0}}"
+static void test_gemma4(void **state) {
+    (void)state;
+    kite_hparams hp;
+    int32_t bos, eos;
+    kite_error e;
+    assert_int_equal(parse("{\"architectures\":[\"Gemma4ForConditionalGeneration\"],\"model_type\":\"gemma4\",\"text_config\":{"
+                           G4T "},\"vision_config\":{\"hidden_size\":32},\"bos_token_id\":2,\"eos_token_id\":1}",
+                           &hp, &bos, &eos, &e), KITE_OK);
+    assert_int_equal(hp.arch, KITE_ARCH_GEMMA4);
+    assert_int_equal(hp.head_dim, 64);
+    assert_int_equal(hp.n_kv_heads, 2);
+    assert_int_equal(hp.head_dim_local, 32);
+    assert_int_equal(hp.n_kv_heads_local, 4);
+    assert_int_equal(hp.rope_dim_local, 32);
+    assert_float_equal(hp.rope_theta, 1e6f, 0.0f);
+    assert_float_equal(hp.rope_theta_local, 10000.0f, 0.0f);
+    assert_float_equal(hp.rope_global_fraction, 0.25f, 0.0f);
+    assert_float_equal(hp.attn_scale, 1.0f, 0.0f);
+    assert_float_equal(hp.final_logit_softcap, 30.0f, 0.0f);
+    assert_float_equal(hp.norm_weight_offset, 0.0f, 0.0f);
+    assert_true(hp.v_norm);
+    assert_true(hp.tied_embeddings);
+    assert_int_equal(bos, 2);
+    assert_int_equal(eos, 1);
+    for (int l = 0; l < 6; l++) {
+        assert_int_equal(kite_layer_is_local(&hp, l), l != 5);
+        assert_int_equal(kite_layer_head_dim(&hp, l), l != 5 ? 32 : 64);
+        assert_int_equal(kite_layer_kv_heads(&hp, l), l != 5 ? 4 : 2);
+    }
+    assert_int_equal(parse("{" G4T "}", &hp, &bos, &eos, &e), KITE_OK);
+    assert_int_equal(hp.head_dim_local, 32);
+    expect_fail("{" G4T ",\"num_kv_shared_layers\":2}", KITE_ERR_UNSUPPORTED, "KV sharing across layers");
+    expect_fail("{" G4T ",\"hidden_size_per_layer_input\":256}", KITE_ERR_UNSUPPORTED, "per-layer embeddings");
+    expect_fail("{" G4T ",\"enable_moe_block\":true}", KITE_ERR_UNSUPPORTED, "mixture of experts");
+    expect_fail("{" G4T ",\"use_double_wide_mlp\":true}", KITE_ERR_UNSUPPORTED, "use_double_wide_mlp");
+    char out[96];
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_GEMMA4, "model.language_model.layers.3.layer_scalar", 6, out, sizeof out), 1);
+    assert_string_equal(out, "blk.3.layer_output_scale.weight");
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_GEMMA4, "model.language_model.embed_tokens.weight", 6, out, sizeof out), 1);
+    assert_string_equal(out, "token_embd.weight");
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_GEMMA4, "model.vision_tower.encoder.layers.0.mlp.fc1.weight", 6, out, sizeof out), 0);
+}
+#undef G4T
+
+/* Muse Glimmer: the keys its converter reads (all required), per-layer pattern, RoPE only on sliding layers. */
+static void test_muse_glimmer(void **state) {
+    (void)state;
+    kite_hparams hp;
+    int32_t bos, eos;
+    kite_error e;
+#define MG "\"model_type\":\"muse_glimmer\",\"hidden_size\":64,\"intermediate_size\":100,\"num_hidden_layers\":4," \
+           "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":300,\"rope_theta\":50000.0," \
+           "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"sliding_attention\",\"full_attention\"]"
+    assert_int_equal(parse("{" MG ",\"sliding_window\":8,\"final_logit_softcapping\":30.0,\"output_multiplier\":0.5,"
+                           "\"qk_scale_factor\":1.6}", &hp, &bos, &eos, &e), KITE_OK);
+    assert_int_equal(hp.arch, KITE_ARCH_MUSE_GLIMMER);
+    assert_int_equal(hp.sliding_window, 8);
+    assert_float_equal(hp.logit_scale, 0.5f, 0.0f);
+    assert_float_equal(hp.qk_scale_factor, 1.6f, 1e-7f);
+    assert_float_equal(hp.rope_theta_local, 50000.0f, 0.0f);
+    assert_float_equal(hp.post_norm_eps, 1e-8f, 0.0f);
+    assert_true(hp.rope_global_none && hp.embd_norm);
+    for (int l = 0; l < 4; l++) assert_int_equal(kite_layer_rope_dim(&hp, l), l != 3 ? 32 : 0);
+    expect_fail("{" MG ",\"sliding_window\":8,\"final_logit_softcapping\":30.0}", KITE_ERR_FORMAT, "output_multiplier");
+    expect_fail("{" MG ",\"output_multiplier\":0.5,\"qk_scale_factor\":1.6}", KITE_ERR_FORMAT, "sliding_window");
+#undef MG
+    char out[96];
+    assert_int_equal(kite_hf_canonical_name_arch(KITE_ARCH_MUSE_GLIMMER, "model.layers.1.self_attn.gate_proj.weight", 4, out, sizeof out), 1);
+    assert_string_equal(out, "blk.1.attn_gate.weight");
+}
+
 static void test_qwen3moe(void **state) {
     (void)state;
     kite_hparams hp;
@@ -465,7 +546,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_tinystories), cmocka_unit_test(test_qwen3), cmocka_unit_test(test_arch_and_defaults),
         cmocka_unit_test(test_ranges), cmocka_unit_test(test_rope_scaling), cmocka_unit_test(test_generation_config),
-        cmocka_unit_test(test_names), cmocka_unit_test(test_gemma3), cmocka_unit_test(test_lfm2), cmocka_unit_test(test_qwen3moe),
+        cmocka_unit_test(test_names), cmocka_unit_test(test_gemma3), cmocka_unit_test(test_gemma4), cmocka_unit_test(test_muse_glimmer), cmocka_unit_test(test_lfm2), cmocka_unit_test(test_qwen3moe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

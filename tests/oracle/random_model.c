@@ -65,6 +65,36 @@ bool oracle_default_spec(const char *arch, oracle_spec *s) {
         };
         return true;
     }
+    if (strcmp(arch, "muse-glimmer") == 0) {
+        /* Muse Glimmer in miniature: layer 0 sliding (window 16, RoPE), layer 1 full attention (no RoPE), the
+         * sigmoid output gate, QK-norm with qk_scale_factor 1.6, post-norms, untied output with multiplier 0.8 and
+         * a soft-cap of 4 that bends the larger logits. */
+        *s = (oracle_spec){
+            .arch = "muse-glimmer", .hf_model_type = "muse_glimmer", .hf_class = "MuseGlimmerForConditionalGeneration",
+            .tokenizer_pre = "qwen2", .bos_text = "<|endoftext|>", .eos_text = "<|im_end|>", .add_bos = false,
+            .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32, .explicit_head_dim = true,
+            .ffn_dim = 192, .n_vocab = 151936, .n_ctx_train = 512, .rms_eps = 1e-6f, .rope_theta = 10000.0f,
+            .qk_norm = true, .tied_embeddings = false, .sliding_window = 16, .swa_period = 2, .softcap = 4.0f,
+            .logit_scale = 0.8f, .qk_scale = 1.6f, .seed = 0x6117ull,
+        };
+        return true;
+    }
+    if (strcmp(arch, "gemma4") == 0) {
+        /* Gemma 4 in miniature, as the 31B's config: local layers (0, 1) with head size 32 and 2 KV heads (window 16,
+         * RoPE base 10000, whole head), global layer 2 with head size 64 and 1 KV head, k_eq_v (no v_proj), and
+         * proportional RoPE (a quarter of the pairs rotated; base 1000 rather than the 31B's 1e6, so the pairs
+         * the divisors stop would turn by radians within the prompts); layer scalars, soft-cap 5, tied. */
+        *s = (oracle_spec){
+            .arch = "gemma4", .hf_model_type = "gemma4_text", .hf_class = "Gemma4ForCausalLM", .tokenizer_pre = "qwen2",
+            .bos_text = "<|endoftext|>", .eos_text = "<|im_end|>", .add_bos = false,
+            .dim = 64, .n_layers = 3, .n_heads = 4, .n_kv_heads = 1, .head_dim = 64, .explicit_head_dim = true,
+            .ffn_dim = 192, .n_vocab = 151936, .n_ctx_train = 512, .rms_eps = 1e-6f, .rope_theta = 1000.0f,
+            .qk_norm = true, .tied_embeddings = true, .sliding_window = 16, .swa_period = 3, .head_dim_swa = 32,
+            .n_kv_heads_swa = 2, .rope_theta_swa = 10000.0f, .partial_rotary_global = 0.25f, .k_eq_v = true,
+            .layer_scalar = true, .softcap = 5.0f, .seed = 0x6e4a4ull,
+        };
+        return true;
+    }
     if (strcmp(arch, "qwen3moe") == 0) {
         /* Qwen3-MoE: Qwen3's attention, then 8 experts of 64 with 2 per token in each of 2 layers (the dense
          * feed_forward_length, 128, is written as the converter does and unused). */
@@ -174,6 +204,7 @@ typedef struct hf_tensor {
     int v_reorder;          /* Qwen3.5: 1 = rows from v_start on, 2 = columns, are value heads of v_head rows/columns,
                                reordered for the GGUF from grouped (by key head) to tiled order */
     int32_t v_start, v_head;
+    bool gguf_only;         /* written by the converter, absent from the HF folder (Muse Glimmer's q/k norms) */
     int32_t n_stacked;      /* > 0: the first of this many experts' matrices (consecutive tensors) that the GGUF
                                stacks into one 3-D tensor under this gguf_name; -1: a later one of them */
     float *data;            /* [rows or 1][cols], already rounded to F16 when f16 */
@@ -361,13 +392,26 @@ static int make_lfm2_layers(const oracle_spec *s, model_weights *w, errbuf *e) {
  * deviation near 2.5 over the vocabulary) and depends on the context as much as on the last token:
  * the attention and MLP outputs are about as large as the embedding in the residual stream, and
  * attention scores spread over a few units so RoPE angles, biases and norms change which positions win. */
+/* Whether layer l is a sliding-window one (period - 1 local layers, then a global one). */
+static bool spec_local(const oracle_spec *s, int32_t l) {
+    return s->sliding_window > 0 && s->swa_period > 0 && l % s->swa_period < s->swa_period - 1;
+}
+static int32_t spec_head_dim(const oracle_spec *s, int32_t l) {
+    return spec_local(s, l) && s->head_dim_swa > 0 ? s->head_dim_swa : s->head_dim;
+}
+static int32_t spec_kv_heads(const oracle_spec *s, int32_t l) {
+    return spec_local(s, l) && s->n_kv_heads_swa > 0 ? s->n_kv_heads_swa : s->n_kv_heads;
+}
+
 static int make_weights(const oracle_spec *s, model_weights *w, errbuf *e) {
-    const double dim = s->dim, qw = (double)s->n_heads * s->head_dim, ffn = s->ffn_dim;
+    const double dim = s->dim, ffn = s->ffn_dim;
     const double embd_std = 2.5 / sqrt(dim);
-    const int32_t q_rows = s->n_heads * s->head_dim, kv_rows = s->n_kv_heads * s->head_dim;
     if (strcmp(s->arch, "qwen35") == 0) return make_weights_qwen35(s, w, e);
-    const bool llama = strcmp(s->arch, "llama") == 0; /* q/k permuted for interleaved RoPE in the GGUF */
-    const bool gemma = strcmp(s->arch, "gemma3") == 0;
+    const bool glimmer = strcmp(s->arch, "muse-glimmer") == 0, gemma4 = strcmp(s->arch, "gemma4") == 0;
+    /* q/k permuted for interleaved RoPE in the GGUF (Muse Glimmer's converter un-permutes them alike) */
+    const bool llama = strcmp(s->arch, "llama") == 0 || glimmer;
+    const bool gemma = strcmp(s->arch, "gemma3") == 0; /* norms stored as w + 1 in the GGUF, w in the HF folder */
+    const bool post_norms = gemma || glimmer || gemma4;
     char hf[96], gg[96];
     hf_tensor *t;
     if (!(t = add_tensor(w, s->seed, "model.embed_tokens.weight", "token_embd.weight", s->n_vocab, s->dim, 0.0, embd_std, e)))
@@ -375,12 +419,14 @@ static int make_weights(const oracle_spec *s, model_weights *w, errbuf *e) {
     if (s->f16_embeddings) round_to_f16(t);
     if (s->layer_kinds) return make_lfm2_layers(s, w, e);
     for (int32_t l = 0; l < s->n_layers; l++) {
+        const int32_t hd = spec_head_dim(s, l), q_rows = s->n_heads * hd, kv_rows = spec_kv_heads(s, l) * hd;
+        const double qw = q_rows;
 #define ADD(hf_suffix, gguf_suffix, rows, cols, mean, std)                                                   \
         (snprintf(hf, sizeof hf, "model.layers.%d.%s", l, hf_suffix),                                        \
          snprintf(gg, sizeof gg, "blk.%d.%s", l, gguf_suffix),                                               \
          (t = add_tensor(w, s->seed, hf, gg, rows, cols, mean, std, e)))
         if (!ADD("input_layernorm.weight", "attn_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
-        t->hf_minus_one = gemma;
+        t->hf_minus_one = gemma || glimmer;
         /* Raw q/k have unit-ish variance per component; with QK-norm the norm weights (about 1.6)
          * set the scale instead, so skipping the norm changes the attention temperature. */
         double qk_std = (s->qk_norm ? 1.0 : 1.5) / sqrt(dim);
@@ -388,29 +434,43 @@ static int make_weights(const oracle_spec *s, model_weights *w, errbuf *e) {
         if (llama) t->permute_heads = s->n_heads;
         if (!ADD("self_attn.k_proj.weight", "attn_k.weight", kv_rows, s->dim, 0.0, qk_std)) return -1;
         if (llama) t->permute_heads = s->n_kv_heads;
-        if (!ADD("self_attn.v_proj.weight", "attn_v.weight", kv_rows, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
+        if (!(gemma4 && s->k_eq_v && !spec_local(s, l)) &&
+            !ADD("self_attn.v_proj.weight", "attn_v.weight", kv_rows, s->dim, 0.0, 1.0 / sqrt(dim)))
+            return -1;
+        if (glimmer) { /* the output gate's logits spread over a couple of units: the gate varies per element */
+            double zero = s->variant == ORACLE_VARIANT_NO_ATTN_GATE ? 0.0 : 1.0;
+            if (!ADD("self_attn.gate_proj.weight", "attn_gate.weight", q_rows, s->dim, 0.0, zero * 2.0 / sqrt(dim))) return -1;
+        }
         if (s->qkv_bias) {
             double zero = s->variant == ORACLE_VARIANT_ZERO_QKV_BIAS ? 0.0 : 1.0;
             if (!ADD("self_attn.q_proj.bias", "attn_q.bias", 0, q_rows, 0.0, 0.6 * zero)) return -1;
             if (!ADD("self_attn.k_proj.bias", "attn_k.bias", 0, kv_rows, 0.0, 0.6 * zero)) return -1;
             if (!ADD("self_attn.v_proj.bias", "attn_v.bias", 0, kv_rows, 0.0, 0.4 * zero)) return -1;
         }
-        if (s->qk_norm) {
+        if (glimmer) {
+            /* Synthesized by the converter from qk_scale_factor: q_norm = the factor, k_norm = 1. */
+            if (!ADD("self_attn.q_norm.weight", "attn_q_norm.weight", 0, hd, s->qk_scale, 0.0)) return -1;
+            t->gguf_only = true;
+            if (!ADD("self_attn.k_norm.weight", "attn_k_norm.weight", 0, hd, 1.0, 0.0)) return -1;
+            t->gguf_only = true;
+        } else if (s->qk_norm) {
             bool unit = s->variant == ORACLE_VARIANT_UNIT_QK_NORM;
-            if (!ADD("self_attn.q_norm.weight", "attn_q_norm.weight", 0, s->head_dim, unit ? 1.0 : 1.6, unit ? 0.0 : 0.2)) return -1;
+            /* Gemma 4 scores q.k unscaled: weights near hd^-1/4 keep the scores within a few units. */
+            double mean = gemma4 ? pow(hd, -0.25) : 1.6;
+            if (!ADD("self_attn.q_norm.weight", "attn_q_norm.weight", 0, hd, unit ? 1.0 : mean, unit ? 0.0 : mean / 8)) return -1;
             t->hf_minus_one = gemma;
-            if (!ADD("self_attn.k_norm.weight", "attn_k_norm.weight", 0, s->head_dim, unit ? 1.0 : 1.6, unit ? 0.0 : 0.2)) return -1;
+            if (!ADD("self_attn.k_norm.weight", "attn_k_norm.weight", 0, hd, unit ? 1.0 : mean, unit ? 0.0 : mean / 8)) return -1;
             t->hf_minus_one = gemma;
         }
         if (!ADD("self_attn.o_proj.weight", "attn_output.weight", s->dim, q_rows, 0.0, 1.5 * embd_std / sqrt(qw))) return -1;
-        if (gemma) {
+        if (post_norms) {
             /* Gemma's norms of the attention output, the FFN input and the FFN output. */
             if (!ADD("post_attention_layernorm.weight", "post_attention_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
-            t->hf_minus_one = true;
+            t->hf_minus_one = !gemma4;
             if (!ADD("pre_feedforward_layernorm.weight", "ffn_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
-            t->hf_minus_one = true;
+            t->hf_minus_one = !gemma4;
             if (!ADD("post_feedforward_layernorm.weight", "post_ffw_norm.weight", 0, s->dim, 1.0, 0.1)) return -1;
-            t->hf_minus_one = true;
+            t->hf_minus_one = !gemma4;
         } else if (!ADD("post_attention_layernorm.weight", "ffn_norm.weight", 0, s->dim, 1.0, 0.1)) {
             return -1;
         }
@@ -436,10 +496,16 @@ static int make_weights(const oracle_spec *s, model_weights *w, errbuf *e) {
             if (!ADD("mlp.up_proj.weight", "ffn_up.weight", s->ffn_dim, s->dim, 0.0, 1.0 / sqrt(dim))) return -1;
             if (!ADD("mlp.down_proj.weight", "ffn_down.weight", s->dim, s->ffn_dim, 0.0, 2.5 * embd_std / sqrt(ffn))) return -1;
         }
+        if (gemma4 && s->layer_scalar) {
+            /* one scalar per layer, far from 1 (3, 0.25, 3, ...) so the residual mix changes visibly: the stream
+             * entering the global layer 2 is small, so that layer weighs much in the logits */
+            if (!ADD("layer_scalar", "layer_output_scale.weight", 0, 1, 0.0, 0.0)) return -1;
+            t->data[0] = l % 2 ? 0.25f : 3.0f;
+        }
 #undef ADD
     }
     if (!(t = add_tensor(w, s->seed, "model.norm.weight", "output_norm.weight", 0, s->dim, 1.0, 0.1, e))) return -1;
-    t->hf_minus_one = gemma;
+    t->hf_minus_one = gemma; /* Muse Glimmer's converter shifts only the layer norms */
     if (!s->tied_embeddings && !add_tensor(w, s->seed, "lm_head.weight", "output.weight", s->n_vocab, s->dim, 0.0, embd_std, e))
         return -1;
     return 0;
@@ -614,6 +680,10 @@ static int write_gguf(const oracle_spec *s, const model_weights *w, const vocab 
         kite_gguf_w_arr_i32(g, KEY("attention.head_count_kv"), kv, (uint64_t)s->n_layers);
         kite_gguf_w_u32(g, KEY("shortconv.l_cache"), (uint32_t)s->conv_taps);
         kite_gguf_w_u32(g, KEY("vocab_size"), (uint32_t)s->n_vocab);
+    } else if (s->n_kv_heads_swa > 0) { /* Gemma4Model: one count per layer */
+        int32_t counts[64];
+        for (int32_t l = 0; l < s->n_layers && l < 64; l++) counts[l] = spec_kv_heads(s, l);
+        kite_gguf_w_arr_i32(g, KEY("attention.head_count_kv"), counts, (uint64_t)s->n_layers);
     } else {
         kite_gguf_w_u32(g, KEY("attention.head_count_kv"), (uint32_t)s->n_kv_heads);
     }
@@ -649,6 +719,25 @@ static int write_gguf(const oracle_spec *s, const model_weights *w, const vocab 
         kite_gguf_w_u32(g, KEY("ssm.inner_size"), (uint32_t)(s->dn_n_v * s->dn_head));
         kite_gguf_w_u32(g, KEY("full_attention_interval"), (uint32_t)s->full_attn_interval);
     }
+    if (strcmp(s->arch, "muse-glimmer") == 0 || strcmp(s->arch, "gemma4") == 0) {
+        /* MuseGlimmerModel / Gemma4Model.set_gguf_parameters: the window, the per-layer pattern, the soft-cap */
+        uint32_t window = s->variant == ORACLE_VARIANT_WIDE_WINDOW ? 4096u : (uint32_t)s->sliding_window;
+        kite_gguf_w_u32(g, KEY("attention.sliding_window"), window);
+        uint8_t local[64];
+        for (int32_t l = 0; l < s->n_layers && l < 64; l++) local[l] = spec_local(s, l);
+        kite_gguf_w_arr_bool(g, KEY("attention.sliding_window_pattern"), local, (uint64_t)s->n_layers);
+        if (s->softcap > 0.0f && s->variant != ORACLE_VARIANT_NO_SOFTCAP) kite_gguf_w_f32(g, KEY("final_logit_softcapping"), s->softcap);
+        if (s->logit_scale > 0.0f) kite_gguf_w_f32(g, KEY("logit_scale"), s->logit_scale);
+    }
+    if (strcmp(s->arch, "gemma4") == 0) {
+        kite_gguf_w_u32(g, KEY("attention.shared_kv_layers"), 0);
+        kite_gguf_w_u32(g, KEY("embedding_length_per_layer_input"), 0);
+        kite_gguf_w_u32(g, KEY("attention.key_length_swa"), (uint32_t)s->head_dim_swa);
+        kite_gguf_w_u32(g, KEY("attention.value_length_swa"), (uint32_t)s->head_dim_swa);
+        kite_gguf_w_u32(g, KEY("rope.dimension_count"), (uint32_t)s->head_dim);
+        kite_gguf_w_u32(g, KEY("rope.dimension_count_swa"), (uint32_t)s->head_dim_swa);
+        kite_gguf_w_f32(g, KEY("rope.freq_base_swa"), s->rope_theta_swa);
+    }
     if (s->n_experts > 0) { /* as Qwen2MoeModel.set_gguf_parameters (the counts from TextModel's) */
         kite_gguf_w_u32(g, KEY("expert_count"), (uint32_t)s->n_experts);
         kite_gguf_w_u32(g, KEY("expert_used_count"), (uint32_t)s->n_experts_used);
@@ -669,6 +758,7 @@ static int write_gguf(const oracle_spec *s, const model_weights *w, const vocab 
     for (int i = 0; i < w->n && rc == 0; i++) {
         const hf_tensor *t = &w->t[i];
         if (t->n_stacked < 0) continue; /* written with the group's first */
+        if (s->variant == ORACLE_VARIANT_NO_LAYER_SCALAR && strstr(t->gguf_name, "layer_output_scale")) continue;
         int64_t ne[3] = {t->cols, t->rows, t->n_stacked > 0 ? t->n_stacked : 1};
         uint32_t n_dims = t->n_stacked > 0 ? 3 : t->rows ? 2 : 1;
         size_t count = (size_t)(t->rows ? t->rows : 1) * (size_t)t->cols;
@@ -718,6 +808,14 @@ static int write_gguf(const oracle_spec *s, const model_weights *w, const vocab 
             llama3_rope_factors(s, factors);
             kite_gguf_w_tensor(g, "rope_freqs.weight", KITE_TYPE_F32, 1, ne, factors, (uint64_t)ne[0] * sizeof(float));
         }
+    }
+    if (rc == 0 && s->partial_rotary_global > 0.0f && s->variant != ORACLE_VARIANT_NO_PROPORTIONAL_ROPE) {
+        /* Gemma4Model.generate_extra_tensors: per pair of a global head, 1 for the rotated ones, 1e30 for the rest */
+        float factors[512];
+        int32_t half = s->head_dim / 2, rotated = (int32_t)(s->head_dim * s->partial_rotary_global / 2);
+        int64_t ne[1] = {half};
+        for (int32_t i = 0; i < half && i < 512; i++) factors[i] = i < rotated ? 1.0f : 1e30f;
+        kite_gguf_w_tensor(g, "rope_freqs.weight", KITE_TYPE_F32, 1, ne, factors, (uint64_t)half * sizeof(float));
     }
     if (rc == 0) {
         kite_error ke = {0};
@@ -784,8 +882,40 @@ static int write_config(const oracle_spec *s, const vocab *v, const char *dir, e
         json_object_set_new(c, "rope_local_base_freq", json_real(10000.0));
         json_object_set_new(c, "final_logit_softcapping", json_null());
         json_object_set_new(c, "attn_logit_softcapping", json_null());
+    } else if (strcmp(s->arch, "gemma4") == 0) {
+        /* transformers' Gemma4TextConfig keys, as the 31B's config.json spells them */
+        json_object_set_new(c, "hidden_activation", json_string("gelu_pytorch_tanh"));
+        json_object_set_new(c, "sliding_window", json_integer(s->sliding_window));
+        json_object_set_new(c, "global_head_dim", json_integer(s->head_dim));
+        json_object_set_new(c, "head_dim", json_integer(s->head_dim_swa));
+        json_object_set_new(c, "num_key_value_heads", json_integer(s->n_kv_heads_swa));
+        json_object_set_new(c, "num_global_key_value_heads", json_integer(s->n_kv_heads));
+        json_object_set_new(c, "attention_k_eq_v", json_boolean(s->k_eq_v));
+        json_object_set_new(c, "final_logit_softcapping", json_real((double)s->softcap));
+        json_object_set_new(c, "num_kv_shared_layers", json_integer(0));
+        json_object_set_new(c, "hidden_size_per_layer_input", json_integer(0));
+        json_object_set_new(c, "enable_moe_block", json_false());
+        json_object_set_new(c, "use_double_wide_mlp", json_false());
+        json_object_del(c, "rope_theta");
+        json_object_del(c, "rope_scaling");
+        json_object_set_new(c, "rope_parameters",
+                            json_pack("{s:{s:s, s:f}, s:{s:s, s:f, s:f}}", "sliding_attention", "rope_type", "default", "rope_theta",
+                                      (double)s->rope_theta_swa, "full_attention", "rope_type", "proportional",
+                                      "partial_rotary_factor", (double)s->partial_rotary_global, "rope_theta", (double)s->rope_theta));
+    } else if (strcmp(s->arch, "muse-glimmer") == 0) {
+        json_object_set_new(c, "hidden_act", json_string("silu"));
+        json_object_set_new(c, "sliding_window", json_integer(s->sliding_window));
+        json_object_set_new(c, "final_logit_softcapping", json_real((double)s->softcap));
+        json_object_set_new(c, "output_multiplier", json_real((double)s->logit_scale));
+        json_object_set_new(c, "qk_scale_factor", json_real((double)s->qk_scale));
     } else {
         json_object_set_new(c, "hidden_act", json_string("silu"));
+    }
+    if (strcmp(s->arch, "gemma4") == 0 || strcmp(s->arch, "muse-glimmer") == 0) {
+        json_t *types = json_array();
+        for (int32_t l = 0; l < s->n_layers; l++)
+            json_array_append_new(types, json_string(spec_local(s, l) ? "sliding_attention" : "full_attention"));
+        json_object_set_new(c, "layer_types", types);
     }
     json_object_set_new(c, "torch_dtype", json_string("float32"));
     if (strcmp(s->arch, "llama") == 0) {
@@ -863,6 +993,7 @@ static int write_safetensors(const model_weights *w, const char *dir, errbuf *e)
     uint64_t offset = 0;
     for (int i = 0; i < w->n; i++) {
         const hf_tensor *t = &w->t[i];
+        if (t->gguf_only) continue;
         uint64_t count = (uint64_t)(t->rows ? t->rows : 1) * (uint64_t)t->cols;
         uint64_t bytes = count * (t->f16 ? 2 : 4);
         json_t *shape = t->hf_3d ? json_pack("[i, i, i]", t->rows, 1, t->cols)
@@ -890,6 +1021,7 @@ static int write_safetensors(const model_weights *w, const char *dir, errbuf *e)
     free(text);
     for (int i = 0; ok && i < w->n; i++) {
         const hf_tensor *t = &w->t[i];
+        if (t->gguf_only) continue;
         size_t count = (size_t)(t->rows ? t->rows : 1) * (size_t)t->cols;
         if (t->f16) {
             uint16_t *half = malloc(count * sizeof *half);

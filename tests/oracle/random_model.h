@@ -29,6 +29,11 @@ typedef enum oracle_variant {
     ORACLE_VARIANT_DECAY_IGNORED = 8,   /* qwen35: ssm_a zero (g = 0: the DeltaNet state never decays) */
     ORACLE_VARIANT_CONV_REVERSED = 9,   /* lfm2: every channel's conv taps in reverse order (newest tap on the oldest
                                            position), all else intact */
+    ORACLE_VARIANT_NO_ATTN_GATE = 10,    /* muse-glimmer: attn_gate all zero (sigmoid 0.5 everywhere: after the post-norm the
+                                           same as no gate at all) */
+    ORACLE_VARIANT_NO_SOFTCAP = 11,      /* muse-glimmer, gemma4: final_logit_softcapping left out */
+    ORACLE_VARIANT_NO_PROPORTIONAL_ROPE = 12, /* gemma4: rope_freqs.weight left out (global layers rotate every pair) */
+    ORACLE_VARIANT_NO_LAYER_SCALAR = 13, /* gemma4: layer_output_scale.weight left out (scalars ignored) */
 } oracle_variant;
 
 typedef struct oracle_spec {
@@ -88,6 +93,17 @@ typedef struct oracle_spec {
     const char *layer_kinds;
     int32_t conv_taps;
     int32_t hf_ffn_dim;
+    /* Gemma 4 (arch "gemma4") and Muse Glimmer (arch "muse-glimmer"): the local/global pattern is written per
+     * layer (a bool array, from config.json's layer_types) with sliding_window and swa_period as above. */
+    int32_t head_dim_swa;      /* gemma4: local layers' head size (head_dim is the global layers'), 0 = head_dim */
+    int32_t n_kv_heads_swa;    /* gemma4: local layers' KV heads, 0 = n_kv_heads */
+    float rope_theta_swa;      /* gemma4: local layers' RoPE base */
+    float partial_rotary_global; /* gemma4: proportional RoPE of global layers (rotated fraction of the pairs) */
+    bool k_eq_v;               /* gemma4: global layers have no v_proj (V = K's projection) */
+    bool layer_scalar;         /* gemma4: per-layer output scalars */
+    float softcap;             /* muse-glimmer, gemma4: final logit soft-cap, 0 = none */
+    float logit_scale;         /* muse-glimmer: output multiplier */
+    float qk_scale;            /* muse-glimmer: qk_scale_factor (the GGUF's q_norm weights) */
     uint64_t seed;
     oracle_variant variant;
 } oracle_spec;

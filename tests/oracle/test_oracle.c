@@ -82,7 +82,7 @@
  * 2.5-3.7x above the measurement) and its negative control must exceed 100x the scaled TV bound. */
 #define GEMMA3_BOUND_SCALE 10.0
 
-enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 7, MAX_EXTRA_CONTROLS = 2 };
+enum { N_CTX = 256, N_PROMPTS = 3, LONG_PROMPT = 1, SPLIT_AT = 37, N_ARCHS = 9, MAX_MORE_CONTROLS = 3 };
 
 /* node-llama-cpp hands over each position's distribution as a Map of the whole vocabulary, about 0.15 s
  * of CPU per position, so llama.cpp returns every position of the short prompts but only every third
@@ -121,9 +121,9 @@ typedef struct arch_case {
     oracle_variant control;     /* the negative control's defect */
     bool control_hf;            /* the control is an HF folder (its defect lives in config.json), not a GGUF */
     const char *control_what;
-    oracle_variant extra_control[MAX_EXTRA_CONTROLS]; /* further GGUF controls (ORACLE_VARIANT_NONE: none) */
-    const char *extra_what[MAX_EXTRA_CONTROLS];
-    char extra_gguf[MAX_EXTRA_CONTROLS][4200];
+    /* further negative controls (GGUF), each breaking one more feature */
+    struct { oracle_variant variant; const char *what; } more_controls[MAX_MORE_CONTROLS];
+    char more_control_gguf[MAX_MORE_CONTROLS][4200];
     const prompt_text *prompts;
     oracle_spec spec;
     char gguf[4200], hf_dir[4200], control_gguf[4200], out_prefix[4200];
@@ -157,10 +157,19 @@ static arch_case CASES[N_ARCHS] = {
      .control_what = "top-k expert weights not normalised (HF norm_topk_prob false)", .prompts = QWEN_PROMPTS},
     {.arch = "qwen35", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_NO_OUTPUT_GATE,
      .control_what = "attention output gate defeated (gate rows zero)", .prompts = QWEN_PROMPTS,
-     .extra_control = {ORACLE_VARIANT_BETA_IGNORED, ORACLE_VARIANT_DECAY_IGNORED},
-     .extra_what = {"DeltaNet beta ignored (ssm_beta zero)", "DeltaNet decay ignored (ssm_a zero)"}},
+     .more_controls = {{ORACLE_VARIANT_BETA_IGNORED, "DeltaNet beta ignored (ssm_beta zero)"},
+                       {ORACLE_VARIANT_DECAY_IGNORED, "DeltaNet decay ignored (ssm_a zero)"}}},
     {.arch = "lfm2", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_CONV_REVERSED,
      .control_what = "conv taps reversed", .prompts = QWEN_PROMPTS},
+    {.arch = "muse-glimmer", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_NO_ATTN_GATE,
+     .control_what = "attention output gate ignored (all zero: sigmoid 0.5)", .prompts = QWEN_PROMPTS,
+     .more_controls = {{ORACLE_VARIANT_NO_SOFTCAP, "final soft-cap left out"},
+                       {ORACLE_VARIANT_WIDE_WINDOW, "sliding window 4096 instead of 16"}}},
+    {.arch = "gemma4", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_NO_PROPORTIONAL_ROPE,
+     .control_what = "proportional RoPE ignored (rope_freqs.weight left out)", .prompts = QWEN_PROMPTS,
+     .more_controls = {{ORACLE_VARIANT_NO_LAYER_SCALAR, "layer scalars ignored"},
+                       {ORACLE_VARIANT_NO_SOFTCAP, "final soft-cap left out"},
+                       {ORACLE_VARIANT_WIDE_WINDOW, "sliding window 4096 instead of 16"}}},
 };
 
 static char TMP_DIR[4096];
@@ -275,11 +284,12 @@ static void prepare_case(arch_case *c, json_t *jobs) {
         set_error(c->error, sizeof c->error, "writing the %s control model failed: %s", c->arch, msg);
         return;
     }
-    for (int x = 0; x < MAX_EXTRA_CONTROLS && c->extra_control[x] != ORACLE_VARIANT_NONE; x++) {
-        snprintf(c->extra_gguf[x], sizeof c->extra_gguf[x], "%s/%s-control%d.gguf", TMP_DIR, c->arch, x + 2);
-        control.variant = c->extra_control[x];
-        if (oracle_write_model(&control, c->vocab, tok_dir, c->extra_gguf[x], NULL, msg, sizeof msg)) {
-            set_error(c->error, sizeof c->error, "writing the %s control model %d failed: %s", c->arch, x + 2, msg);
+    for (int k = 0; k < MAX_MORE_CONTROLS && c->more_controls[k].variant; k++) {
+        snprintf(c->more_control_gguf[k], sizeof c->more_control_gguf[k], "%s/%s-control%d.gguf", TMP_DIR, c->arch, k + 2);
+        control = c->spec;
+        control.variant = c->more_controls[k].variant;
+        if (oracle_write_model(&control, c->vocab, tok_dir, c->more_control_gguf[k], NULL, msg, sizeof msg)) {
+            set_error(c->error, sizeof c->error, "writing the %s control model %d failed: %s", c->arch, k + 2, msg);
             return;
         }
     }
@@ -587,7 +597,10 @@ static void compare_probs(const float *logits, const float *probs, int prompt, c
     free(p);
 }
 
-static double bound_scale(const arch_case *c) { return strcmp(c->arch, "gemma3") == 0 ? GEMMA3_BOUND_SCALE : 1.0; }
+/* Gemma 3 and Gemma 4 share the GeGLU and so llama.cpp's f16 GELU table. */
+static double bound_scale(const arch_case *c) {
+    return strcmp(c->arch, "gemma3") == 0 || strcmp(c->arch, "gemma4") == 0 ? GEMMA3_BOUND_SCALE : 1.0;
+}
 
 static bool within_bounds(const arch_case *c, const diff_stats *d) {
     const double k = bound_scale(c);
@@ -677,6 +690,15 @@ static void hf_matches_gguf(int index) {
         fail_msg("%s: the HF folder's logits differ from the GGUF's by %g > %g", c->arch, max_diff, HF_LOGIT_BOUND);
 }
 
+static void one_control_detected(arch_case *c, const char *path, const char *what);
+
+static void control_detected(int index) {
+    arch_case *c = ready_case(index);
+    one_control_detected(c, c->control_gguf, c->control_what);
+    for (int k = 0; k < MAX_MORE_CONTROLS && c->more_controls[k].variant; k++)
+        one_control_detected(c, c->more_control_gguf[k], c->more_controls[k].what);
+}
+
 static void one_control_detected(arch_case *c, const char *path, const char *what) {
     kite_model *broken = NULL;
     char err[1024] = "";
@@ -696,13 +718,6 @@ static void one_control_detected(arch_case *c, const char *path, const char *wha
     if (!(d.max_tv > CONTROL_MARGIN * bound_scale(c) * TV_BOUND))
         fail_msg("%s: with %s kite still agrees with llama.cpp (max TV %g): the comparison is too weak to catch it",
                  c->arch, what, d.max_tv);
-}
-
-static void control_detected(int index) {
-    arch_case *c = ready_case(index);
-    one_control_detected(c, c->control_gguf, c->control_what);
-    for (int x = 0; x < MAX_EXTRA_CONTROLS && c->extra_control[x] != ORACLE_VARIANT_NONE; x++)
-        one_control_detected(c, c->extra_gguf[x], c->extra_what[x]);
 }
 
 static void tokenizer_matches_llamacpp(int index) {
@@ -742,6 +757,8 @@ ARCH_TESTS(3, gemma3)
 ARCH_TESTS(4, qwen3moe)
 ARCH_TESTS(5, qwen35)
 ARCH_TESTS(6, lfm2)
+ARCH_TESTS(7, muse_glimmer)
+ARCH_TESTS(8, gemma4)
 
 /* The families to compare as arguments (GGUF architecture names; none: all). tests/oracle/tests.cmake
  * runs them as several ctest entries, so a parallel ctest spreads the families over the cores. */
@@ -750,6 +767,8 @@ int main(int argc, char **argv) {
         ARCH_TEST_LIST(llama), ARCH_TEST_LIST(qwen2), ARCH_TEST_LIST(qwen3), ARCH_TEST_LIST(gemma3), ARCH_TEST_LIST(qwen3moe),
         ARCH_TEST_LIST(qwen35),
         ARCH_TEST_LIST(lfm2),
+        ARCH_TEST_LIST(muse_glimmer),
+        ARCH_TEST_LIST(gemma4),
     };
     for (int a = 1; a < argc; a++) {
         int found = -1;

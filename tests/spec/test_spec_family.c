@@ -181,9 +181,10 @@ static void test_speculation_exact(void **state) {
     assert_true(accepted > 0);
 }
 
-/* The rings keep memory to the window. tiny-gemma3 at 32768 positions: the global layer's rows for every
- * position and each local layer's 71 rows, against the 3 x 32768 rows of a flat cache. tiny-lfm2: the attention
- * layer's rows for every position and each conv layer's 3 - 1 + 64 conv rows of dim f32, whatever the context. */
+/* The rings keep memory to the window: a session of 32768 positions holds the global layers' rows for
+ * every position, each local layer's window - 1 + 64 rows (tiny-gemma3: 3 x 32768 rows in a flat cache),
+ * each layer with its own heads (tiny-gemma4: local layers 2 KV heads of 32, the global one 1 of 64), and
+ * each conv layer's conv_taps - 1 + 64 conv rows of dim f32 (tiny-lfm2), whatever the context. */
 static void test_ring_memory_bounded(void **state) {
     (void)state;
     kite_session_params sp = kite_session_default_params();
@@ -194,20 +195,19 @@ static void test_ring_memory_bounded(void **state) {
     if (kite_session_open(&s, g_target, &sp, err, sizeof err)) fail_msg("session: %s", err);
     kite_model_info info;
     kite_model_get_info(g_target, &info);
-    const uint64_t row = 2ull * (uint64_t)info.n_kv_heads * (uint64_t)info.head_dim * 2; /* K and V, f16 */
-    uint64_t want, flat;
-    if (info.n_conv_layers > 0) {
-        want = row * 32768ull * (uint64_t)(info.n_layers - info.n_conv_layers) +
-               (uint64_t)info.n_conv_layers * (uint64_t)(info.conv_taps - 1 + 64) * (uint64_t)info.dim * 4;
-        flat = row * 32768ull * (uint64_t)info.n_layers;
-    } else {
-        /* tiny-gemma3: 3 layers (0 and 1 local, window 8; 2 global) */
-        want = row * (32768ull + 2 * (8 - 1 + 64));
-        flat = row * 3 * 32768ull;
-    }
+    assert_true((info.n_local_layers > 0 && info.sliding_window > 0) || info.n_conv_layers > 0);
+    /* K and V, f16 */
+    const uint64_t global_row = 2ull * 2 * (uint64_t)info.n_kv_heads * (uint64_t)info.head_dim;
+    const uint64_t local_row = 2ull * 2 * (uint64_t)info.n_kv_heads_local * (uint64_t)info.head_dim_local;
+    const uint64_t n_global = (uint64_t)(info.n_layers - info.n_local_layers - info.n_conv_layers);
+    const uint64_t want = global_row * 32768ull * n_global +
+                          local_row * (uint64_t)(info.sliding_window - 1 + 64) * (uint64_t)info.n_local_layers +
+                          (uint64_t)info.n_conv_layers * (uint64_t)(info.conv_taps - 1 + 64) * (uint64_t)info.dim * 4;
     uint64_t got = kite_session_kv_bytes(s);
     print_message("%s cache at 32768 positions: %llu bytes (every layer's K/V for every position: %llu)\n", g_shape,
-                  (unsigned long long)got, (unsigned long long)flat);
+                  (unsigned long long)got,
+                  (unsigned long long)(32768ull * (global_row * (uint64_t)(info.n_layers - info.n_local_layers) +
+                                                   local_row * (uint64_t)info.n_local_layers)));
     assert_int_equal(got, want);
     kite_session_free(s);
 }

@@ -84,11 +84,11 @@ static bool same_cache(const kite_kv_cache *a, const kite_kv_cache *b, int32_t n
         /* a ring: the positions both still hold (the pass's rejected nodes overwrote the oldest rows of a's) */
         int32_t high = a->ring_high > b->ring_high ? a->ring_high : b->ring_high;
         int32_t p0 = kite_kv_is_ring(a, l) && high > a->layer_rows[l] ? high - a->layer_rows[l] : 0;
-        for (int32_t h = 0; h < a->n_kv_heads; h++)
+        for (int32_t h = 0; h < a->layer_kv_heads[l]; h++) /* each layer's own heads and row size (Gemma 4) */
             for (int32_t p = p0; p < n; p++) {
                 size_t at = kite_kv_offset(a, l, h, kite_kv_row(a, l, p));
-                if (memcmp((const char *)a->k + at, (const char *)b->k + at, a->row_bytes) ||
-                    memcmp((const char *)a->v + at, (const char *)b->v + at, a->row_bytes)) {
+                if (memcmp((const char *)a->k + at, (const char *)b->k + at, a->layer_row_bytes[l]) ||
+                    memcmp((const char *)a->v + at, (const char *)b->v + at, a->layer_row_bytes[l])) {
                     *what = "K/V rows";
                     return false;
                 }

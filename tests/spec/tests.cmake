@@ -14,6 +14,10 @@ endfunction()
 # Gemma 3's sliding-window and global layers (and the ring's memory bound).
 kite_spec_family_test(test_spec_gemma3 tiny-gemma3 --ring)
 kite_spec_family_test(test_spec_qwen3moe tiny-qwen3moe)
+# Gemma 4's different head sizes on local and global layers (per-layer cache rows), k_eq_v, proportional RoPE.
+kite_spec_family_test(test_spec_gemma4 tiny-gemma4 --ring)
+# Muse Glimmer's output gate, NoPE global layers, embedding norm, logit scale.
+kite_spec_family_test(test_spec_muse_glimmer tiny-muse-glimmer --ring)
 # Qwen3.5: Gated DeltaNet layers, whose recurrent state a verification pass must leave on the accepted path.
 kite_spec_family_test(test_spec_qwen35 tiny-qwen35)
 # LFM2's conv layers: their per-position conv rows under trees, commits, rewinds, copies and saves (and the ring's
@@ -24,7 +28,7 @@ kite_spec_family_test(test_spec_lfm2 tiny-lfm2 --ring)
 add_executable(test_tree_commit_exact ${CMAKE_CURRENT_LIST_DIR}/test_tree_commit_exact.c)
 target_link_libraries(test_tree_commit_exact PRIVATE kite_internal PkgConfig::CMOCKA)
 target_include_directories(test_tree_commit_exact PRIVATE ${PROJECT_SOURCE_DIR}/tests/unit)
-add_test(NAME test_tree_commit_exact COMMAND test_tree_commit_exact tiny tiny-gemma3 tiny-qwen3moe tiny-lfm2
+add_test(NAME test_tree_commit_exact COMMAND test_tree_commit_exact tiny tiny-gemma3 tiny-qwen3moe tiny-lfm2 tiny-gemma4 tiny-muse-glimmer
          WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 set_tests_properties(test_tree_commit_exact PROPERTIES ENVIRONMENT "${KITE_TEST_ENV}" TIMEOUT 600)
 # EAGLE-3 heads: capture identical under speculation, exactness with the head drafting, its cache in step,

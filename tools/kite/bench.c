@@ -701,7 +701,7 @@ int kite_cmd_gen_model(int argc, char **argv) {
             return bench_fail(2, "unknown option %s (see kite gen-model --help)", opt);
         }
     }
-    if (!p.shape) return bench_fail(2, "kite gen-model needs --shape (llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, gemma3-1b, tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, lfm2-350m, tiny-lfm2)");
+    if (!p.shape) return bench_fail(2, "kite gen-model needs --shape (llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, gemma3-1b, tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, qwen3.5-0.8b, tiny-qwen35, lfm2-350m, tiny-lfm2, gemma4-31b-6l, tiny-gemma4, tiny-muse-glimmer)");
     if (!p.type && (!strcmp(p.shape, "eagle3") || !strncmp(p.shape, "dflash", 6))) p.type = "f32";
     if (!p.type) return bench_fail(2, "kite gen-model needs --type (f32, f16, bf16, q8_0, q4_0, q4_k_m)");
     if (!out) return bench_fail(2, "kite gen-model needs --out FILE");

@@ -850,6 +850,9 @@ static int cmd_inspect(int argc, char **argv) {
     printf("dim:            %d\n", in.dim);
     printf("layers:         %d\n", in.n_layers);
     printf("heads:          %d (kv heads %d, head dim %d)\n", in.n_heads, in.n_kv_heads, in.head_dim);
+    if (in.n_local_layers > 0)
+        printf("sliding window: %d positions on %d of %d layers (their heads: kv heads %d, head dim %d)\n", in.sliding_window,
+               in.n_local_layers, in.n_layers, in.n_kv_heads_local, in.head_dim_local);
     printf("ffn dim:        %d\n", in.ffn_dim);
     if (in.n_conv_layers > 0)
         printf("conv layers:    %d of %d (short gated convolutions of %d taps; the others attend)\n", in.n_conv_layers, in.n_layers,
