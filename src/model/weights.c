@@ -23,7 +23,7 @@ static int vector_f32(const kite_source *src, const char *name, int64_t expect_l
         return kite_fail(e, KITE_ERR_FORMAT, "%s: tensor %s has %lld elements, expected %lld", src->format, name,
                          (long long)n, (long long)expect_len);
     const kite_type_traits *tr = kite_type_get(t->type);
-    if (!tr || expect_len % tr->block_size != 0)
+    if (!tr || !tr->to_float || expect_len % tr->block_size != 0) /* trellis types have no row-wise reader */
         return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: tensor %s has a type kite cannot read as a vector", src->format, name);
     float *v = malloc(sizeof(float) * (size_t)expect_len);
     if (!v) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
@@ -182,6 +182,9 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
     int st = KITE_OK;
     w->kernels = kite_kernels();
     if (!(w->tok_embd = matrix(src, "token_embd.weight", hp->n_vocab, dim, e))) return e->status;
+    if (!kite_type_get(w->tok_embd->type)->to_float) /* a trellis type: its rows are interleaved in tiles */
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: token_embd.weight is %s, which kite cannot read a row at a time",
+                         src->format, kite_type_get(w->tok_embd->type)->name);
     const size_t per_layer = 8 + (hp->n_experts > 0 ? 1 + 3 * (size_t)hp->n_experts : 0);
     const size_t max_jobs = 1 + (size_t)hp->n_layers * per_layer;
     pack_job *jobs = calloc(max_jobs, sizeof *jobs);

@@ -188,9 +188,12 @@ static kite_status parse_gguf(kite_imatrix *m, const kite_gguf *g, const char *w
         snprintf(counts_name, sizeof counts_name, "%s.counts", name);
         const kite_gguf_tensor *counts_t = kite_gguf_find_tensor(g, counts_name);
         int64_t nval = 1, ncounts = 1;
-        for (int d = 0; d < 4; d++) nval *= sums_t->ne[d];
+        /* element counts, refused rather than overflowed past 2^40 (the GGUF reader bounds each dimension, not
+         * their product) */
+        for (int d = 0; d < 4; d++) nval = nval > 0 && sums_t->ne[d] > 0 && nval <= ((int64_t)1 << 40) / sums_t->ne[d] ? nval * sums_t->ne[d] : -1;
         if (counts_t)
-            for (int d = 0; d < 4; d++) ncounts *= counts_t->ne[d];
+            for (int d = 0; d < 4; d++)
+                ncounts = ncounts > 0 && counts_t->ne[d] > 0 && ncounts <= ((int64_t)1 << 40) / counts_t->ne[d] ? ncounts * counts_t->ne[d] : -1;
         const char *fault = !counts_t ? "has no matching .counts tensor"
                           : sums_t->type != 0 || counts_t->type != 0 ? "sums and counts must be F32"
                           : nval < 1 || ncounts < 1 || nval % ncounts != 0 ? "sums are not a whole number of matrices"
