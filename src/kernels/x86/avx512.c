@@ -168,7 +168,8 @@ INLINE void tile_b32(uint32_t type, const uint8_t *grp, const kite_pack_geom *g,
         for (int b = 0; b < NB; b++) {
             const uint8_t *xq = arow[b] + blk * 32;
             const int32_t xsum = load_i32(arow[b] + c->ag.off_sum + blk * 4);
-            __m512i i0 = offset ? _mm512_set1_epi32(offset * xsum) : _mm512_setzero_si512();
+            /* wrapping like the lanes' own int32 sums (a NaN row quantizes to sums of INT_MIN: no UB) */
+            __m512i i0 = offset ? _mm512_set1_epi32((int32_t)((uint32_t)offset * (uint32_t)xsum)) : _mm512_setzero_si512();
             __m512i i1 = _mm512_setzero_si512();
             i0 = _mm512_dpbusd_epi32(i0, w[0], bcast32(xq + 0));
             i1 = _mm512_dpbusd_epi32(i1, w[1], bcast32(xq + 4));
