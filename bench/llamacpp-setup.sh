@@ -35,8 +35,8 @@ log "llama.cpp source: $(git -C "$src" describe --tags --always 2>/dev/null || e
 
 flags=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF
        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF)
-# On a CPU with AMX, -march=native compiles ggml's AMX matmul in, and on the 2-core Sapphire-Rapids-class
-# VMs this project runs on it crashed (SIGSEGV in ggml_backend_amx_mul_mat at the first prompt pass,
+# On a CPU with AMX, -march=native compiles ggml's AMX matmul in, and on the 2-core Intel Xeon VMs with AMX
+# this project ran on it crashed (SIGSEGV in ggml_backend_amx_mul_mat at the first prompt pass,
 # 2026-12-02). kite uses no AMX, so the peer is built with every other extension this CPU has.
 if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
     log "AMX CPU: building llama.cpp without AMX (native AMX builds crash here), with AVX-512 VNNI/VBMI/BF16"
