@@ -46,8 +46,8 @@ static const char SPEC_USAGE[] =
     "\n"
     "  --model, -m PATH          target model (GGUF, llama2.c .bin, Hugging Face folder)\n"
     "  --tokenizer PATH          tokenizer for a model or draft without one of its own (a llama2.c .bin)\n"
-    "  --draft PATH|ngram        drafter: a draft model sharing the vocabulary (or an EAGLE-3 head, a DFlash\n"
-    "                            drafter), or n-gram matches (default)\n"
+    "  --draft PATH|ngram|mtp    drafter: a draft model sharing the vocabulary (or an EAGLE-3 head, a DFlash\n"
+    "                            drafter), n-gram matches (default), or mtp: the model's own next-n block\n"
     "  --oracle-acceptance A     drafter: the oracle, replaying the plain output with each token replaced\n"
     "                            by another with probability 1 - A (labelled \"oracle\" everywhere); with\n"
     "                            --draft DFLASH.gguf the DFlash drafter's block also runs and is charged\n"
@@ -553,7 +553,9 @@ int kite_bench_spec(int argc, char **argv) {
     }
     kite_model_info info;
     kite_model_get_info(b.model, &info);
-    const char *drafter_name = a.oracle ? "oracle" : !a.draft || !strcmp(a.draft, "ngram") ? "ngram" : "model";
+    const bool mtp = a.draft && !strcmp(a.draft, "mtp"); /* the model's own next-n block */
+    if (mtp && a.oracle) { rc = spec_fail(2, "give either --draft mtp or --oracle-acceptance, not both"); goto done; }
+    const char *drafter_name = a.oracle ? "oracle" : !a.draft || !strcmp(a.draft, "ngram") ? "ngram" : mtp ? "mtp" : "model";
     if ((!strcmp(drafter_name, "model") || (a.oracle && a.draft)) && (rc = open_with_tokenizer(&a, a.draft, "draft model: ", &b.draft)))
         goto done;
     bool eagle3 = false, dflash = false; /* the draft is an EAGLE-3 head, a DFlash drafter */
@@ -575,7 +577,7 @@ int kite_bench_spec(int argc, char **argv) {
     }
 
     kite_spec_params spec = kite_spec_default_params();
-    spec.drafter = a.oracle ? KITE_DRAFT_ORACLE : eagle3 ? KITE_DRAFT_EAGLE3 : dflash ? KITE_DRAFT_DFLASH : b.draft ? KITE_DRAFT_MODEL : KITE_DRAFT_NGRAM;
+    spec.drafter = a.oracle ? KITE_DRAFT_ORACLE : mtp ? KITE_DRAFT_MTP : eagle3 ? KITE_DRAFT_EAGLE3 : dflash ? KITE_DRAFT_DFLASH : b.draft ? KITE_DRAFT_MODEL : KITE_DRAFT_NGRAM;
     spec.draft_model = b.draft;
     spec.budget = a.budget;
     spec.tree_width = a.tree;
