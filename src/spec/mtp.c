@@ -108,7 +108,7 @@ static void mm(kite_mtp_run *r, kite_pool *pool, const kite_packed_matrix *w, co
     kite_head_mm(r->tw->kernels, r->act, pool, w, x, n, y);
 }
 
-/* One batch of n rows: row i runs (token[i], hin[i]) with RoPE at pos[i] + 1 into cache row crow[i],
+/* One batch of n rows: row i runs (token[i], hin[i]) with RoPE at pos[i] into cache row crow[i],
  * attending to the n_vis[i] cache rows r->vis + i * cap_rows (its own last), as llama.cpp's graph_mtp.
  * States after shared_head_norm go to h_out[i] and, for rows i >= first_logit, logits to
  * logits[(i - first_logit)][V]. hin may not alias r's scratch. */
@@ -138,12 +138,12 @@ static void run_batch(kite_mtp_run *r, kite_pool *pool, int32_t n, const int32_t
             float *q = r->q + (size_t)i * qd + (size_t)h * hd;
             kite_head_rmsnorm(q, src, L->q_norm, hd, eps);
             memcpy(r->gate_a + (size_t)i * qd + (size_t)h * hd, src + hd, sizeof(float) * (size_t)hd);
-            kite_head_rope(q, r->n_rot, r->tw->rope_inv_freq, pos[i] + 1, r->neox);
+            kite_head_rope(q, r->n_rot, r->tw->rope_inv_freq, pos[i], r->neox);
         }
         for (int32_t kh = 0; kh < r->n_kv_heads; kh++) {
             float *kr = r->kk + (size_t)i * kvd + (size_t)kh * hd;
             kite_head_rmsnorm(kr, kr, L->k_norm, hd, eps);
-            kite_head_rope(kr, r->n_rot, r->tw->rope_inv_freq, pos[i] + 1, r->neox);
+            kite_head_rope(kr, r->n_rot, r->tw->rope_inv_freq, pos[i], r->neox);
             size_t at = ((size_t)kh * r->cap_rows + (size_t)crow[i]) * hd;
             memcpy(r->k + at, kr, sizeof(float) * hd);
             memcpy(r->v + at, r->vv + (size_t)i * kvd + (size_t)kh * hd, sizeof(float) * hd);
@@ -193,7 +193,7 @@ static void run_committed(kite_mtp_run *r, kite_pool *pool, const int32_t *token
         n_vis[i] = pos0 + i - r->lo + 1;
         int32_t *v = r->vis + (size_t)i * r->cap_rows;
         for (int32_t p = r->lo; p <= pos0 + i; p++) v[p - r->lo] = p;
-        r->seen[pos0 + i + 1] = token[i];
+        r->seen[pos0 + i] = token[i];
     }
     run_batch(r, pool, n, token, hidden, pos, pos, n_vis, first_logit, logits, h_out);
 }
@@ -224,7 +224,7 @@ double kite_mtp_one_step_ms(kite_mtp_run *r, kite_pool *pool) {
     return best;
 }
 
-/* kite_spec_grow_tree's callback: runs tree nodes [first, end), each in the row of position P - 1 + depth,
+/* kite_spec_grow_tree's callback: runs tree nodes [first, end), each in the row of position P + depth,
  * on the state of its parent's row, attending to the committed rows and its ancestors. */
 static int run_nodes(void *ctx, kite_draft_tree *t, int32_t first, int32_t end, float *logits, kite_error *e) {
     kite_mtp_run *r = ctx;
@@ -237,7 +237,7 @@ static int run_nodes(void *ctx, kite_draft_tree *t, int32_t first, int32_t end, 
         for (int32_t i = 0; i < n; i++) {
             int32_t j = at + i;
             memcpy(hin + (size_t)i * D, r->node_h + (size_t)t->parent[j] * D, sizeof(float) * (size_t)D);
-            pos[i] = r->P - 1 + t->depth[j];
+            pos[i] = r->P + t->depth[j];
             crow[i] = r->n_ctx + j;
             int32_t *v = r->vis + (size_t)i * r->cap_rows, nv = 0;
             for (int32_t p = r->lo; p < r->D; p++) v[nv++] = p;
@@ -260,19 +260,20 @@ int kite_mtp_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_t b
     kite_mtp_run *r = st->mtp;
     kite_features *f = &s->features;
     const int32_t P = s->n_past, Dm = r->dim, W = f->width;
-    if (P < 1 || P > r->n_ctx || W != Dm) return KITE_OK; /* nothing to draft from */
+    if (P < 1 || P >= r->n_ctx || W != Dm) return KITE_OK; /* nothing to draft from, or no room */
     /* Rows still valid: those whose context up to the token they took is the session's now (the
-     * EAGLE-3 head's rule); the root's own row (position P - 1) is always run again. */
-    int32_t D = r->D < P - 1 ? r->D : P - 1;
-    for (int32_t q = 0; q <= D; q++)
-        if (r->seen[q] != s->history[q]) { D = q > 0 ? q - 1 : 0; break; }
+     * EAGLE-3 head's rule); the root's own row (position P) is always run again. */
+    int32_t D = r->D < P ? r->D : P;
+    for (int32_t q = 0; q < D; q++)
+        if (r->seen[q] != s->history[q]) { D = q; break; }
     if (f->n == 0 || f->pos0 + f->n < P) return KITE_OK;
-    if (D < f->pos0 || D < r->lo) {
-        r->lo = f->pos0;
+    /* the first row to run, D, reads the feature row D - 1 (row 0 reads none) */
+    if ((D > 0 && D - 1 < f->pos0) || D < r->lo) {
+        r->lo = f->pos0 == 0 ? 0 : f->pos0 + 1;
         D = r->lo;
-        memcpy(r->seen, s->history, sizeof(int32_t) * ((size_t)r->lo + 1));
+        memcpy(r->seen, s->history, sizeof(int32_t) * (size_t)r->lo);
     }
-    if (r->lo >= P) return KITE_OK;
+    if (r->lo > P) return KITE_OK;
     r->D = D;
     const float *output_norm = s->model->weights.output_norm;
     const float eps = s->model->weights.hp.rms_eps;
@@ -282,14 +283,16 @@ int kite_mtp_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_t b
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
     }
     int32_t tok[MTP_MAX_ROWS];
-    for (int32_t p = D; p < P; p += MTP_MAX_ROWS) {
-        int32_t n = P - p < MTP_MAX_ROWS ? P - p : MTP_MAX_ROWS;
+    for (int32_t p = D; p <= P; p += MTP_MAX_ROWS) {
+        int32_t n = P + 1 - p < MTP_MAX_ROWS ? P + 1 - p : MTP_MAX_ROWS;
         for (int32_t i = 0; i < n; i++) {
-            tok[i] = p + i + 1 < P ? s->history[p + i + 1] : root;
-            /* the captured last-layer output, normed as the trunk's logits are (llama.cpp's h_nextn) */
-            kite_head_rmsnorm(h + (size_t)i * Dm, f->rows + (size_t)(p + i - f->pos0) * W, output_norm, Dm, eps);
+            tok[i] = p + i < P ? s->history[p + i] : root;
+            /* the captured last-layer output of the position before, normed as the trunk's logits are
+             * (llama.cpp's h_nextn); position 0 has none: zeros, as llama.cpp's first pending row */
+            if (p + i == 0) memset(h, 0, sizeof(float) * (size_t)Dm);
+            else kite_head_rmsnorm(h + (size_t)i * Dm, f->rows + (size_t)(p + i - 1 - f->pos0) * W, output_norm, Dm, eps);
         }
-        bool last = p + n == P;
+        bool last = p + n == P + 1;
         run_committed(r, s->pool, tok, h, n, p, last ? n - 1 : n, last ? st->draft_logits : NULL, hout);
         if (last) memcpy(r->node_h, hout + (size_t)(n - 1) * Dm, sizeof(float) * (size_t)Dm);
         r->D = p + n;

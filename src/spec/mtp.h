@@ -1,10 +1,11 @@
 /* The MTP drafter: Qwen3.5's next-n block (model.h, kite_mtp_weights) drafting for its own trunk, as
  * llama.cpp's common_speculative_impl_draft_mtp does.
  *
- * The input convention (llama.cpp's graph_mtp and process()): the head's row at position p takes the
- * pair (token x[p+1], h[p]) with RoPE at p + 1 (the token's position) and predicts x[p+2]; h[p] is the
- * target's last hidden state at p after output_norm (llama.cpp's h_nextn; kite captures the last layer's
- * output and applies output_norm here). Rows of committed positions use the target's hidden states; a
+ * The input convention (llama.cpp's graph_mtp and draft-mtp's process()): the head's row at position p
+ * takes the pair (token x[p], h[p-1]) with RoPE at p and predicts x[p+1]; h[p-1] is the target's last
+ * hidden state at p - 1 after output_norm (llama.cpp's h_nextn; kite captures the last layer's output
+ * and applies output_norm here), and row 0 takes zeros (llama.cpp's first pending row), so the head's
+ * cache holds the same rows as llama.cpp's. Rows of committed positions use the target's hidden states; a
  * drafted node deeper than the first takes its parent row's state after shared_head_norm instead (the
  * target has not run it yet), so those rows are dropped after the pass and rebuilt from the verified
  * states. The head keeps a KV cache of its own (f32). */

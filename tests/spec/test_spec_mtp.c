@@ -4,7 +4,7 @@
  *     (attention over the earlier rows) against a double-precision implementation written here from
  *     llama.cpp's graph_mtp (src/models/qwen35.cpp) over the raw GGUF tensors; bound 1e-4 of the largest
  *     logit; negative controls (concat halves swapped, hnorm omitted, RoPE omitted) are shown to exceed
- *     it (RoPE at p + 1 rather than p cannot be told apart here: a common shift of every row's position
+ *     it (RoPE at p + 1 rather than p could not be told apart here: a common shift of every row's position
  *     leaves the attention scores unchanged);
  *   - exactness: with --draft mtp, greedy and seeded sampling (T 0.8 top-k/top-p, T 1.0, and T 4 where
  *     the shared noise makes the random head's proposals accepted), chains and trees, budgets 1..32 and
@@ -133,7 +133,7 @@ static void ref_rope(double *v, int n_rot, double theta, double pos) {
 
 enum { CTRL_NONE, CTRL_SWAP_CONCAT, CTRL_NO_HNORM, CTRL_NO_ROPE };
 
-/* The head over rows 0..n-1 (row i: token tok[i], hidden h[i], RoPE at pos0 + i + 1, attending to rows
+/* The head over rows 0..n-1 (row i: token tok[i], hidden h[i], RoPE at pos0 + i, attending to rows
  * 0..i), in doubles: logits[n][V], states after shared_head_norm hout[n][D]. */
 static void reference(const kite_hparams *hp, raw_file *f, const int32_t *tok, const float *h, int n, int pos0, int ctrl,
                       double *logits, double *hout) {
@@ -156,7 +156,7 @@ static void reference(const kite_hparams *hp, raw_file *f, const int32_t *tok, c
     double *att = malloc(sizeof(double) * qd), *o = malloc(sizeof(double) * D), *g = malloc(sizeof(double) * F), *u = malloc(sizeof(double) * F);
     double *tmp = malloc(sizeof(double) * D), *sc = malloc(sizeof(double) * (size_t)n);
     for (int i = 0; i < n; i++) {
-        double pos = ctrl == CTRL_NO_ROPE ? 0 : pos0 + i + 1; /* RoPE at position 0 is the identity */
+        double pos = ctrl == CTRL_NO_ROPE ? 0 : pos0 + i; /* RoPE at position 0 is the identity */
         for (int j = 0; j < D; j++) tmp[j] = embd[(size_t)tok[i] * D + j];
         double *e_half = ctrl == CTRL_SWAP_CONCAT ? cat + D : cat, *h_half = ctrl == CTRL_SWAP_CONCAT ? cat : cat + D;
         ref_rmsnorm(e_half, tmp, enorm, D, eps);
