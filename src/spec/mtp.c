@@ -267,8 +267,9 @@ int kite_mtp_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_t b
     for (int32_t q = 0; q < D; q++)
         if (r->seen[q] != s->history[q]) { D = q; break; }
     if (f->n == 0 || f->pos0 + f->n < P) return KITE_OK;
-    /* the first row to run, D, reads the feature row D - 1 (row 0 reads none) */
-    if ((D > 0 && D - 1 < f->pos0) || D < r->lo) {
+    /* the first row to run, D, reads the feature row D - 1 (row 0 reads none): rows whose features are
+     * gone restart the cache just past the oldest one kept */
+    if ((D > 0 ? D - 1 : 0) < f->pos0 || D < r->lo) {
         r->lo = f->pos0 == 0 ? 0 : f->pos0 + 1;
         D = r->lo;
         memcpy(r->seen, s->history, sizeof(int32_t) * (size_t)r->lo);

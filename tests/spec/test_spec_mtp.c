@@ -9,6 +9,10 @@
  *   - exactness: with --draft mtp, greedy and seeded sampling (T 0.8 top-k/top-p, T 1.0, and T 4 where
  *     the shared noise makes the random head's proposals accepted), chains and trees, budgets 1..32 and
  *     adaptive, the generated ids equal plain decoding's, drafts were made, and some were accepted;
+ *   - the head's own cache: a draft from the incrementally kept cache equals one (tokens; logits within
+ *     1e-5 of their spread, the rows being run in other batch shapes) from a
+ *     cache rebuilt from the session's feature rows (after generation with accepted drafts, and after a
+ *     truncation), and a changed context token is seen (control: the draft then differs);
  *   - bad input: a Qwen3.5 model without next-n layers is refused with a clear message and the session
  *     then decodes exactly as plain. */
 #include <math.h>
@@ -28,6 +32,7 @@
 #include "kite.h"
 #include "quant/types.h"
 #include "spec/mtp.h"
+#include "spec/spec.h"
 
 enum { GEN = 40, N_PROMPT = 24, MAX_GEN = 320, N_CTX = 256 };
 
@@ -380,6 +385,88 @@ static void test_exact_with_mtp(void **state) {
     assert_true(accepted_total > 0);
 }
 
+/* ---- the head's cache ----------------------------------------------------------------------------- */
+
+static void draft_now(kite_session *s, bool rebuild, kite_draft_tree *t, float *logits) {
+    kite_error e = {0};
+    if (rebuild) kite_mtp_run_reset(s->spec.mtp);
+    int32_t root = s->gen.cur_id;
+    kite_gen_params gp = gen_config(1);
+    if (kite_spec_draft(&s->spec, s, root, 12, &gp, t, &e)) fail_msg("draft: %s", e.msg);
+    memcpy(logits, s->spec.draft_logits, sizeof(float) * (size_t)t->n * (size_t)g_mtp->n_vocab);
+}
+
+/* max |a - b| over the spread of b */
+static float rel_diff(const float *a, const float *b, int32_t n) {
+    float d = 0, lo = INFINITY, hi = -INFINITY;
+    for (int32_t i = 0; i < n; i++) d = fmaxf(d, fabsf(a[i] - b[i])), lo = fminf(lo, b[i]), hi = fmaxf(hi, b[i]);
+    return d / (hi - lo);
+}
+
+/* Rows run in other batch shapes round differently (seen 2.6e-6 in absolute logits) */
+static const float CACHE_BOUND = 1e-5f;
+
+/* A draft from the incrementally kept head cache equals, within CACHE_BOUND of the logits' spread, one from a cache rebuilt from
+ * scratch out of the session's feature rows (after generation with accepted drafts, and after a
+ * truncation and more decoding), and a changed context token is seen by the kept cache. */
+static void test_cache_in_step(void **state) {
+    (void)state;
+    int32_t V = g_mtp->n_vocab;
+    float *a = malloc(sizeof(float) * (KITE_MAX_DRAFT + 1) * (size_t)V), *b = malloc(sizeof(float) * (KITE_MAX_DRAFT + 1) * (size_t)V);
+    assert_non_null(a);
+    assert_non_null(b);
+    for (int truncated = 0; truncated < 2; truncated++) {
+        kite_session *s = open_session(g_mtp);
+        kite_spec_params sp = spec_of(6, 2);
+        char err[256];
+        if (kite_session_set_spec(s, &sp, err, sizeof err)) fail_msg("kite_session_set_spec: %s", err);
+        kite_gen_params gp = gen_config(3); /* T 4: drafts are accepted, so the cache follows accepted paths */
+        run_result r;
+        gen(s, &gp, &r);
+        assert_true(r.stats.accepted > 0);
+        if (truncated) {
+            if (kite_session_truncate(s, N_PROMPT + 9, err, sizeof err)) fail_msg("truncate: %s", err);
+            if (kite_prompt(s, g_prompt + 3, 5, err, sizeof err)) fail_msg("kite_prompt: %s", err);
+            gp.max_tokens = 11;
+            memset(&r, 0, sizeof r);
+            if (kite_generate(s, &gp, collect, &r, err, sizeof err)) fail_msg("kite_generate: %s", err);
+        }
+        s->gen.cur_id = r.ids[r.n - 1]; /* the root: the last emitted token */
+        kite_draft_tree kept, rebuilt;
+        draft_now(s, false, &kept, a);
+        draft_now(s, true, &rebuilt, b);
+        assert_int_equal(kept.n, 13);
+        assert_int_equal(kept.n, rebuilt.n);
+        for (int32_t j = 0; j < kept.n; j++) {
+            assert_int_equal(kept.token[j], rebuilt.token[j]);
+            assert_int_equal(kept.parent[j], rebuilt.parent[j]);
+        }
+        float worst = 0;
+        for (int32_t j = 0; j < kept.n; j++)
+            if (kept.fed[j]) worst = fmaxf(worst, rel_diff(a + (size_t)j * V, b + (size_t)j * V, V));
+        if (worst > CACHE_BOUND)
+            fail_msg("draft logits differ by %g of their spread between the kept and the rebuilt cache%s", (double)worst,
+                     truncated ? " (truncated)" : "");
+        /* negative control: a context token changed under the cache is seen (the kept cache reruns from
+         * there, as a rebuild does), and the draft then differs from the true context's */
+        s->history[N_PROMPT / 2] ^= 1;
+        draft_now(s, false, &kept, a);
+        draft_now(s, true, &rebuilt, b);
+        s->history[N_PROMPT / 2] ^= 1;
+        float changed = rel_diff(a, b, V);
+        draft_now(s, true, &rebuilt, b);
+        float control = rel_diff(a, b, V);
+        printf("head cache%s: kept vs rebuilt %.3g of the spread (bound %.0e); a changed context token: kept vs rebuilt %.3g, "
+               "vs the true context %.3g\n", truncated ? " after a truncation" : "", (double)worst, (double)CACHE_BOUND,
+               (double)changed, (double)control);
+        assert_true(changed <= CACHE_BOUND);
+        assert_true(control > 100 * CACHE_BOUND);
+        kite_session_free(s);
+    }
+    free(a);
+    free(b);
+}
+
 /* ---- bad input --------------------------------------------------------------------------------- */
 
 static void test_refused_without_nextn(void **state) {
@@ -406,6 +493,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_head_matches_reference),
         cmocka_unit_test(test_exact_with_mtp),
+        cmocka_unit_test(test_cache_in_step),
         cmocka_unit_test(test_refused_without_nextn),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
