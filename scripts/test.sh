@@ -20,6 +20,14 @@ if [ -f tests/oracle/package.json ]; then
   (cd tests/oracle && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+# ccache, when present (install-deps installs it), keeps the compiled objects of earlier runs on this machine
+# (in ~/.cache/ccache): CMake reads the launcher from the environment for every build below and in
+# test-cross.sh. Paths are hashed relative to the clone and the build folder is not hashed, so another clone
+# of the same sources hits the same entries. KITE_CCACHE=0 builds everything from scratch.
+if [ "${KITE_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=true
+fi
+
 echo "== release build (gcc, -Werror)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKITE_WERROR=ON -DKITE_BUILD_TESTS=ON -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
 cmake --build build -j"$JOBS"
