@@ -15,7 +15,7 @@
  * the mask token the target's last token; block size 16 unless the shape says "dflash-bN"; non-causal
  * unless it says "-causal". "dflash2[-bN][-causal]" adds DFlash-2's gated convolutions (kernel 4,
  * groups of 16 channels; blk.N.{attn,ffn}_conv_base [dim, 4, 2] and _conv_proj.weight) and selector
- * (rank 32, top 8: selector_predecessor / selector_successor [32, n_vocab], selector_hidden [dim, 32])
+ * (rank 32, top 8: selector_predecessor / selector_successor [32, n_vocab] of unit scale, selector_hidden [dim, 32])
  * with the keys dflash.conv_kernel_size, conv_group_size, selector_rank, selector_top_k. */
 #include <math.h>
 #include <stdio.h>
@@ -46,7 +46,7 @@ static uint32_t matrix_type(const char *what, const char *type, kite_error *e, b
 
 /* A tensor of rows x cols written as [cols, rows] (planes > 1: [cols, rows / planes, planes]). */
 static int add_tensor_planes(const char *what, kite_gguf_writer *w, uint64_t seed, const char *name, uint32_t type, int64_t cols,
-                             int64_t rows, int64_t planes, kite_error *e) {
+                             int64_t rows, int64_t planes, float scale, kite_error *e) {
     if (rows == 1) type = KITE_TYPE_F32; /* norms */
     const kite_type_traits *tr = kite_type_get(type);
     if (cols % tr->block_size)
@@ -61,6 +61,8 @@ static int add_tensor_planes(const char *what, kite_gguf_writer *w, uint64_t see
     }
     for (int64_t r = 0; r < rows; r++) {
         kite_random_model_row(seed, name, r, row, cols);
+        if (scale != 1.0f)
+            for (int64_t c = 0; c < cols; c++) row[c] *= scale;
         tr->from_float(row, data + (size_t)r * row_bytes, cols);
     }
     int64_t ne[3] = {cols, rows / planes, planes};
@@ -71,7 +73,7 @@ static int add_tensor_planes(const char *what, kite_gguf_writer *w, uint64_t see
 
 static int add_tensor(const char *what, kite_gguf_writer *w, uint64_t seed, const char *name, uint32_t type, int64_t cols,
                       int64_t rows, kite_error *e) {
-    return add_tensor_planes(what, w, seed, name, type, cols, rows, 1, e);
+    return add_tensor_planes(what, w, seed, name, type, cols, rows, 1, 1.0f, e);
 }
 
 /* The target's shape, read from its GGUF file (g stays open for the tokenizer's keys). */
@@ -292,15 +294,17 @@ int kite_write_random_dflash(const char *path, const kite_random_model_params *p
         for (int c = 0; v2 && c < 2; c++) {
             const char *which = c == 0 ? "attn" : "ffn";
             snprintf(name, sizeof name, "blk.%d.%s_conv_base", l, which); /* llama.cpp's name has no .weight */
-            if ((st = add_tensor_planes(what, w, (uint64_t)u, name, KITE_TYPE_F32, D, 2 * (int64_t)conv_kernel, 2, e))) goto done;
+            if ((st = add_tensor_planes(what, w, (uint64_t)u, name, KITE_TYPE_F32, D, 2 * (int64_t)conv_kernel, 2, 1.0f, e))) goto done;
             snprintf(name, sizeof name, "blk.%d.%s_conv_proj.weight", l, which);
             if ((st = add_tensor(what, w, (uint64_t)u, name, type, D, 2 * (int64_t)conv_kernel * (D / conv_group), e))) goto done;
         }
     }
     if ((st = add_tensor(what, w, (uint64_t)u, "output_norm.weight", type, D, 1, e))) goto done;
     if (v2) {
-        if ((st = add_tensor(what, w, (uint64_t)u, "selector_predecessor.weight", type, sel_rank, ts.V, e))) goto done;
-        if ((st = add_tensor(what, w, (uint64_t)u, "selector_successor.weight", type, sel_rank, ts.V, e))) goto done;
+        /* Codebooks of unit scale (50 x the stream's 0.02), so that the pair scores weigh as much as the
+         * logits and the selector's walk is not the rows' argmaxes. */
+        if ((st = add_tensor_planes(what, w, (uint64_t)u, "selector_predecessor.weight", type, sel_rank, ts.V, 1, 50.0f, e))) goto done;
+        if ((st = add_tensor_planes(what, w, (uint64_t)u, "selector_successor.weight", type, sel_rank, ts.V, 1, 50.0f, e))) goto done;
         if ((st = add_tensor(what, w, (uint64_t)u, "selector_hidden.weight", type, D, sel_rank, e))) goto done;
     }
     st = kite_gguf_writer_save(w, path, e);
