@@ -16,7 +16,10 @@
  * unless it says "-causal". "dflash2[-bN][-causal]" adds DFlash-2's gated convolutions (kernel 4,
  * groups of 16 channels; blk.N.{attn,ffn}_conv_base [dim, 4, 2] and _conv_proj.weight) and selector
  * (rank 32, top 8: selector_predecessor / selector_successor [32, n_vocab] of unit scale, selector_hidden [dim, 32])
- * with the keys dflash.conv_kernel_size, conv_group_size, selector_rank, selector_top_k. */
+ * with the keys dflash.conv_kernel_size, conv_group_size, selector_rank, selector_top_k.
+ * "dflash-dspark[-bN][-causal][-bonus]" adds DSpark's Markov head (markov_w1 / markov_w2 [32, n_vocab],
+ * unit scale) and confidence head (conf_proj.weight [dim + 32], conf_proj.bias), drafting from the
+ * anchor (dflash.sample_from_anchor true) unless "-bonus". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,6 +216,8 @@ int kite_write_random_dflash(const char *path, const kite_random_model_params *p
     const char *rest = params->shape + 6;
     const bool v2 = *rest == '2';
     if (v2) rest++;
+    const bool dspark = !v2 && !strncmp(rest, "-dspark", 7);
+    if (dspark) rest += 7;
     if (!strncmp(rest, "-b", 2)) {
         char *end;
         long b = strtol(rest + 2, &end, 10);
@@ -221,9 +226,11 @@ int kite_write_random_dflash(const char *path, const kite_random_model_params *p
         block = (int32_t)b;
         rest = end;
     }
-    if (!strcmp(rest, "-causal")) causal = true, rest += 7;
+    bool bonus = false;
+    if (!strncmp(rest, "-causal", 7)) causal = true, rest += 7;
+    if (dspark && !strcmp(rest, "-bonus")) bonus = true, rest += 6;
     if (*rest)
-        return kite_fail(e, KITE_ERR_INVALID_ARG, "%s: unknown shape '%s' (dflash[2], dflash[2]-bN, dflash[2][-bN]-causal)", what,
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "%s: unknown shape '%s' (dflash[2|-dspark][-bN][-causal], dflash-dspark[-bN][-causal]-bonus)", what,
                          params->shape);
     bool ok;
     uint32_t type = matrix_type(what, params->type ? params->type : "f32", e, &ok);
@@ -263,6 +270,10 @@ int kite_write_random_dflash(const char *path, const kite_random_model_params *p
     kite_gguf_w_bool(w, "dflash.attention.causal", causal);
     /* DFlash-2: kernel 4 over groups of 16 channels, a rank-32 selector over the top 8 candidates */
     const uint32_t conv_kernel = 4, conv_group = ts.dim % 16 == 0 ? 16 : 1, sel_rank = 32, sel_top_k = 8;
+    if (dspark) {
+        kite_gguf_w_bool(w, "dflash.sample_from_anchor", !bonus);
+        kite_gguf_w_bool(w, "dflash.has_confidence_head", true);
+    }
     if (v2) {
         if (ts.dim < sel_top_k * (sel_top_k + 1)) {
             st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: the target's width %u is under DFlash-2's lattice row of %u", what, ts.dim,
@@ -300,6 +311,13 @@ int kite_write_random_dflash(const char *path, const kite_random_model_params *p
         }
     }
     if ((st = add_tensor(what, w, (uint64_t)u, "output_norm.weight", type, D, 1, e))) goto done;
+    if (dspark) { /* a Markov head of rank 32, of unit scale (it weighs as much as the logits), and the confidence head */
+        const int64_t mr = 32;
+        if ((st = add_tensor_planes(what, w, (uint64_t)u, "markov_w1.weight", type, mr, ts.V, 1, 50.0f, e))) goto done;
+        if ((st = add_tensor_planes(what, w, (uint64_t)u, "markov_w2.weight", type, mr, ts.V, 1, 50.0f, e))) goto done;
+        if ((st = add_tensor(what, w, (uint64_t)u, "conf_proj.weight", KITE_TYPE_F32, D + mr, 1, e))) goto done;
+        if ((st = add_tensor(what, w, (uint64_t)u, "conf_proj.bias", KITE_TYPE_F32, 1, 1, e))) goto done;
+    }
     if (v2) {
         /* Codebooks of unit scale (50 x the stream's 0.02), so that the pair scores weigh as much as the
          * logits and the selector's walk is not the rows' argmaxes. */

@@ -63,6 +63,16 @@ struct kite_dflash {
     float logit_scale, softcap;            /* dflash.logit_scale (0: none), dflash.final_logit_softcapping */
     kite_tensor sel_prev, sel_next;        /* [n_vocab rows, rank] (views of the file) */
     kite_packed_matrix sel_hidden;         /* [rank rows, dim] */
+    /* DSpark (a Markov head, markov_w1.weight present): the children of a node with token t take their
+     * row's logits plus markov_w2 (markov_w1[t]) * w2_scale; from_anchor (dflash.sample_from_anchor,
+     * default true): the root's children take row 0 (the root's own row), else row 1 as DFlash. The
+     * optional confidence head: sigmoid(conf_w . [h_row; markov_w1[t]] + conf_b). */
+    int32_t markov_rank;                   /* 0: no Markov head */
+    bool from_anchor, has_conf;
+    kite_tensor markov_w1;                 /* [n_vocab rows, markov_rank] (a view of the file) */
+    kite_packed_matrix markov_w2;          /* [n_vocab rows, markov_rank] */
+    float markov_w2_scale, conf_b;
+    float *conf_w;                         /* [dim + markov_rank] */
 };
 
 /* ---- loading ----------------------------------------------------------------------------------------- */
@@ -114,8 +124,10 @@ int kite_dflash_open_bytes(kite_dflash **out, const void *data, size_t size, kit
 /* The variants llama.cpp loads under "dflash" that kite does not run: what names each. */
 static const char *unsupported_variant(const kite_gguf *g) {
     uint32_t u = 0;
-    if (kite_gguf_find_tensor(g, "markov_w1.weight") || get_u32(g, "hyper_connection.count", &u))
-        return "a DSpark drafter (Markov head, hyper-connections) is not supported yet";
+    if (get_u32(g, "hyper_connection.count", &u) && u > 0)
+        return "a DeepSeek-V4 DSpark drafter (hyper-connections, MLA, experts) is not supported yet";
+    if (kite_gguf_find_tensor(g, "markov_w1.weight") && kite_gguf_find_tensor(g, "selector_hidden.weight"))
+        return "a drafter with both a DSpark Markov head and a DFlash-2 selector is not supported";
     if (kite_gguf_find_tensor(g, "d2t")) return "a reduced draft vocabulary (d2t) is not supported yet";
     if ((get_u32(g, "attention.sliding_window", &u) && u > 0)) return "sliding-window attention is not supported yet";
     if (kite_gguf_find_tensor(g, "blk.0.attn_sinks.weight")) return "attention sinks are not supported yet";
@@ -352,6 +364,38 @@ static int open_drafter(kite_dflash *h, const char *path, const void *data, size
             }
         }
     }
+    if (kite_gguf_find_tensor(g, "markov_w1.weight")) {
+        const kite_gguf_tensor *w1 = kite_gguf_find_tensor(g, "markov_w1.weight");
+        if (w1->ne[0] < 1 || w1->ne[0] > 65536) {
+            st = kite_fail(e, KITE_ERR_FORMAT, "DFlash drafter %s: markov_w1.weight has a rank of %lld", path, (long long)w1->ne[0]);
+            goto fail;
+        }
+        h->markov_rank = (int32_t)w1->ne[0];
+        int64_t V = h->has_output ? h->output.rows : h->has_embd ? h->tok_embd.ne[1] : 0;
+        if ((st = kite_head_find(&hf, "markov_w1.weight", h->markov_rank, V, true, &t, e))) goto fail;
+        h->markov_w1 = kite_head_as_tensor(t);
+        if ((st = kite_head_load_matrix(&hf, "markov_w2.weight", h->markov_rank, t->ne[1], &h->markov_w2, e))) goto fail;
+        h->markov_w2_scale = 1.0f;
+        if ((st = kite_head_find(&hf, "markov_w2.scale", 1, 1, false, &t, e))) goto fail;
+        if (t) kite_type_get(t->type)->to_float(t->data, &h->markov_w2_scale, 1);
+        h->from_anchor = true;
+        (void)kite_gguf_get_bool(g, "dflash.sample_from_anchor", &h->from_anchor);
+        const kite_gguf_tensor *cw = kite_gguf_find_tensor(g, "conf_proj.weight");
+        if (cw) {
+            if (cw->ne[0] != D + h->markov_rank || cw->ne[1] != 1 || cw->ne[2] != 1 || cw->ne[3] != 1 || !kite_type_get(cw->type) ||
+                !kite_type_get(cw->type)->to_float || (D + h->markov_rank) % kite_type_get(cw->type)->block_size) {
+                st = kite_fail(e, KITE_ERR_FORMAT, "DFlash drafter %s: conf_proj.weight is [%lld, %lld], expected [%lld, 1]", path,
+                               (long long)cw->ne[0], (long long)cw->ne[1], (long long)(D + h->markov_rank));
+                goto fail;
+            }
+            h->conf_w = malloc(sizeof(float) * (size_t)(D + h->markov_rank));
+            if (!h->conf_w) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
+            kite_type_get(cw->type)->to_float(cw->data, h->conf_w, D + h->markov_rank);
+            if ((st = kite_head_find(&hf, "conf_proj.bias", 1, 1, false, &t, e))) goto fail;
+            if (t) kite_type_get(t->type)->to_float(t->data, &h->conf_b, 1);
+            h->has_conf = true;
+        }
+    }
     if (h->sel_top_k > 0) {
         int64_t V = h->has_output ? h->output.rows : h->has_embd ? h->tok_embd.ne[1] : 0;
         if ((st = kite_head_find(&hf, "selector_predecessor.weight", h->sel_rank, V, true, &t, e))) goto fail;
@@ -391,6 +435,8 @@ void kite_dflash_free(kite_dflash *h) {
     kite_packed_matrix_free(&h->fc);
     kite_packed_matrix_free(&h->output);
     kite_packed_matrix_free(&h->sel_hidden);
+    kite_packed_matrix_free(&h->markov_w2);
+    free(h->conf_w);
     kite_weight_arena_free(&h->arena); /* after the matrices carved from it */
     free(h->enc_norm); free(h->output_norm); free(h->inv_freq);
     kite_gguf_free(h->g);
@@ -406,6 +452,9 @@ int32_t kite_dflash_n_layers(const kite_dflash *h) { return h->n_layers; }
 int32_t kite_dflash_block_size(const kite_dflash *h) { return h->block_size; }
 int32_t kite_dflash_mask_token(const kite_dflash *h) { return h->mask_token; }
 int32_t kite_dflash_selector_top_k(const kite_dflash *h) { return h->sel_top_k; }
+int32_t kite_dflash_markov_rank(const kite_dflash *h) { return h->markov_rank; }
+bool kite_dflash_from_anchor(const kite_dflash *h) { return h->markov_rank > 0 && h->from_anchor; }
+bool kite_dflash_has_confidence(const kite_dflash *h) { return h->has_conf; }
 const int32_t *kite_dflash_target_layers(const kite_dflash *h, int32_t *n) {
     *n = h->n_target_layers;
     return h->target_layers;
@@ -429,6 +478,9 @@ int kite_dflash_check_target(const kite_dflash *h, const kite_weights *tw, kite_
     if (!h->has_embd && (!tw->tok_embd || tw->tok_embd->ne[0] != h->dim))
         return kite_fail(e, KITE_ERR_INVALID_ARG, "the DFlash drafter has no embedding and the model's (width %d) does not fit its width %d",
                          hp->dim, h->dim);
+    if (h->markov_rank > 0 && (h->markov_w1.ne[1] != hp->n_vocab || h->markov_w2.rows != hp->n_vocab))
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "the DSpark drafter's Markov head covers %lld and %lld tokens, the model's vocabulary %d",
+                         (long long)h->markov_w1.ne[1], (long long)h->markov_w2.rows, hp->n_vocab);
     if (h->sel_top_k > 0 && h->sel_prev.ne[1] != hp->n_vocab)
         return kite_fail(e, KITE_ERR_INVALID_ARG, "the DFlash-2 drafter's selector codebooks have %lld tokens, the model's vocabulary %d",
                          (long long)h->sel_prev.ne[1], hp->n_vocab);
@@ -465,6 +517,12 @@ struct kite_dflash_run {
     int32_t *cand;                        /* [block][top_k]: row i's candidates (row 0 unused) */
     float *lattice;                       /* [block][top_k][top_k]: row i, predecessor p (a candidate of row i - 1;
                                              row 1: the root, every p alike), candidate j */
+    /* DSpark: the first block row with logits (0 from the anchor, else 1), the Markov head's scratch,
+     * conf_h[i] = conf_w[0 .. dim) . h_(row0 + i), and each drafted node's confidence for its children. */
+    int32_t row0;
+    kite_pool *pool;                      /* the drafting session's (for the node callback) */
+    float *w1row, *conf_h;                /* [markov_rank], [block] */
+    float node_conf[KITE_MAX_DRAFT + 1];
 };
 
 int kite_dflash_run_new(kite_dflash_run **out, const kite_dflash *h, const kite_weights *tw, int32_t n_ctx, kite_error *e) {
@@ -493,7 +551,8 @@ int kite_dflash_run_new(kite_dflash_run **out, const kite_dflash *h, const kite_
     r->up = malloc(sizeof(float) * R * (size_t)h->ffn_dim);
     r->g = malloc(sizeof(float) * R * F);
     r->vis = malloc(sizeof(int32_t) * (size_t)r->cap_rows);
-    r->logits = malloc(sizeof(float) * (size_t)(h->block_size - 1) * (size_t)r->V);
+    r->logits = malloc(sizeof(float) * (size_t)h->block_size * (size_t)r->V);
+    r->row0 = kite_dflash_from_anchor(h) ? 0 : 1;
     const kite_packed_matrix *all[3 + 9 * 64];
     size_t n_all = 0;
     all[n_all++] = &h->fc, all[n_all++] = r->output;
@@ -503,7 +562,13 @@ int kite_dflash_run_new(kite_dflash_run **out, const kite_dflash *h, const kite_
         all[n_all++] = &L->gate, all[n_all++] = &L->up, all[n_all++] = &L->down;
     }
     bool v2_ok = true;
-    if (h->sel_top_k > 0) {
+    if (h->markov_rank > 0) {
+        r->w1row = malloc(sizeof(float) * (size_t)h->markov_rank);
+        r->conf_h = calloc((size_t)h->block_size, sizeof(float));
+        v2_ok = r->w1row && r->conf_h;
+        all[n_all++] = &h->markov_w2;
+    }
+    if (v2_ok && h->sel_top_k > 0) {
         const size_t projected = 2 * (size_t)h->conv_kernel * (size_t)(h->dim / h->conv_group), K = (size_t)h->sel_top_k;
         r->dyn_attn = malloc(sizeof(float) * R * projected);
         r->dyn_ffn = malloc(sizeof(float) * R * projected);
@@ -512,7 +577,7 @@ int kite_dflash_run_new(kite_dflash_run **out, const kite_dflash *h, const kite_
         r->sel_row = malloc(sizeof(float) * 2 * K * (size_t)h->sel_rank);
         r->cand = calloc((size_t)h->block_size * K, sizeof(int32_t));
         r->lattice = calloc((size_t)h->block_size * K * K, sizeof(float));
-        v2_ok = r->dyn_attn && r->dyn_ffn && r->conv_out && r->sel_gate && r->sel_row && r->cand && r->lattice;
+        v2_ok = v2_ok && r->dyn_attn && r->dyn_ffn && r->conv_out && r->sel_gate && r->sel_row && r->cand && r->lattice;
         all[n_all++] = &h->sel_hidden;
         for (int32_t l = 0; l < h->n_layers && n_all + 2 <= sizeof all / sizeof all[0]; l++)
             all[n_all++] = &h->layers[l].attn_conv.proj, all[n_all++] = &h->layers[l].ffn_conv.proj;
@@ -533,6 +598,7 @@ void kite_dflash_run_free(kite_dflash_run *r) {
     free(r->k); free(r->v); free(r->seen); free(r->x); free(r->xn); free(r->q); free(r->kk); free(r->vv); free(r->att);
     free(r->h1); free(r->gate); free(r->up); free(r->g); free(r->vis); free(r->logits); free(r->act);
     free(r->dyn_attn); free(r->dyn_ffn); free(r->conv_out); free(r->sel_gate); free(r->sel_row); free(r->cand); free(r->lattice);
+    free(r->w1row); free(r->conf_h);
     free(r);
 }
 
@@ -748,9 +814,17 @@ static void run_block(kite_dflash_run *r, kite_pool *pool, int32_t root, int32_t
             for (int32_t c = 0; c < D; c++) x[c] += f[c];
         }
     }
-    for (int32_t i = 1; i < n; i++) kite_head_rmsnorm(r->xn + (size_t)(i - 1) * D, r->x + (size_t)i * D, h->output_norm, D, h->rms_eps);
-    mm(r, pool, r->output, r->xn, n - 1, r->logits);
+    const int32_t row0 = r->row0;
+    for (int32_t i = row0; i < n; i++)
+        kite_head_rmsnorm(r->xn + (size_t)(i - row0) * D, r->x + (size_t)i * D, h->output_norm, D, h->rms_eps);
+    mm(r, pool, r->output, r->xn, n - row0, r->logits);
     r->last_rows = n;
+    if (h->has_conf)
+        for (int32_t i = 0; i < n - row0; i++) {
+            double dot = 0.0;
+            for (int32_t c = 0; c < D; c++) dot += (double)h->conf_w[c] * r->xn[(size_t)i * D + c];
+            r->conf_h[i] = (float)dot;
+        }
     if (h->sel_top_k > 0) { /* DFlash-2's logits feed the selector, with the target's output transforms (llama.cpp) */
         size_t cells = (size_t)(n - 1) * (size_t)r->V;
         if (h->logit_scale != 0.0f)
@@ -816,6 +890,36 @@ static int lattice_rows_as_nodes(void *ctx, kite_draft_tree *t, int32_t first, i
     return KITE_OK;
 }
 
+/* DSpark: the children's logits of a node at depth d with token tok: row0 + d's logits plus the Markov
+ * bias markov_w2 (markov_w1[tok]) * scale (llama.cpp's build_dspark_markov_head conditions on the
+ * greedy chain's previous token; a tree node conditions on its own), and its confidence. */
+static void markov_logits(kite_dflash_run *r, kite_pool *pool, int32_t d, int32_t tok, float *out, float *conf) {
+    const kite_dflash *h = r->h;
+    const int32_t R = h->markov_rank;
+    codebook_row(&h->markov_w1, tok, R, r->w1row);
+    mm(r, pool, &h->markov_w2, r->w1row, 1, out);
+    const float *base = r->logits + (size_t)d * r->V;
+    for (int32_t v = 0; v < r->V; v++) out[v] = base[v] + out[v] * h->markov_w2_scale;
+    if (h->has_conf) {
+        double dot = r->conf_h[d] + (double)h->conf_b;
+        for (int32_t c = 0; c < R; c++) dot += (double)h->conf_w[h->dim + c] * r->w1row[c];
+        *conf = 1.0f / (1.0f + expf(-(float)dot));
+    }
+}
+
+static int markov_rows_as_nodes(void *ctx, kite_draft_tree *t, int32_t first, int32_t end, float *logits, kite_error *e) {
+    (void)e;
+    kite_dflash_run *r = ctx;
+    for (int32_t j = first; j < end; j++) {
+        int32_t d = t->depth[j] < r->max_depth ? t->depth[j] : r->max_depth - 1; /* deeper nodes are not expanded */
+        markov_logits(r, r->pool, d, t->token[j], logits + (size_t)(j - first) * r->V, &r->node_conf[j]);
+        t->fed[j] = true;
+    }
+    return KITE_OK;
+}
+
+const float *kite_dflash_last_confidence(const kite_dflash_run *r) { return r->h->has_conf ? r->node_conf : NULL; }
+
 int kite_dflash_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
                       kite_draft_tree *t, kite_error *e) {
     kite_dflash_run *r = st->dflash;
@@ -844,16 +948,20 @@ int kite_dflash_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_
     r->D = P;
     if (r->D - DFLASH_FEATURE_SLACK > f->pos0) kite_features_drop_before(f, r->D - DFLASH_FEATURE_SLACK);
     /* One block of budget + 1 rows at most (llama.cpp's n_max + 1), so a short budget costs less. */
-    int32_t n = budget + 1 < r->h->block_size ? budget + 1 : r->h->block_size;
-    if (n < 2) n = 2;
+    /* From the anchor (DSpark) the block's every row drafts: budget rows. */
+    int32_t n = budget + r->row0 < r->h->block_size ? budget + r->row0 : r->h->block_size;
+    if (n < r->row0 + 1) n = r->row0 + 1;
     run_block(r, s->pool, root, n, P);
-    r->max_depth = n - 1;
-    const bool v2 = r->h->sel_top_k > 0;
+    r->max_depth = n - r->row0;
+    r->pool = s->pool;
+    const bool v2 = r->h->sel_top_k > 0, markov = r->h->markov_rank > 0;
     if (v2) lattice_as_logits(r, 0, root, st->draft_logits);
+    else if (markov) markov_logits(r, s->pool, 0, root, st->draft_logits, &r->node_conf[0]);
     else memcpy(st->draft_logits, r->logits, sizeof(float) * (size_t)r->V); /* the root's children: row 1 */
     t->fed[0] = true;
-    st->max_depth = n - 1;
-    int rc = kite_spec_grow_tree(st, s, budget, gp, t, r->V, v2 ? lattice_rows_as_nodes : block_rows_as_nodes, r, e);
+    st->max_depth = r->max_depth;
+    int rc = kite_spec_grow_tree(st, s, budget, gp, t, r->V,
+                                 v2 ? lattice_rows_as_nodes : markov ? markov_rows_as_nodes : block_rows_as_nodes, r, e);
     st->max_depth = 0;
     return rc;
 }
