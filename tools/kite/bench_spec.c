@@ -679,7 +679,7 @@ int kite_bench_spec(int argc, char **argv) {
     char drafter_text[160];
     if (a.oracle) snprintf(drafter_text, sizeof drafter_text, "oracle%s (acceptance %.2f)", dflash ? " at the DFlash drafter's cost" : "", a.oracle_acceptance);
     else if (b.draft) snprintf(drafter_text, sizeof drafter_text, "%s %s", drafter_name, a.draft);
-    else snprintf(drafter_text, sizeof drafter_text, "ngram");
+    else snprintf(drafter_text, sizeof drafter_text, "%s", drafter_name); /* ngram or mtp */
     const char *model_base = strrchr(a.model, '/') && strrchr(a.model, '/')[1] ? strrchr(a.model, '/') + 1 : a.model;
     snprintf(title, sizeof title, "%s: drafter %s, budget %s, tree %d, %s; %d prompts/category, %d tokens", model_base,
              drafter_text, budget_text, a.tree, a.verify == KITE_VERIFY_REJECTION ? "rejection" : "gumbel", a.prompts, a.gen_tokens);
