@@ -117,6 +117,9 @@ INLINE __mmask16 row_mask(int64_t row0, int64_t r0, int64_t r1) {
     return (__mmask16)m;
 }
 
+/* The first min(n, 16) lanes (a loop's tail under a mask). */
+INLINE __mmask16 first_lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
+
 /* ---- q8_0 and q4_0 --------------------------------------------------------------------------------------------- */
 
 /* Bits of column group j (a bit per byte at position j for q5_K high bits) moved to bit 4. */
@@ -127,64 +130,99 @@ INLINE __m512i bit_to_4(__m512i h, int j) {
 
 /* One 16-row group x NB activation rows of a 32-block type. q8_0: 8 vectors of v + 128 per block;
  * q4_0/q4_1: 4 nibble vectors; q5_0/q5_1: 4 nibble vectors and a vector of fifth bits. The stored
- * values are v + off (off = 128, 8, 16 or 0), so isum = dot - off * xsum. */
+ * values are v + off (off = 128, 8, 16 or 0), so isum = dot - off * xsum.
+ *
+ * From NB = 3 rows on (draft verification, prefill) the pass is bound by the vector ports, so each
+ * (block, activation row) is kept to the 11 vector operations it needs: 8 vpdpbusd in one chain
+ * (the rows give the parallelism), the conversion, d * d_x and the fma. The offset term -off * xsum
+ * is computed for a chunk of blocks and rows with a few vector shifts and enters the chain as a
+ * broadcast from memory (a load, not a vector operation); d_x is a broadcast operand too. Up to
+ * TILE_B32 rows share one unpacking of the weights (12 accumulators + 8 weight vectors fit the 32
+ * registers). With 1-2 rows (decode, bound by memory) the chain stays split in two for latency. */
+#define TILE_B32 12     /* activation rows per tile for the 32-block types */
+#define OFFSET_CHUNK 32 /* blocks per chunk of precomputed offset terms */
 INLINE void tile_b32(uint32_t type, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0,
                      const int NB, int64_t row0, __mmask16 mask) {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const bool q4 = type != KITE_TYPE_Q8_0, q5 = type == KITE_TYPE_Q5_0 || type == KITE_TYPE_Q5_1;
     const bool has_min = type == KITE_TYPE_Q4_1 || type == KITE_TYPE_Q5_1;
     const int32_t offset = type == KITE_TYPE_Q8_0 ? -128 : type == KITE_TYPE_Q4_0 ? -8 : type == KITE_TYPE_Q5_0 ? -16 : 0;
-    __m512 acc[TILE_B];
-    const uint8_t *arow[TILE_B];
-#pragma GCC unroll 8
+    /* offset = -(1 << offset_shift): offset * xsum wraps like -(xsum << shift) in uint32 */
+    const int offset_shift = type == KITE_TYPE_Q8_0 ? 7 : type == KITE_TYPE_Q4_0 ? 3 : 4;
+    const bool split_chain = NB <= 2;
+    __m512 acc[TILE_B32];
+    const uint8_t *arow[TILE_B32];
+    int32_t off_terms[TILE_B32][OFFSET_CHUNK] __attribute__((aligned(64)));
+#pragma GCC unroll 16
     for (int b = 0; b < NB; b++) {
         acc[b] = _mm512_setzero_ps();
         arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
     }
-    for (int64_t blk = 0; blk < g->n_blocks; blk++) {
-        const uint8_t *q = grp + (size_t)blk * g->block_bytes; /* its scales follow at q + q_bytes */
-        if (NB > 1) prefetch_lines(q + PREFETCH_B32 * g->block_bytes, g->block_bytes); /* see prefetch_lines */
-        __m512i w[8];
-        if (q4) {
-#pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) {
-                __m512i v = _mm512_loadu_si512(q + 64 * p);
-                w[p] = _mm512_and_si512(v, low4);
-                w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-            }
-            if (q5) {
-                __m512i h = _mm512_loadu_si512(q + 256);
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) w[j] = _mm512_or_si512(w[j], bit_to_4(h, j));
-            }
-        } else {
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(q + 64 * j);
+    for (int64_t chunk = 0; chunk < g->n_blocks; chunk += OFFSET_CHUNK) {
+        const int64_t chunk_end = chunk + OFFSET_CHUNK < g->n_blocks ? chunk + OFFSET_CHUNK : g->n_blocks;
+        if (!split_chain && offset) {
+#pragma GCC unroll 16
+            for (int b = 0; b < NB; b++)
+                for (int64_t k = chunk; k < chunk_end; k += 16) {
+                    const __mmask16 m = first_lanes(chunk_end - k);
+                    const __m512i xs = _mm512_maskz_loadu_epi32(m, arow[b] + c->ag.off_sum + k * 4);
+                    _mm512_store_si512(&off_terms[b][k - chunk],
+                                       _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(xs, (unsigned)offset_shift)));
+                }
         }
-        const uint8_t *sb = q + g->q_bytes;
-        const __m512 dw = fp16x16(sb);
-        const __m512 mw = has_min ? fp16x16(sb + 32) : dw;
+        for (int64_t blk = chunk; blk < chunk_end; blk++) {
+            const uint8_t *q = grp + (size_t)blk * g->block_bytes; /* its scales follow at q + q_bytes */
+            if (NB > 1) prefetch_lines(q + PREFETCH_B32 * g->block_bytes, g->block_bytes); /* see prefetch_lines */
+            __m512i w[8];
+            if (q4) {
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++) {
+                    __m512i v = _mm512_loadu_si512(q + 64 * p);
+                    w[p] = _mm512_and_si512(v, low4);
+                    w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                }
+                if (q5) {
+                    __m512i h = _mm512_loadu_si512(q + 256);
 #pragma GCC unroll 8
-        for (int b = 0; b < NB; b++) {
-            const uint8_t *xq = arow[b] + blk * 32;
-            const int32_t xsum = load_i32(arow[b] + c->ag.off_sum + blk * 4);
-            /* wrapping like the lanes' own int32 sums (a NaN row quantizes to sums of INT_MIN: no UB) */
-            __m512i i0 = offset ? _mm512_set1_epi32((int32_t)((uint32_t)offset * (uint32_t)xsum)) : _mm512_setzero_si512();
-            __m512i i1 = _mm512_setzero_si512();
-            i0 = _mm512_dpbusd_epi32(i0, w[0], bcast32(xq + 0));
-            i1 = _mm512_dpbusd_epi32(i1, w[1], bcast32(xq + 4));
-            i0 = _mm512_dpbusd_epi32(i0, w[2], bcast32(xq + 8));
-            i1 = _mm512_dpbusd_epi32(i1, w[3], bcast32(xq + 12));
-            i0 = _mm512_dpbusd_epi32(i0, w[4], bcast32(xq + 16));
-            i1 = _mm512_dpbusd_epi32(i1, w[5], bcast32(xq + 20));
-            i0 = _mm512_dpbusd_epi32(i0, w[6], bcast32(xq + 24));
-            i1 = _mm512_dpbusd_epi32(i1, w[7], bcast32(xq + 28));
-            const __m512 dx = _mm512_set1_ps(load_f32(arow[b] + c->ag.off_d + blk * 4));
-            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), _mm512_mul_ps(dw, dx), acc[b]);
-            if (has_min) acc[b] = _mm512_fmadd_ps(_mm512_set1_ps((float)xsum), _mm512_mul_ps(mw, dx), acc[b]);
+                    for (int j = 0; j < 8; j++) w[j] = _mm512_or_si512(w[j], bit_to_4(h, j));
+                }
+            } else {
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(q + 64 * j);
+            }
+            const uint8_t *sb = q + g->q_bytes;
+            const __m512 dw = fp16x16(sb);
+            const __m512 mw = has_min ? fp16x16(sb + 32) : dw;
+#pragma GCC unroll 16
+            for (int b = 0; b < NB; b++) {
+                const uint8_t *xq = arow[b] + blk * 32;
+                const int32_t xsum = load_i32(arow[b] + c->ag.off_sum + blk * 4);
+                __m512i isum;
+                if (split_chain) {
+                    /* wrapping like the lanes' own int32 sums (a NaN row quantizes to sums of INT_MIN: no UB) */
+                    __m512i i0 = offset ? _mm512_set1_epi32((int32_t)((uint32_t)offset * (uint32_t)xsum)) : _mm512_setzero_si512();
+                    __m512i i1 = _mm512_setzero_si512();
+                    i0 = _mm512_dpbusd_epi32(i0, w[0], bcast32(xq + 0));
+                    i1 = _mm512_dpbusd_epi32(i1, w[1], bcast32(xq + 4));
+                    i0 = _mm512_dpbusd_epi32(i0, w[2], bcast32(xq + 8));
+                    i1 = _mm512_dpbusd_epi32(i1, w[3], bcast32(xq + 12));
+                    i0 = _mm512_dpbusd_epi32(i0, w[4], bcast32(xq + 16));
+                    i1 = _mm512_dpbusd_epi32(i1, w[5], bcast32(xq + 20));
+                    i0 = _mm512_dpbusd_epi32(i0, w[6], bcast32(xq + 24));
+                    i1 = _mm512_dpbusd_epi32(i1, w[7], bcast32(xq + 28));
+                    isum = _mm512_add_epi32(i0, i1);
+                } else {
+                    isum = offset ? bcast32(&off_terms[b][blk - chunk]) : _mm512_setzero_si512();
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++) isum = _mm512_dpbusd_epi32(isum, w[j], bcast32(xq + 4 * j));
+                }
+                const __m512 dx = _mm512_set1_ps(load_f32(arow[b] + c->ag.off_d + blk * 4));
+                acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[b]);
+                if (has_min) acc[b] = _mm512_fmadd_ps(_mm512_set1_ps((float)xsum), _mm512_mul_ps(mw, dx), acc[b]);
+            }
         }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int b = 0; b < NB; b++) store_rows(c, b0 + b, row0, mask, acc[b]);
 }
 
@@ -400,7 +438,11 @@ INLINE void tile_float(uint32_t type, const uint8_t *grp, const kite_pack_geom *
         case 5: tile_b32(TYPE, grp, g, c, b0, 5, row0, m); break;                                                     \
         case 6: tile_b32(TYPE, grp, g, c, b0, 6, row0, m); break;                                                     \
         case 7: tile_b32(TYPE, grp, g, c, b0, 7, row0, m); break;                                                     \
-        default: tile_b32(TYPE, grp, g, c, b0, 8, row0, m); break;                                                    \
+        case 8: tile_b32(TYPE, grp, g, c, b0, 8, row0, m); break;                                                     \
+        case 9: tile_b32(TYPE, grp, g, c, b0, 9, row0, m); break;                                                     \
+        case 10: tile_b32(TYPE, grp, g, c, b0, 10, row0, m); break;                                                   \
+        case 11: tile_b32(TYPE, grp, g, c, b0, 11, row0, m); break;                                                   \
+        default: tile_b32(TYPE, grp, g, c, b0, 12, row0, m); break;                                                   \
         }                                                                                                             \
     }
 B32_RUNNER(run_q8_0, KITE_TYPE_Q8_0)
@@ -554,10 +596,18 @@ static void avx512_matmul(const kite_packed_matrix *w, const void *act, const fl
     case KITE_TYPE_Q6_K: run = run_q6_k; break;
     default: return;
     }
+    /* The n rows in the fewest tiles of at most max_tile rows, their sizes as even as possible (9 rows
+     * as 5 + 4 rather than 8 + 1: a one-row tile streams the whole group for one row with no
+     * parallelism between rows). Which tile a row lands in changes no bits (kernels_internal.h). */
+    const int32_t max_tile = f == KITE_FAMILY_B32 ? TILE_B32 : TILE_B;
+    const int32_t n_tiles = (n + max_tile - 1) / max_tile, tile_lo = n / n_tiles, n_bigger = n % n_tiles;
     for (int64_t grp = g0; grp < g1; grp++) {
         __mmask16 m = row_mask(grp * G16, r0, r1);
-        for (int32_t b0 = 0; b0 < n; b0 += TILE_B)
-            run(base + (size_t)grp * g.group_bytes, &g, &c, b0, n - b0 < TILE_B ? n - b0 : TILE_B, grp * G16, m);
+        for (int32_t t = 0, b0 = 0; t < n_tiles; t++) {
+            const int32_t nb = tile_lo + (t < n_bigger ? 1 : 0);
+            run(base + (size_t)grp * g.group_bytes, &g, &c, b0, nb, grp * G16, m);
+            b0 += nb;
+        }
     }
 }
 
@@ -634,9 +684,6 @@ static void avx512_attend(const kite_attn_query *a) {
     else if (a->head_dim % 8 == 0 && a->head_dim <= KITE_ATTN_MAX_HEAD_DIM) kite_kernels_avx2()->attend(a);
     else kite_ref_attend(a);
 }
-
-/* The first min(n, 16) lanes (a loop's tail under a mask). */
-INLINE __mmask16 first_lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
 
 /* kite_silu on 16 lanes (the tail under a mask). */
 static void avx512_silu_mul(float *gate, const float *up, int64_t n) {
