@@ -306,6 +306,31 @@ static void test_wide_rows(void **state) {
     check_shape(KITE_TYPE_F16, 24, 1000, 2);
 }
 
+/* The batch sizes where the AVX-512 tiling changes (tiles of up to 12 rows for the 32-block types, split
+ * evenly; one dpbusd chain from 3 rows; the AMX tiles from 24 rows, one or two A/C pairs per tile, up to
+ * 32 rows) and columns past one chunk of precomputed offset terms (65 blocks): every level against the
+ * reference and batch invariance, with the AMX tiles on (when the CPU has them) and forced off. */
+static void test_tile_edges(void **state) {
+    (void)state;
+    rng_state = 2718;
+    static const uint32_t types[] = {KITE_TYPE_Q4_0, KITE_TYPE_Q8_0, KITE_TYPE_Q5_0, KITE_TYPE_Q4_1, KITE_TYPE_Q5_1};
+    static const int32_t ns[] = {4, 5, 9, 12, 13, 17, 23, 24, 25, 33, 40};
+    for (int amx = 1; amx >= 0; amx--) {
+#if defined(__x86_64__)
+        kite_avx512_amx_set(amx != 0);
+#endif
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+            for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) check_shape(types[t], 40, 65 * 32, ns[i]);
+    }
+#if defined(__x86_64__)
+    kite_avx512_amx_set(true);
+#endif
+    /* The K-quants' evenly split tiles of up to 8 rows (9 = 5 + 4, 17 = 6 + 6 + 5). */
+    check_shape(KITE_TYPE_Q4_K, 24, 512, 9);
+    check_shape(KITE_TYPE_Q6_K, 24, 512, 17);
+    check_shape(KITE_TYPE_Q5_K, 24, 512, 13);
+}
+
 /* Activations at the edges of the quantizer: zero blocks, a lone huge value, ties at .5. */
 static void test_activation_edges(void **state) {
     (void)state;
@@ -896,6 +921,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_activation_edges),
         cmocka_unit_test(test_float_odd_columns),
         cmocka_unit_test(test_wide_rows),
+        cmocka_unit_test(test_tile_edges),
         cmocka_unit_test(test_all_types_all_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
