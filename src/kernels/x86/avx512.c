@@ -534,14 +534,21 @@ static size_t avx512_pack_bytes(const kite_tensor *t) {
  * and the fma (plus the min term of q4_1 / q5_1), in the order of kernels_internal.h. isum is the same
  * exact int32 as the VNNI chain's (whose offset term -off * xsum cancels the stored offset mod 2^32,
  * off being even), so the bits are those of the reference for any n, slot and row range.
- * The kernel asks Linux once for the tile state (arch_prctl ARCH_REQ_XCOMP_PERM); KITE_AMX=0 turns it
- * off (kernel benchmarks against the VNNI tiles). */
+ * Safety: the tiles are used only when the CPU reports AMX-TILE and AMX-INT8, the OS saves the tile
+ * state (XCR0 bits 17-18) and Linux grants this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM
+ * for XFEATURE_XTILEDATA, asked once per process; it fails e.g. on kernels before 5.16 or when a
+ * thread's sigaltstack is too small for the larger signal frame); any "no" leaves the VNNI tiles, which
+ * give the same bits, without a message above debug. KITE_AMX=0 in the environment turns them off
+ * (the kernel set stays avx512-vnni); KITE_CPU=avx2 or ref never reach this file. The tile
+ * configuration is per thread state: amx_matmul loads it (ldtilecfg) in whichever thread calls it,
+ * every call, and releases the tiles before returning, so worker threads need no setup of their own. */
 #if defined(__linux__) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <cpuid.h>
+#include "base/error.h"
 #define KITE_HAVE_AMX 1
 /* From here on the tiles beat the VNNI ones. Each block's tile sequence (a B tile just written by
  * vector stores, the product, its result read back by vector loads) costs some 150 cycles of latency
@@ -550,20 +557,29 @@ static size_t avx512_pack_bytes(const kite_tensor *t) {
  * busy machine, GOP/s VNNI / AMX: 9 rows 178 / 110, 16 172 / 158, 32 135-155 / 225-230). */
 #define AMX_MIN_ROWS 24
 #define AMX_MAX_ROWS 32 /* two A/C tile pairs of 16 rows */
+#define ARCH_REQ_XCOMP_PERM_ 0x1023 /* <asm/prctl.h>, Linux 5.16 */
+#define XFEATURE_XTILEDATA_ 18
 
 static atomic_int amx_state; /* 0 not probed, 1 usable, -1 not */
 
 static bool amx_probe(void) {
+    const char *env = getenv("KITE_AMX");
+    if (env && !strcmp(env, "0")) return false;
     unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return false; /* OSXSAVE: xgetbv is allowed */
     if (__get_cpuid_max(0, NULL) < 7) return false;
     __cpuid_count(7, 0, a, b, c, d);
     if (!((d >> 24) & 1) || !((d >> 25) & 1)) return false; /* AMX-TILE, AMX-INT8 */
     uint32_t lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     if ((lo & (3u << 17)) != (3u << 17)) return false; /* XTILECFG and XTILEDATA state enabled by the OS */
-    const char *env = getenv("KITE_AMX");
-    if (env && !strcmp(env, "0")) return false;
-    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM_, XFEATURE_XTILEDATA_) != 0) {
+        kite_log(KITE_LOG_DEBUG, "AMX: Linux refused the tile state (arch_prctl); using the VNNI tiles");
+        return false;
+    }
+    kite_log(KITE_LOG_DEBUG, "AMX-INT8 tiles in use for the 32-block types from %d rows (KITE_AMX=0 turns them off)",
+             AMX_MIN_ROWS);
+    return true;
 }
 
 static bool amx_on(void) {
