@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -372,6 +373,23 @@ static void test_amx_threads(void **state) {
     unsetenv("KITE_AMX");
     const bool amx = kite_avx512_amx_set(true);
     print_message("AMX tiles %s\n", amx ? "in use" : "not available (CPU, OS or compiler); the VNNI tiles run");
+#if defined(KITE_TEST_BUILD_HAS_AMX) && defined(__linux__)
+    /* Independently of the kernel's probe: the CPU lists amx_tile and amx_int8 and Linux grants this
+     * process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): then they are used. */
+    {
+        FILE *f = fopen("/proc/cpuinfo", "r");
+        char line[8192];
+        bool tile = false, int8 = false;
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "flags", 5)) {
+                tile = strstr(line, " amx_tile") != NULL, int8 = strstr(line, " amx_int8") != NULL;
+                break;
+            }
+        if (f) fclose(f);
+        const bool granted = tile && int8 && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+        if (granted && !amx) fail_msg("the CPU and OS have AMX-INT8 and the build compiled it, but the kernels do not use it");
+    }
+#endif
     const kite_kernel_set *best = kite_kernels_for(KITE_CPU_AVX512), *ref = kite_kernels_for(KITE_CPU_REF);
     if (!best) best = kite_kernels_for(KITE_CPU_AVX2);
     assert_non_null(best);

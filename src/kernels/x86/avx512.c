@@ -542,7 +542,8 @@ static size_t avx512_pack_bytes(const kite_tensor *t) {
  * (the kernel set stays avx512-vnni); KITE_CPU=avx2 or ref never reach this file. The tile
  * configuration is per thread state: amx_matmul loads it (ldtilecfg) in whichever thread calls it,
  * every call, and releases the tiles before returning, so worker threads need no setup of their own. */
-#if defined(__linux__) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+/* gcc spells the -mamx-* macros __AMX_TILE__ / __AMX_INT8__, clang __AMXTILE__ / __AMXINT8__. */
+#if defined(__linux__) && (defined(__AMX_TILE__) || defined(__AMXTILE__)) && (defined(__AMX_INT8__) || defined(__AMXINT8__))
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
