@@ -51,59 +51,69 @@ typedef struct model_shape {
         bool k_eq_v;                          /* gemma4: global layers without attn_v */
         float softcap, logit_scale;           /* final soft-cap; muse-glimmer's output multiplier */
     } g4;
+    /* qwen35: next-n (MTP) blocks after the trunk, as llama.cpp's converter writes them (block_count = n_layers +
+     * n_nextn, nextn_predict_layers = n_nextn): a gated full-attention block plus blk.L.nextn.{eh_proj, enorm, hnorm,
+     * shared_head_norm}, the embedding and output borrowed from the trunk. 0: none. */
+    int32_t n_nextn;
 } model_shape;
 
 static bool shape_layer_is_conv(const model_shape *s, int l) { return s->layer_kinds && s->layer_kinds[l] == 'c'; }
 
 static const model_shape k_shapes[] = {
     /* TinyLlama-1.1B's layout with the FFN of the project's issue (8192 rather than TinyLlama's 5632). */
-    {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
-    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
-    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
-    {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
+    {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
+    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
+    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
+    {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     /* tiny with 4 layers: an EAGLE-3 head for it reads layer inputs only (0, 2, 3), as llama.cpp's llama graph exposes. */
-    {"tiny-l4", "llama", 256, 4, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
+    {"tiny-l4", "llama", 256, 4, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     /* Gemma 3 1B: 26 layers, five sliding-window layers (window 512) for each global one. */
-    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, true, 512, 6, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
+    {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, true, 512, 6, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     /* Tests: layers 0-1 local (window 8), layer 2 global. */
-    {"tiny-gemma3", "gemma3", 128, 3, 4, 2, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
+    {"tiny-gemma3", "gemma3", 128, 3, 4, 2, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     /* Qwen3-30B-A3B's layer (128 experts of 768, 8 per token, the dense feed_forward_length 6144 unused) with 4 of
      * its 48 layers: the real shape of every product for benchmarks, at 1/12 of the size (2.7B weights). */
     {"qwen3moe-a3b-4l", "qwen3moe", 2048, 4, 32, 4, 128, 6144, 151936, 40960, 1000000.0f, 1e-6f, false, true, 0, 0,
-     128, 8, 768, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
+     128, 8, 768, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     /* Tests: 8 experts of 64, 2 per token; weights 8x the default deviation (0.16) so the router's and the output's
      * logits spread over units (greedy choices and expert choices are not near-ties). */
-    {"tiny-qwen3moe", "qwen3moe", 128, 2, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-6f, true, true, 0, 0, 8, 2, 64, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}},
+    {"tiny-qwen3moe", "qwen3moe", 128, 2, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-6f, true, true, 0, 0, 8, 2, 64, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     /* Qwen3.5-0.8B's published config: 24 layers, every fourth gated attention (8 heads of 256, 2 KV heads, a
      * quarter of each head rotated), the others Gated DeltaNet (16 key and 16 value heads of 128, conv 4). */
     {"qwen3.5-0.8b", "qwen35", 1024, 24, 8, 2, 256, 3584, 248320, 262144, 10000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f,
-     4, 4, 16, 16, 128, 64, NULL, 0, {0}},
+     4, 4, 16, 16, 128, 64, NULL, 0, {0}, 0},
     /* Tests: layers 0-2 DeltaNet (2 key heads, 4 value heads of 16), layer 3 attention (8 of 32 rotated). */
     {"tiny-qwen35", "qwen35", 128, 4, 4, 2, 32, 256, 0, 512, 10000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 8.0f,
-     4, 4, 2, 4, 16, 8, NULL, 0, {0}},
+     4, 4, 2, 4, 16, 8, NULL, 0, {0}, 0},
+    /* tiny-qwen35 with one next-n (MTP) block: the drafter's test shape. */
+    {"tiny-qwen35-mtp", "qwen35", 128, 4, 4, 2, 32, 256, 0, 512, 10000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 8.0f,
+     4, 4, 2, 4, 16, 8, NULL, 0, {0}, 1},
+    /* qwen3.5-0.8b with its one MTP block (mtp_num_hidden_layers 1 in the published config). */
+    {"qwen3.5-0.8b-mtp", "qwen35", 1024, 24, 8, 2, 256, 3584, 248320, 262144, 10000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f,
+     4, 4, 16, 16, 128, 64, NULL, 0, {0}, 1},
     /* LFM2-350M (LiquidAI/LFM2-350M's config.json): 16 layers, attention at 2, 5, 8, 10, 12, 14, the rest short
      * convolutions of 3 taps; intermediate_size 6656 adjusted as llama.cpp's converter does (block_auto_adjust_ff_dim:
      * 256 * ceil(int(2 * 6656 / 3) / 256) = 4608), vocabulary 65536, tied embeddings. */
     {"lfm2-350m", "lfm2", 1024, 16, 16, 8, 64, 4608, 65536, 128000, 1000000.0f, 1e-5f, true, true, 0, 0, 0, 0, 0, 0.0f,
-     0, 0, 0, 0, 0, 0, "ccaccaccacacacac", 3, {0}},
+     0, 0, 0, 0, 0, 0, "ccaccaccacacacac", 3, {0}, 0},
     /* Tests: conv, conv, attention, conv (two convs in a row, a conv after attention); weights 8x the default
      * deviation so greedy choices are not near-ties. */
-    {"tiny-lfm2", "lfm2", 128, 4, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-5f, true, true, 0, 0, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, "ccac", 3, {0}},
+    {"tiny-lfm2", "lfm2", 128, 4, 4, 2, 32, 256, 0, 512, 1000000.0f, 1e-5f, true, true, 0, 0, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, "ccac", 3, {0}, 0},
     /* Gemma 4 31B's layer shapes (heads 32; local layers head size 256 with 16 KV heads, window 1024; global ones 512
      * with 4 KV heads, k_eq_v, proportional RoPE over a quarter of the pairs) with 6 of its 60 layers (five local,
      * one global): every product's real shape for benchmarks. */
     {"gemma4-31b-6l", "gemma4", 5376, 6, 32, 4, 512, 21504, 262144, 262144, 1000000.0f, 1e-6f, true, true, 1024, 6, 0, 0, 0,
      0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {.head_dim_swa = 256, .n_kv_heads_swa = 16, .rope_theta_swa = 10000.0f, .partial_rotary_global = 0.25f,
-            .k_eq_v = true, .softcap = 30.0f}},
+            .k_eq_v = true, .softcap = 30.0f}, 0},
     /* Tests: layers 0-1 local (window 8, head size 32, 2 KV heads), layer 2 global (head size 64, 1 KV head, k_eq_v,
      * proportional RoPE); weights 4x the default deviation so greedy choices are not near-ties. */
     {"tiny-gemma4", "gemma4", 128, 3, 4, 1, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 4.0f, 0, 0, 0, 0, 0, 0, NULL, 0,
      {.head_dim_swa = 32, .n_kv_heads_swa = 2, .rope_theta_swa = 10000.0f, .partial_rotary_global = 0.25f, .k_eq_v = true,
-      .softcap = 30.0f}},
+      .softcap = 30.0f}, 0},
     /* Tests: Muse Glimmer's pattern (three sliding layers with RoPE, then a full one without), window 8, the output
      * gate, untied output with multiplier 0.5 and soft-cap 30; weights 8x the default deviation. */
     {"tiny-muse-glimmer", "muse-glimmer", 128, 4, 4, 2, 32, 384, 0, 512, 10000.0f, 1e-6f, false, true, 8, 4, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0,
-     {.softcap = 30.0f, .logit_scale = 0.5f}},
+     {.softcap = 30.0f, .logit_scale = 0.5f}, 0},
 };
 
 enum { TINY_DEFAULT_VOCAB = 512 };
@@ -510,7 +520,7 @@ static void quant_task(void *ctx, int64_t task, int thread) {
 }
 
 static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, tensor_plan **out, int *n_out, kite_error *e) {
-    int cap = 4 + s->n_layers * 16, n = 0;
+    int cap = 4 + (s->n_layers + s->n_nextn) * 16, n = 0;
     tensor_plan *p = calloc((size_t)cap, sizeof *p);
     if (!p) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
     const bool gemma4 = strcmp(s->arch, "gemma4") == 0, glimmer = strcmp(s->arch, "muse-glimmer") == 0;
@@ -599,6 +609,24 @@ static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, te
             ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.post_ffw_norm.weight", l);
         }
     }
+    for (int l = s->n_layers; l < s->n_layers + s->n_nextn; l++) { /* qwen35's next-n blocks: gated attention + nextn.* */
+        const int32_t q_dim = s->n_heads * s->head_dim, kv_dim = s->n_kv_heads * s->head_dim;
+        ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.attn_norm.weight", l);
+        ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.post_attention_norm.weight", l);
+        ADD(ROLE_MATRIX, l, s->dim, 2 * q_dim, "blk.%d.attn_q.weight", l);
+        ADD(ROLE_MATRIX, l, s->dim, kv_dim, "blk.%d.attn_k.weight", l);
+        ADD(ROLE_ATTN_V, l, s->dim, kv_dim, "blk.%d.attn_v.weight", l);
+        ADD(ROLE_NORM, l, s->head_dim, 1, "blk.%d.attn_q_norm.weight", l);
+        ADD(ROLE_NORM, l, s->head_dim, 1, "blk.%d.attn_k_norm.weight", l);
+        ADD(ROLE_MATRIX, l, q_dim, s->dim, "blk.%d.attn_output.weight", l);
+        ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_gate.weight", l);
+        ADD(ROLE_MATRIX, l, s->dim, s->ffn_dim, "blk.%d.ffn_up.weight", l);
+        ADD(ROLE_FFN_DOWN, l, s->ffn_dim, s->dim, "blk.%d.ffn_down.weight", l);
+        ADD(ROLE_MATRIX, l, 2 * s->dim, s->dim, "blk.%d.nextn.eh_proj.weight", l);
+        ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.nextn.enorm.weight", l);
+        ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.nextn.hnorm.weight", l);
+        ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.nextn.shared_head_norm.weight", l);
+    }
     ADD(ROLE_NORM, 0, s->dim, 1, "%s", s->layer_kinds ? "token_embd_norm.weight" : "output_norm.weight");
     if (!s->tied) ADD(ROLE_OUTPUT, 0, s->dim, n_vocab, "output.weight");
     if (s->g4.partial_rotary_global > 0.0f) {
@@ -631,7 +659,8 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
 #define ARCH_KEY(suffix) (snprintf(key, sizeof key, "%s.%s", s->arch, suffix), key)
     kite_gguf_w_u32(w, ARCH_KEY("context_length"), (uint32_t)s->n_ctx);
     kite_gguf_w_u32(w, ARCH_KEY("embedding_length"), (uint32_t)s->dim);
-    kite_gguf_w_u32(w, ARCH_KEY("block_count"), (uint32_t)s->n_layers);
+    kite_gguf_w_u32(w, ARCH_KEY("block_count"), (uint32_t)(s->n_layers + s->n_nextn));
+    if (s->n_nextn > 0) kite_gguf_w_u32(w, ARCH_KEY("nextn_predict_layers"), (uint32_t)s->n_nextn);
     kite_gguf_w_u32(w, ARCH_KEY("feed_forward_length"), (uint32_t)s->ffn_dim);
     kite_gguf_w_u32(w, ARCH_KEY("attention.head_count"), (uint32_t)s->n_heads);
     if (s->layer_kinds) { /* llama.cpp's lfm2: per-layer KV heads, 0 for a conv layer */
