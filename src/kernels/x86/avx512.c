@@ -499,8 +499,22 @@ INLINE int64_t load_i64(const void *p) { int64_t v; memcpy(&v, p, 8); return v; 
 #define kt_mullo(a, b) _mm512_mullo_epi32(a, b)
 #define kt_set1(x) _mm512_set1_epi32(x)
 #define kt_zero() _mm512_setzero_si512()
-#define kt_dot2(acc, x0, q0, x1, q1) \
-    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, x0, _mm512_set1_epi8(q0)), x1, _mm512_set1_epi8(q1))
+/* Activations four times over (KT_QSTRIDE 4): the dot takes a 32-bit broadcast from memory, a plain load,
+ * where a byte broadcast would also take the shuffle port. */
+#define KT_QSTRIDE 4
+/* 64 activation bytes to 256: each 16 of them broadcast to the four 128-bit lanes, lane k keeping bytes
+ * 4k .. 4k + 3 of its 16, each four times (AVX-512BW vpshufb). */
+INLINE void kt_rep4(int8_t *dst, const int8_t *src) {
+    const __m512i idx = _mm512_set_epi8(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12, 11, 11, 11, 11, 10, 10,
+                                        10, 10, 9, 9, 9, 9, 8, 8, 8, 8, 7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3,
+                                        3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    for (int k = 0; k < 4; k++) {
+        const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(src + 16 * k)));
+        _mm512_store_si512((__m512i *)(dst + 64 * k), _mm512_shuffle_epi8(v, idx));
+    }
+}
+#define kt_dot2(acc, x0, x1, q) \
+    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, x0, bcast32(q)), x1, bcast32((q) + 4))
 #define kt_f16(p) fp16x16(p)
 #define kt_cvt(v) _mm512_cvtepi32_ps(v)
 #define kt_fmadd(a, b, c) _mm512_fmadd_ps(a, b, c)
