@@ -87,6 +87,33 @@ typedef struct kite_attn_query {
 #define KITE_ATTN_MAX_Q 16
 #define KITE_ATTN_MAX_HEAD_DIM 512 /* model validation refuses larger heads */
 
+/* Gated DeltaNet (Qwen3.5's recurrent layers; model/deltanet.h has the recurrence): one head's state
+ * M [hv][hk] over n tokens, per token M = e^g M; M += beta (v - M k) k^T; o = M q. The step-wise form
+ * (decoding, drafted tree nodes, replays) runs it token by token; the chunked form (prefill) runs chunks
+ * of KITE_DN_CHUNK tokens in the WY form (ref/ref_deltanet.c writes both out), the chunks counted from
+ * the call's first token.
+ * Exactness contract: a head's results depend only on its own state and rows, never on the other heads
+ * or the thread that runs it; every sum runs in a fixed order, so a level gives the same bits on every
+ * call (a tree node's step equals decoding's step). SIMD levels agree with the reference within the
+ * bound tests/kernels states, not bit for bit (fused multiply-adds, vector exponentials). */
+#define KITE_DN_CHUNK 64
+typedef struct kite_dn_head {
+    float *M;                      /* [hv][hk] the state, updated in place */
+    int32_t hk, hv;                /* key and value head sizes (elements) */
+    int32_t n;                     /* tokens */
+    const float *q, *k;            /* token t's at q + t * qk_stride, k + t * qk_stride ([hk]; q unread when o is NULL) */
+    const float *v;                /* token t's at v + t * v_stride ([hv]) */
+    const float *g, *beta;         /* token t's at g[t * gb_stride], beta[t * gb_stride]; g <= 0 (log decay) */
+    float *o;                      /* token t's output at o + t * o_stride ([hv]), or NULL (a replay) */
+    int64_t qk_stride, v_stride, o_stride, gb_stride; /* floats */
+} kite_dn_head;
+
+/* Floats of the chunked form's work space: G, e^G, a row of factors, two sums; u; k^T, q^T; two Gram matrices. */
+static inline size_t kite_dn_chunk_work_floats(int32_t hk, int32_t hv) {
+    const size_t C = KITE_DN_CHUNK;
+    return C * (5 + (size_t)hv + 2 * (size_t)hk + 2 * C);
+}
+
 typedef struct kite_kernel_set {
     kite_cpu_level level;
     const char *name;     /* "ref", "avx2", "avx512", "avx512-vnni", "neon", "neon-dotprod" */
@@ -120,6 +147,15 @@ typedef struct kite_kernel_set {
      * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed as x * sigmoid(2 sqrt(2/pi) x (1 + 0.044715 x^2))
      * with kite_silu's sigmoid steps. Each element's result depends only on its inputs (batch-invariant). */
     void (*gelu_mul)(float *gate, const float *up, int64_t n);
+
+    /* Gated DeltaNet (kite_dn_head): the step-wise recurrence of one head over its n tokens; the chunked
+     * form, work holding kite_dn_chunk_work_floats(hk, hv) floats. */
+    void (*dn_steps)(const kite_dn_head *h);
+    void (*dn_chunked)(const kite_dn_head *h, float *work);
+    /* The causal conv1d of one row and SiLU: out[c] = silu(sum_t taps[t][c] w_t[t * n + c]) for c in [0, n),
+     * t in [0, n_taps) in that order (w_t: the conv weights transposed, [n_taps][n]; taps[n_taps - 1] the row
+     * itself). The reference's silu is x / (1 + e^-x); the SIMD levels take kite_silu's steps. */
+    void (*dn_conv_silu)(const float *const *taps, const float *w_t, int32_t n_taps, int64_t n, float *out);
 
     /* y[i] = x[i] as IEEE half, rounded to nearest even (kite_f32_to_fp16's bits; a NaN stays a NaN),
      * for the f16 KV cache. */

@@ -238,6 +238,11 @@ static inline float kite_gelu_tanh(float x) {
 void kite_ref_gelu_mul(float *gate, const float *up, int64_t n);
 void kite_ref_f32_to_f16(const float *x, uint16_t *y, int64_t n);
 
+/* Gated DeltaNet's reference kernels (ref/ref_deltanet.c; kite_kernel_set.dn_steps, dn_chunked, dn_conv_silu). */
+void kite_ref_dn_steps(const kite_dn_head *h);
+void kite_ref_dn_chunked(const kite_dn_head *h, float *work);
+void kite_ref_dn_conv_silu(const float *const *taps, const float *w_t, int32_t n_taps, int64_t n, float *out);
+
 /* The sets. NULL where the build has no such set (other architecture). */
 const kite_kernel_set *kite_kernels_ref(void);
 const kite_kernel_set *kite_kernels_avx2(void);

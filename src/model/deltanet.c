@@ -20,155 +20,21 @@ void kite_dn_dims_from(const kite_hparams *hp, kite_dn_dims *d) {
 
 /* ---- the recurrence of one head ------------------------------------------------------------------ */
 
-/* Lanes of the fixed-order sums: eight partial sums, combined pairwise, so the compiler can keep them in
- * vector registers (a single accumulator is one add latency per element) and every caller (decoding, a
- * drafted node, a replay) adds in the same order. */
-enum { LANES = 8 };
-
-static float lanes_total(const float *acc, float tail) {
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
-}
-
-static float dot(const float *a, const float *b, int32_t n) {
-    float acc[LANES] = {0};
-    int32_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int l = 0; l < LANES; l++) acc[l] += a[i + l] * b[i + l];
-    float tail = 0.0f;
-    for (; i < n; i++) tail += a[i] * b[i];
-    return lanes_total(acc, tail);
-}
-
-/* One token: M = e^g M; M += beta (v - M k) k^T; o = M q (o may be NULL). Row j of M only meets row j, so
- * the decay, M k, the update and M q run row by row over a row held in cache. */
-static void head_step(float *M, int32_t hk, int32_t hv, const float *q, const float *k, const float *v, float g, float beta,
-                      float *o) {
-    const float decay = expf(g);
-    for (int32_t j = 0; j < hv; j++) {
-        float *m = M + (size_t)j * hk;
-        for (int32_t i = 0; i < hk; i++) m[i] *= decay;
-        const float d = (v[j] - dot(m, k, hk)) * beta;
-        for (int32_t i = 0; i < hk; i++) m[i] += k[i] * d;
-        if (o) o[j] = dot(m, q, hk);
-    }
-}
-
-/* Strided rows: q/k at q + t * qs (head_k floats), v at v + t * vs, o at o + t * os, g/beta at [t * gs]. */
-typedef struct head_rows {
-    const float *q, *k, *v, *g, *beta;
-    float *o;
-    int64_t qs, vs, os, gs;
-} head_rows;
-
-static void head_steps(float *M, int32_t hk, int32_t hv, const head_rows *r, int32_t n) {
-    for (int32_t t = 0; t < n; t++)
-        head_step(M, hk, hv, r->q + t * r->qs, r->k + t * r->qs, r->v + t * r->vs, r->g[t * r->gs], r->beta[t * r->gs],
-                  r->o ? r->o + t * r->os : NULL);
-}
-
-size_t kite_dn_chunk_work_floats(int32_t hk, int32_t hv) {
-    const size_t C = KITE_DN_CHUNK;
-    return C * (5 + (size_t)hv + 2 * (size_t)hk + 2 * C); /* G, e^G, coef, two sums; u; k^T, q^T; two Gram matrices */
-}
-
-/* The chunk-parallel form. Within a chunk of L tokens from state S, with G_t = g_1 + .. + g_t:
- *   M_t = e^{G_t} S + sum_{s<=t} e^{G_t - G_s} u_s k_s^T, where
- *   u_t = beta_t (v_t - e^{G_t} S k_t) - sum_{s<t} beta_t (k_t . k_s) e^{G_t - G_s} u_s
- * (the WY form: u = (I + A)^-1 beta (v - e^G S k), A strictly lower, solved by forward substitution);
- *   o_t = e^{G_t} S q_t + sum_{s<=t} e^{G_t - G_s} (k_s . q_t) u_s,   S' = M_L.
- * S is read twice and written once per chunk instead of three times per token, and the products run as
- * small matrix products over the chunk's tokens (k and q transposed, so the inner loops are over t).
- * All exponents are differences G_t - G_s <= 0 (g <= 0), so nothing overflows. */
-static void head_chunked(float *M, int32_t hk, int32_t hv, const head_rows *r, int32_t n, float *work) {
-    const int32_t C = KITE_DN_CHUNK;
-    float *G = work, *eG = G + C, *coef = eG + C, *acc = coef + C; /* acc: [2][C] */
-    float *u = acc + 2 * C;                 /* [C][hv] */
-    float *kT = u + (size_t)C * hv;         /* [hk][C] */
-    float *qT = kT + (size_t)hk * C;        /* [hk][C] */
-    float *KK = qT + (size_t)hk * C;        /* [C][C]: KK[t][s] = k_t . k_s */
-    float *KQ = KK + (size_t)C * C;         /* [C][C]: KQ[t][s] = k_s . q_t */
-    for (int32_t c0 = 0; c0 < n; c0 += C) {
-        const int32_t L = n - c0 < C ? n - c0 : C;
-        const float *q = r->q + c0 * r->qs, *k = r->k + c0 * r->qs, *v = r->v + c0 * r->vs;
-        const float *g = r->g + c0 * r->gs, *beta = r->beta + c0 * r->gs;
-        float *o = r->o ? r->o + c0 * r->os : NULL;
-        for (int32_t t = 0; t < L; t++) {
-            G[t] = (t ? G[t - 1] : 0.0f) + g[t * r->gs];
-            eG[t] = expf(G[t]);
-            for (int32_t i = 0; i < hk; i++) {
-                kT[(size_t)i * C + t] = k[t * r->qs + i];
-                qT[(size_t)i * C + t] = q[t * r->qs + i];
-            }
-        }
-        /* S k_t and S q_t for every t, row j of S at a time. */
-        for (int32_t j = 0; j < hv; j++) {
-            const float *m = M + (size_t)j * hk;
-            float *sk = acc, *sq = acc + C;
-            for (int32_t t = 0; t < L; t++) sk[t] = sq[t] = 0.0f;
-            for (int32_t i = 0; i < hk; i++) {
-                const float mi = m[i], *ki = kT + (size_t)i * C, *qi = qT + (size_t)i * C;
-                for (int32_t t = 0; t < L; t++) {
-                    sk[t] += mi * ki[t];
-                    sq[t] += mi * qi[t];
-                }
-            }
-            for (int32_t t = 0; t < L; t++) {
-                u[(size_t)t * hv + j] = beta[t * r->gs] * (v[t * r->vs + j] - eG[t] * sk[t]);
-                if (o) o[t * r->os + j] = eG[t] * sq[t];
-            }
-        }
-        /* The chunk's Gram matrices. */
-        for (int32_t t = 0; t < L; t++) {
-            float *kk = KK + (size_t)t * C, *kq = KQ + (size_t)t * C;
-            for (int32_t s = 0; s < L; s++) kk[s] = kq[s] = 0.0f;
-            for (int32_t i = 0; i < hk; i++) {
-                const float kti = k[t * r->qs + i], qti = q[t * r->qs + i], *ki = kT + (size_t)i * C;
-                for (int32_t s = 0; s < L; s++) {
-                    kk[s] += kti * ki[s];
-                    kq[s] += qti * ki[s];
-                }
-            }
-        }
-        for (int32_t t = 1; t < L; t++) {
-            float *ut = u + (size_t)t * hv;
-            for (int32_t s = 0; s < t; s++) {
-                const float a = beta[t * r->gs] * KK[(size_t)t * C + s] * expf(G[t] - G[s]);
-                const float *us = u + (size_t)s * hv;
-                for (int32_t j = 0; j < hv; j++) ut[j] -= a * us[j];
-            }
-        }
-        if (o)
-            for (int32_t t = 0; t < L; t++) {
-                float *ot = o + t * r->os;
-                for (int32_t s = 0; s <= t; s++) {
-                    const float c = KQ[(size_t)t * C + s] * expf(G[t] - G[s]);
-                    const float *us = u + (size_t)s * hv;
-                    for (int32_t j = 0; j < hv; j++) ot[j] += c * us[j];
-                }
-            }
-        for (int32_t s = 0; s < L; s++) coef[s] = expf(G[L - 1] - G[s]);
-        for (int32_t j = 0; j < hv; j++) {
-            float *m = M + (size_t)j * hk;
-            for (int32_t i = 0; i < hk; i++) m[i] *= eG[L - 1];
-            for (int32_t s = 0; s < L; s++) {
-                const float w = coef[s] * u[(size_t)s * hv + j];
-                const float *ks = k + s * r->qs;
-                for (int32_t i = 0; i < hk; i++) m[i] += w * ks[i];
-            }
-        }
-    }
-}
+/* The kernels (kernels/kernels.h: kite_dn_head) run one head's recurrence, step-wise or chunked; the
+ * reference (kernels/ref/ref_deltanet.c) is the truth every level is tested against. */
 
 void kite_dn_head_steps(float *M, int32_t hk, int32_t hv, const float *q, const float *k, const float *v, const float *g,
                         const float *beta, int32_t n, float *o) {
-    head_rows r = {.q = q, .k = k, .v = v, .g = g, .beta = beta, .o = o, .qs = hk, .vs = hv, .os = hv, .gs = 1};
-    head_steps(M, hk, hv, &r, n);
+    const kite_dn_head h = {.M = M, .hk = hk, .hv = hv, .n = n, .q = q, .k = k, .v = v, .g = g, .beta = beta, .o = o,
+                            .qk_stride = hk, .v_stride = hv, .o_stride = hv, .gb_stride = 1};
+    kite_kernels_for(KITE_CPU_REF)->dn_steps(&h);
 }
 
 void kite_dn_head_chunked(float *M, int32_t hk, int32_t hv, const float *q, const float *k, const float *v, const float *g,
                           const float *beta, int32_t n, float *o, float *work) {
-    head_rows r = {.q = q, .k = k, .v = v, .g = g, .beta = beta, .o = o, .qs = hk, .vs = hv, .os = hv, .gs = 1};
-    head_chunked(M, hk, hv, &r, n, work);
+    const kite_dn_head h = {.M = M, .hk = hk, .hv = hv, .n = n, .q = q, .k = k, .v = v, .g = g, .beta = beta, .o = o,
+                            .qk_stride = hk, .v_stride = hv, .o_stride = hv, .gb_stride = 1};
+    kite_kernels_for(KITE_CPU_REF)->dn_chunked(&h, work);
 }
 
 /* ---- the state ---------------------------------------------------------------------------------- */
@@ -369,15 +235,9 @@ static int32_t key_head(const kite_dn_dims *d, int32_t h) {
 /* One row through the conv (taps[k] the conv input k - (kernel-1) steps back, taps[kernel-1] the row itself),
  * SiLU, the split into q | k | v, and the L2 norms; q, k [n_v][head_k] and v [n_v][head_v] per value head.
  * q may be NULL (a replay needs only k and v). */
-static void conv_row(const kite_dn_dims *d, const float *conv_w, const float *const *taps, float *q, float *k, float *v,
-                     float *tmp) {
-    const int32_t K = d->kernel;
-    for (int32_t c = 0; c < d->conv_dim; c++) {
-        const float *w = conv_w + (size_t)c * K;
-        float s = 0.0f;
-        for (int32_t t = 0; t < K; t++) s += taps[t][c] * w[t];
-        tmp[c] = silu(s);
-    }
+static void conv_row(const kite_kernel_set *ks, const kite_dn_dims *d, const float *conv_t, const float *const *taps, float *q,
+                     float *k, float *v, float *tmp) {
+    ks->dn_conv_silu(taps, conv_t, d->kernel, d->conv_dim, tmp);
     const int32_t key_dim = d->n_k * d->head_k;
     const float q_scale = 1.0f / sqrtf((float)d->head_k);
     for (int32_t kh = 0; kh < d->n_k; kh++) {
@@ -401,8 +261,8 @@ static void window_push(const kite_dn_dims *d, float *win, const float *row) {
 }
 
 /* Replays stored rows [0, n) of layer slot from state block src into dst (src != dst). */
-static void replay(const kite_dn_state *st, const kite_dn_weights *W, int32_t slot, const float *src, float *dst, int32_t n,
-                   kite_dn_scratch *sc) {
+static void replay(const kite_kernel_set *ks, const kite_dn_state *st, const kite_dn_weights *W, int32_t slot, const float *src,
+                   float *dst, int32_t n, kite_dn_scratch *sc) {
     const kite_dn_dims *d = &st->d;
     memcpy(dst, src, sizeof(float) * st->block_floats);
     float *win = dst, *M = dst + window_floats(d);
@@ -412,17 +272,20 @@ static void replay(const kite_dn_state *st, const kite_dn_weights *W, int32_t sl
         const float *row = row_at(st, r, slot);
         for (int32_t t = 0; t < d->kernel - 1; t++) taps[t] = win + (size_t)t * d->conv_dim;
         taps[d->kernel - 1] = row;
-        conv_row(d, W->conv, taps, NULL, k, v, tmp);
+        conv_row(ks, d, W->conv_t, taps, NULL, k, v, tmp);
         const float *g = row + d->conv_dim, *beta = g + d->n_v;
         const size_t hs = (size_t)d->head_v * d->head_k;
-        for (int32_t h = 0; h < d->n_v; h++)
-            head_step(M + hs * h, d->head_k, d->head_v, k /* unused q */, k + (size_t)h * d->head_k, v + (size_t)h * d->head_v,
-                      g[h], beta[h], NULL);
+        for (int32_t h = 0; h < d->n_v; h++) {
+            const kite_dn_head one = {.M = M + hs * h, .hk = d->head_k, .hv = d->head_v, .n = 1, .k = k + (size_t)h * d->head_k,
+                                      .v = v + (size_t)h * d->head_v, .g = g + h, .beta = beta + h};
+            ks->dn_steps(&one); /* the step decoding took (o NULL: q unread) */
+        }
         window_push(d, win, row);
     }
 }
 
 typedef struct mix_job {
+    const kite_kernel_set *ks;
     const kite_dn_state *st;
     const kite_dn_dims *d;
     const kite_dn_weights *W;
@@ -464,7 +327,7 @@ static void conv_task(void *ctx, int64_t r, int thread) {
     gather_taps(j, (int32_t)r, taps);
     float *tmp = j->sc->work + (size_t)thread * j->sc->work_floats; /* conv_dim <= work_floats is checked at init */
     const size_t qk = (size_t)d->n_v * d->head_k;
-    conv_row(d, j->W->conv, taps, j->sc->q + qk * r, j->sc->k + qk * r, j->sc->v + (size_t)d->n_v * d->head_v * r, tmp);
+    conv_row(j->ks, d, j->W->conv_t, taps, j->sc->q + qk * r, j->sc->k + qk * r, j->sc->v + (size_t)d->n_v * d->head_v * r, tmp);
 }
 
 static void chain_head_task(void *ctx, int64_t h, int thread) {
@@ -474,11 +337,11 @@ static void chain_head_task(void *ctx, int64_t h, int thread) {
     float *M = j->write + window_floats(d) + hs * h;
     memcpy(M, j->read + window_floats(d) + hs * h, sizeof(float) * hs);
     const int64_t qs = (int64_t)d->n_v * d->head_k, vs = (int64_t)d->n_v * d->head_v;
-    head_rows r = {.q = j->sc->q + h * d->head_k, .k = j->sc->k + h * d->head_k, .v = j->sc->v + h * d->head_v,
-                   .g = j->sc->g + h, .beta = j->sc->beta + h, .o = j->sc->o + h * d->head_v,
-                   .qs = qs, .vs = vs, .os = vs, .gs = d->n_v};
-    if (j->n_rows > 1) head_chunked(M, d->head_k, d->head_v, &r, j->n_rows, j->sc->work + (size_t)thread * j->sc->work_floats);
-    else head_steps(M, d->head_k, d->head_v, &r, j->n_rows);
+    const kite_dn_head r = {.M = M, .hk = d->head_k, .hv = d->head_v, .n = j->n_rows, .q = j->sc->q + h * d->head_k,
+                            .k = j->sc->k + h * d->head_k, .v = j->sc->v + h * d->head_v, .g = j->sc->g + h, .beta = j->sc->beta + h,
+                            .o = j->sc->o + h * d->head_v, .qk_stride = qs, .v_stride = vs, .o_stride = vs, .gb_stride = d->n_v};
+    if (j->n_rows > 1) j->ks->dn_chunked(&r, j->sc->work + (size_t)thread * j->sc->work_floats);
+    else j->ks->dn_steps(&r);
 }
 
 /* A tree, head h: nodes in depth-first order, each stepping from its parent's state on a stack (level 0:
@@ -497,9 +360,11 @@ static void tree_head_task(void *ctx, int64_t h, int thread) {
         float *M = stack + hs * (size_t)depth;
         memcpy(M, from, sizeof(float) * hs);
         const bool out = node >= j->plan->first;
-        head_step(M, d->head_k, d->head_v, j->sc->q + node * qs + h * d->head_k, j->sc->k + node * qs + h * d->head_k,
-                  j->sc->v + node * vs + h * d->head_v, j->sc->g[(size_t)node * d->n_v + h], j->sc->beta[(size_t)node * d->n_v + h],
-                  out ? j->sc->o + (node - j->plan->first) * vs + h * d->head_v : NULL);
+        const kite_dn_head one = {.M = M, .hk = d->head_k, .hv = d->head_v, .n = 1, .q = j->sc->q + node * qs + h * d->head_k,
+                                  .k = j->sc->k + node * qs + h * d->head_k, .v = j->sc->v + node * vs + h * d->head_v,
+                                  .g = j->sc->g + (size_t)node * d->n_v + h, .beta = j->sc->beta + (size_t)node * d->n_v + h,
+                                  .o = out ? j->sc->o + (node - j->plan->first) * vs + h * d->head_v : NULL};
+        j->ks->dn_steps(&one);
     }
 }
 
@@ -533,13 +398,13 @@ static void tree_order(const int32_t *parent, int32_t count, int32_t *order, int
     }
 }
 
-void kite_dn_mix(const kite_dn_weights *W, kite_dn_state *st, int32_t layer, const kite_dn_plan *plan, kite_dn_scratch *sc,
+void kite_dn_mix(const kite_kernel_set *ks, const kite_dn_weights *W, kite_dn_state *st, int32_t layer, const kite_dn_plan *plan, kite_dn_scratch *sc,
                  kite_pool *pool, const float *conv_in, const float *z, const float *alpha, const float *b, float *out) {
     const kite_dn_dims *d = &st->d;
     const int32_t slot = st->slot[layer];
     float *read = block(st, plan->read, slot), *base = block(st, st->base, slot);
     if (plan->zero) memset(read, 0, sizeof(float) * st->block_floats);
-    else if (plan->replay > 0) replay(st, W, slot, base, read, plan->replay, sc);
+    else if (plan->replay > 0) replay(ks, st, W, slot, base, read, plan->replay, sc);
     /* The pass's rows: conv inputs, g and beta, kept for replays and the tree's commit. */
     const int32_t row0 = plan->tree ? plan->first : 0;
     const int64_t cd = d->conv_dim;
@@ -557,7 +422,7 @@ void kite_dn_mix(const kite_dn_weights *W, kite_dn_state *st, int32_t layer, con
         memcpy(sc->g + (size_t)r * d->n_v, row + cd, sizeof(float) * (size_t)d->n_v);
         memcpy(sc->beta + (size_t)r * d->n_v, row + cd + d->n_v, sizeof(float) * (size_t)d->n_v);
     }
-    mix_job j = {.st = st, .d = d, .W = W, .plan = plan, .sc = sc, .slot = slot, .read = read, .n_rows = n_rows, .z = z, .out = out};
+    mix_job j = {.ks = ks, .st = st, .d = d, .W = W, .plan = plan, .sc = sc, .slot = slot, .read = read, .n_rows = n_rows, .z = z, .out = out};
     const int64_t conv_macs = (int64_t)n_rows * cd * d->kernel;
     kite_run_sized(pool, conv_task, &j, n_rows, conv_macs);
     const int64_t head_macs = 4 * (int64_t)n_rows * d->n_v * d->head_v * d->head_k;

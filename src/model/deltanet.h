@@ -27,9 +27,8 @@
 
 #include "base/error.h"
 #include "base/threadpool.h"
+#include "kernels/kernels.h"
 #include "model/tensors.h"
-
-enum { KITE_DN_CHUNK = 64 };
 
 /* The shape of every recurrent layer of a model. */
 typedef struct kite_dn_dims {
@@ -46,6 +45,7 @@ void kite_dn_dims_from(const kite_hparams *hp, kite_dn_dims *d);
 /* A recurrent layer's small weights, f32 (owned by kite_weights). */
 typedef struct kite_dn_weights {
     float *conv;     /* [conv_dim][kernel], tap kernel-1 multiplies the current row */
+    float *conv_t;   /* [kernel][conv_dim] the same, transposed (the conv kernel's layout) */
     float *dt_bias;  /* [n_v] */
     float *a;        /* [n_v] -exp(A_log) */
     float *norm;     /* [head_v] */
@@ -117,16 +117,16 @@ void kite_dn_scratch_free(kite_dn_scratch *sc);
 
 /* The mixer of recurrent layer `layer` for one sequence's n rows: conv_in [n][conv_dim] (the qkv
  * projection), z [n][n_v * head_v], alpha and b [n][n_v] (projections) in; out [n][n_v * head_v] (before
- * out_proj). conv_in, alpha and b are rows of the batch, strided by the given strides. */
-void kite_dn_mix(const kite_dn_weights *W, kite_dn_state *st, int32_t layer, const kite_dn_plan *plan, kite_dn_scratch *sc,
+ * out_proj). conv_in, alpha and b are rows of the batch, strided by the given strides. ks: the kernels of
+ * the recurrence and the conv (kite_dn_head). */
+void kite_dn_mix(const kite_kernel_set *ks, const kite_dn_weights *W, kite_dn_state *st, int32_t layer, const kite_dn_plan *plan, kite_dn_scratch *sc,
                  kite_pool *pool, const float *conv_in, const float *z, const float *alpha, const float *b, float *out);
 
-/* Reference pieces, exposed for the unit test (tests/unit/test_deltanet.c): one head's step-wise and
+/* Reference pieces (the reference kernel set's), exposed for the unit test (tests/model/test_deltanet.c): one head's step-wise and
  * chunked recurrence over n tokens from state M [head_v][head_k] (updated in place); q, k [n][head_k],
  * v, o [n][head_v], g, beta [n]. work: kite_dn_chunk_work_floats(head_k, head_v) floats. */
 void kite_dn_head_steps(float *M, int32_t hk, int32_t hv, const float *q, const float *k, const float *v, const float *g,
                         const float *beta, int32_t n, float *o);
-size_t kite_dn_chunk_work_floats(int32_t hk, int32_t hv);
 void kite_dn_head_chunked(float *M, int32_t hk, int32_t hv, const float *q, const float *k, const float *v, const float *g,
                           const float *beta, int32_t n, float *o, float *work);
 

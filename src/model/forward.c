@@ -464,7 +464,7 @@ static void deltanet_layer(const kite_weights *w, const kite_layer_weights *L, i
     }
     matmul_shared_input(pool, s, w->kernels, parts, 4, s->xn, n);
     for (int32_t si = 0, r = 0; si < n_seqs; r += seqs[si].n, si++)
-        kite_dn_mix(&L->dn, seqs[si].kv->dn, l, &s->dn_plans[si], s->dn, pool, s->dn_conv + (int64_t)r * conv_dim,
+        kite_dn_mix(w->kernels, &L->dn, seqs[si].kv->dn, l, &s->dn_plans[si], s->dn, pool, s->dn_conv + (int64_t)r * conv_dim,
                     s->dn_z + (int64_t)r * vd, s->dn_alpha + (int64_t)r * nv, s->dn_b + (int64_t)r * nv, s->dn_out + (int64_t)r * vd);
     if (s->act_hook) observe(s, l, "ssm_out", s->dn_out, n, vd);
     matmul(pool, s, w->kernels, &L->w_ssm_out, s->dn_out, s->xn, hp->dim, n);

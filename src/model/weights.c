@@ -282,6 +282,13 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
                 (st = vector_f32(src, NAME("ssm_dt.bias"), hp->dn_n_v_heads, true, &D->dt_bias, e)) ||
                 (st = vector_f32(src, NAME("ssm_norm.weight"), hp->dn_head_v_dim, true, &D->norm, e))) /* plain w, no + 1 */
                 goto fail;
+            D->conv_t = malloc(sizeof(float) * (size_t)conv_dim * (size_t)hp->dn_conv_kernel);
+            if (!D->conv_t) {
+                st = kite_fail(e, KITE_ERR_NOMEM, "out of memory for layer %d's conv weights", l);
+                goto fail;
+            }
+            for (int64_t c = 0; c < conv_dim; c++)
+                for (int32_t t = 0; t < hp->dn_conv_kernel; t++) D->conv_t[t * conv_dim + c] = D->conv[c * hp->dn_conv_kernel + t];
             if (kite_source_find(src, NAME("ssm_a"))) {
                 if ((st = vector_f32(src, name, hp->dn_n_v_heads, true, &D->a, e))) goto fail;
             } else { /* Hugging Face's A_log: the converter's -exp(A_log) */
@@ -373,7 +380,7 @@ static void free_layer(kite_layer_weights *L) {
     free(L->q_norm); free(L->k_norm); free(L->post_attn_norm); free(L->post_ffn_norm);
     kite_packed_matrix_free(&L->w_qkv); kite_packed_matrix_free(&L->w_z); kite_packed_matrix_free(&L->w_beta);
     kite_packed_matrix_free(&L->w_alpha); kite_packed_matrix_free(&L->w_ssm_out);
-    free(L->dn.conv); free(L->dn.dt_bias); free(L->dn.a); free(L->dn.norm);
+    free(L->dn.conv); free(L->dn.conv_t); free(L->dn.dt_bias); free(L->dn.a); free(L->dn.norm);
 }
 
 void kite_weights_free(kite_weights *w) {

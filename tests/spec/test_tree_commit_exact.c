@@ -1,11 +1,11 @@
 /* A tree verification pass whose accepted path is not the tree's first branch must leave the session exactly
- * as running the path as a plain chain does, for every family (one gen-model shape per family as arguments,
+ * as decoding the path token by token does, for every family (one gen-model shape per family as arguments,
  * tests/spec/tests.cmake lists them).
  *
  * The drafters' trees rarely test this: their accepted path is usually the first child at every level, whose
  * nodes already sit in position order, so a commit that moved nothing (or moved only K/V rows and forgot a
- * family's other per-position state, such as LFM2's conv rows) would still pass. Here, after a 100-token
- * prompt (past Gemma 3's window of 8 and LFM2's 3 conv taps), the tree is
+ * family's other per-position state, such as LFM2's conv rows or Qwen3.5's DeltaNet rows) would still pass.
+ * Here, after a 100-token prompt (past Gemma 3's window of 8 and LFM2's 3 conv taps), the tree is
  *     node 0  root r            (the committed context's next token)
  *     node 1  w1, child of 0    (first branch, rejected)
  *     node 2  c1, child of 0    (second branch, accepted)
@@ -13,11 +13,16 @@
  *     node 4  c2, child of 2    (accepted)
  *     node 5  c3, child of 4    (accepted)
  * and the path 0, 2, 4, 5 is committed (kite_kv_commit, as the session's walk does). Against a second session
- * that ran prompt + r c1 c2 c3 as a chain:
- *   1. the tree's logits at the path's nodes equal the chain's, bit for bit;
- *   2. every attention layer's K/V rows of positions 0 .. P+3 and every conv layer's rows of the taps' window
- *      are byte-identical;
- *   3. a continuation of 8 tokens gives bit-identical logits;
+ * that decoded prompt + r c1 c2 c3 one token per pass (plain decoding: the reference speculation must match;
+ * a recurrent layer's several-row chain runs the chunked form, whose float sums differ from the step-wise
+ * recurrence a tree and decoding both run):
+ *   1. the tree's logits at the path's nodes equal the decoded ones, bit for bit;
+ *   2. every attention layer's K/V rows of positions 0 .. P+3, every conv layer's rows of the taps' window and
+ *      every DeltaNet layer's kept rows (conv input, g, beta) of the positions both sessions hold are
+ *      byte-identical;
+ *   3. a continuation of 8 tokens gives bit-identical logits, and then the DeltaNet state (base block: the
+ *      recurrent matrices and conv window at P+4, the block at P+12 and the continuation's rows) is
+ *      byte-identical too (both sessions now hold it in the same form);
  * and the negative control: the same tree pass with no commit at all must make step 3 differ (so the check
  * can see a commit that leaves the path's rows where the pass put them). */
 #include <setjmp.h>
@@ -69,10 +74,50 @@ static void tree_pass(kite_session *s, const int32_t *tree, bool commit, float *
     s->n_past = P + N_PATH;
 }
 
+/* Whether two DeltaNet states agree on what both hold: the kept rows of the positions both hold, the base
+ * block when both bases sit at one position, the block ahead when both reach one end position with it.
+ * *blocks counts the blocks compared (a caller that needs the states themselves compared checks it). */
+static bool same_dn(const kite_dn_state *a, const kite_dn_state *b, int *blocks, const char **what) {
+    *blocks = 0;
+    if (!a && !b) return true;
+    if (!a || !b || a->n_tree || b->n_tree) {
+        *what = "DeltaNet states (one holds an uncommitted tree)";
+        return false;
+    }
+    const size_t row_bytes = sizeof(float) * (size_t)a->n_rec * a->row_floats; /* one position, every layer */
+    const size_t set_bytes = sizeof(float) * (size_t)a->n_rec * a->block_floats;
+    const int32_t end_a = a->base_pos + a->n_rows, end_b = b->base_pos + b->n_rows;
+    const int32_t p0 = a->base_pos > b->base_pos ? a->base_pos : b->base_pos, p1 = end_a < end_b ? end_a : end_b;
+    for (int32_t p = p0; p < p1; p++)
+        if (memcmp((const char *)a->rows + (size_t)(p - a->base_pos) * row_bytes,
+                   (const char *)b->rows + (size_t)(p - b->base_pos) * row_bytes, row_bytes)) {
+            *what = "DeltaNet rows (conv input, g, beta)";
+            return false;
+        }
+    if (a->base_pos == b->base_pos) {
+        if (memcmp((const char *)a->blocks + (size_t)a->base * set_bytes, (const char *)b->blocks + (size_t)b->base * set_bytes,
+                   set_bytes)) {
+            *what = "DeltaNet base states (recurrent matrices, conv window)";
+            return false;
+        }
+        ++*blocks;
+    }
+    if (end_a == end_b && a->head_ahead && b->head_ahead) {
+        if (memcmp((const char *)a->blocks + (size_t)(1 - a->base) * set_bytes,
+                   (const char *)b->blocks + (size_t)(1 - b->base) * set_bytes, set_bytes)) {
+            *what = "DeltaNet end states (recurrent matrices, conv window)";
+            return false;
+        }
+        ++*blocks;
+    }
+    return true;
+}
+
 /* Whether a and b hold the same rows for positions [0, n): K/V of attention layers, the conv rows of the
- * positions the taps read next. */
+ * positions the taps read next, the DeltaNet rows both hold. */
 static bool same_cache(const kite_kv_cache *a, const kite_kv_cache *b, int32_t n, const char **what) {
     for (int32_t l = 0; l < a->n_layers; l++) {
+        if (a->dn && a->dn->slot[l] >= 0) continue; /* a DeltaNet layer: same_dn */
         if (!kite_kv_layer_has_kv(a, l)) {
             for (int32_t p = n - (a->conv_taps - 1); p < n; p++)
                 if (memcmp(kite_kv_conv_row(a, l, p), kite_kv_conv_row(b, l, p), sizeof(float) * (size_t)a->conv_dim)) {
@@ -94,7 +139,8 @@ static bool same_cache(const kite_kv_cache *a, const kite_kv_cache *b, int32_t n
                 }
             }
     }
-    return true;
+    int blocks;
+    return same_dn(a->dn, b->dn, &blocks, what);
 }
 
 static void check_shape(const char *shape) {
@@ -130,26 +176,31 @@ static void check_shape(const char *shape) {
     prompt(b, ids, N_PROMPT);
     prompt(c, ids, N_PROMPT);
     tree_pass(a, tree, true, tree_logits);
-    run_chain(b, chain, N_PATH, chain_logits);
+    for (int i = 0; i < N_PATH; i++) run_chain(b, chain + i, 1, chain_logits + (size_t)i * V); /* plain decoding */
     static const int32_t on_path[N_PATH] = {0, 2, 4, 5};
     for (int i = 0; i < N_PATH; i++)
         if (memcmp(tree_logits + (size_t)on_path[i] * V, chain_logits + (size_t)i * V, sizeof(float) * (size_t)V))
-            fail_msg("%s: the tree's logits at node %d differ from the chain's at position %d", shape, on_path[i], N_PROMPT + i);
+            fail_msg("%s: the tree's logits at node %d differ from decoding's at position %d", shape, on_path[i], N_PROMPT + i);
     const char *what = "";
     if (!same_cache(&a->kv, &b->kv, N_PROMPT + N_PATH, &what))
-        fail_msg("%s: after committing the second branch the cache's %s differ from the chain's", shape, what);
+        fail_msg("%s: after committing the second branch the cache's %s differ from decoding's", shape, what);
     run_chain(a, cont, N_CONT, cont_a);
     run_chain(b, cont, N_CONT, cont_b);
+    int dn_blocks = 0;
+    if (!same_dn(a->kv.dn, b->kv.dn, &dn_blocks, &what))
+        fail_msg("%s: after the continuation the %s differ from decoding's", shape, what);
+    if (a->kv.dn && dn_blocks != 2)
+        fail_msg("%s: after the continuation the DeltaNet states are not held alike (%d blocks compared)", shape, dn_blocks);
     if (memcmp(cont_a, cont_b, sizeof(float) * (size_t)V * N_CONT))
-        fail_msg("%s: the continuation after the committed second branch differs from the chain's", shape);
+        fail_msg("%s: the continuation after the committed second branch differs from decoding's", shape);
     /* control: the same pass without its commit leaves the path's rows at their nodes' slots */
     tree_pass(c, tree, false, tree_logits);
     run_chain(c, cont, N_CONT, cont_a);
     if (!memcmp(cont_a, cont_b, sizeof(float) * (size_t)V * N_CONT))
         fail_msg("%s: control: a tree pass left uncommitted continues exactly like the chain (the check cannot see a "
                  "broken commit)", shape);
-    print_message("%s: second-branch commit identical to the chain (logits, cache rows, continuation); without the "
-                  "commit the continuation differs\n", shape);
+    print_message("%s: second-branch commit identical to decoding (logits, cache rows%s, continuation); without the "
+                  "commit the continuation differs\n", shape, a->kv.dn ? ", DeltaNet rows and states" : "");
     kite_session_free(a);
     kite_session_free(b);
     kite_session_free(c);

@@ -28,7 +28,7 @@ kite_spec_family_test(test_spec_lfm2 tiny-lfm2 --ring)
 add_executable(test_tree_commit_exact ${CMAKE_CURRENT_LIST_DIR}/test_tree_commit_exact.c)
 target_link_libraries(test_tree_commit_exact PRIVATE kite_internal PkgConfig::CMOCKA)
 target_include_directories(test_tree_commit_exact PRIVATE ${PROJECT_SOURCE_DIR}/tests/unit)
-add_test(NAME test_tree_commit_exact COMMAND test_tree_commit_exact tiny tiny-gemma3 tiny-qwen3moe tiny-lfm2 tiny-gemma4 tiny-muse-glimmer
+add_test(NAME test_tree_commit_exact COMMAND test_tree_commit_exact tiny tiny-gemma3 tiny-qwen3moe tiny-lfm2 tiny-gemma4 tiny-muse-glimmer tiny-qwen35
          WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 set_tests_properties(test_tree_commit_exact PROPERTIES ENVIRONMENT "${KITE_TEST_ENV}" TIMEOUT 600)
 # EAGLE-3 heads: capture identical under speculation, exactness with the head drafting, its cache in step,

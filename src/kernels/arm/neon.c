@@ -428,6 +428,19 @@ static void neon_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
     kite_ref_f32_to_f16(x + i, y + i, n - i);
 }
 
+/* kite_silu on 4 lanes (silu_mul4's steps, times an exact 1), for the DeltaNet kernels. */
+#define av_silu(v) silu_mul4(v, vdupq_n_f32(1.0f))
+#include "kernels/deltanet_simd.h"
+
+static void neon_dn_steps(const kite_dn_head *h) {
+    if (dn_fits(h)) dn_steps(h);
+    else kite_ref_dn_steps(h);
+}
+static void neon_dn_chunked(const kite_dn_head *h, float *work) {
+    if (dn_fits(h)) dn_chunked(h, work);
+    else kite_ref_dn_chunked(h, work);
+}
+
 static const kite_kernel_set neon_set = {
     .level = KITE_CPU_NEON,
     .name = "neon-dotprod",
@@ -440,6 +453,9 @@ static const kite_kernel_set neon_set = {
     .silu_mul = neon_silu_mul,
     .gelu_mul = neon_gelu_mul,
     .f32_to_f16 = neon_f32_to_f16,
+    .dn_steps = neon_dn_steps,
+    .dn_chunked = neon_dn_chunked,
+    .dn_conv_silu = dn_conv_silu,
     .row_block = 32,
 };
 

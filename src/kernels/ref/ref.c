@@ -318,6 +318,9 @@ static const kite_kernel_set ref_set = {
     .silu_mul = kite_ref_silu_mul,
     .gelu_mul = kite_ref_gelu_mul,
     .f32_to_f16 = kite_ref_f32_to_f16,
+    .dn_steps = kite_ref_dn_steps,
+    .dn_chunked = kite_ref_dn_chunked,
+    .dn_conv_silu = kite_ref_dn_conv_silu,
     .row_block = 16,
 };
 

@@ -664,6 +664,19 @@ static void avx2_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
     kite_ref_f32_to_f16(x + i, y + i, n - i);
 }
 
+/* kite_silu on 8 lanes (silu_mul8's steps, times an exact 1), for the DeltaNet kernels. */
+#define av_silu(v) silu_mul8(v, _mm256_set1_ps(1.0f))
+#include "kernels/deltanet_simd.h"
+
+static void avx2_dn_steps(const kite_dn_head *h) {
+    if (dn_fits(h)) dn_steps(h);
+    else kite_ref_dn_steps(h);
+}
+static void avx2_dn_chunked(const kite_dn_head *h, float *work) {
+    if (dn_fits(h)) dn_chunked(h, work);
+    else kite_ref_dn_chunked(h, work);
+}
+
 static const kite_kernel_set avx2_set = {
     .level = KITE_CPU_AVX2,
     .name = "avx2",
@@ -676,6 +689,9 @@ static const kite_kernel_set avx2_set = {
     .silu_mul = avx2_silu_mul,
     .gelu_mul = avx2_gelu_mul,
     .f32_to_f16 = avx2_f32_to_f16,
+    .dn_steps = avx2_dn_steps,
+    .dn_chunked = avx2_dn_chunked,
+    .dn_conv_silu = dn_conv_silu,
     .row_block = 32,
 };
 

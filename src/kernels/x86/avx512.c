@@ -955,6 +955,25 @@ static void avx512_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
     }
 }
 
+/* kite_silu on 16 lanes, for the DeltaNet kernels. */
+INLINE __m512 silu16(__m512 x) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+    const __m512 num = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), e, one);
+    return _mm512_mul_ps(x, _mm512_div_ps(num, _mm512_add_ps(one, e)));
+}
+#define av_silu(v) silu16(v)
+#include "kernels/deltanet_simd.h"
+
+static void avx512_dn_steps(const kite_dn_head *h) {
+    if (dn_fits(h)) dn_steps(h);
+    else kite_ref_dn_steps(h);
+}
+static void avx512_dn_chunked(const kite_dn_head *h, float *work) {
+    if (dn_fits(h)) dn_chunked(h, work);
+    else kite_ref_dn_chunked(h, work);
+}
+
 static const kite_kernel_set avx512_set = {
     .level = KITE_CPU_AVX512,
     .name = "avx512-vnni",
@@ -967,6 +986,9 @@ static const kite_kernel_set avx512_set = {
     .silu_mul = avx512_silu_mul,
     .gelu_mul = avx512_gelu_mul,
     .f32_to_f16 = avx512_f32_to_f16,
+    .dn_steps = avx512_dn_steps,
+    .dn_chunked = avx512_dn_chunked,
+    .dn_conv_silu = dn_conv_silu,
     .row_block = 64,
 };
 
