@@ -415,7 +415,9 @@ static int vocab_from_hf_json(vocab *v, const char *path, const char *text, size
         if (memchr(content, 0, n)) { st = kite_fail(e, KITE_ERR_FORMAT, "%s: added_tokens[%zu] contains a NUL", path, i); goto done; }
         free(v->tokens[id]);
         if (!(v->tokens[id] = dup_bytes(content, n))) { st = kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory"); goto done; }
-        v->types[id] = json_is_true(json_object_get(val, "special")) ? TOK_CONTROL : TOK_USER_DEFINED;
+        /* as the converter: special, or shaped like <|...|> (does_token_look_special), is control */
+        const bool looks_special = n >= 4 && strncmp(content, "<|", 2) == 0 && strcmp(content + n - 2, "|>") == 0;
+        v->types[id] = json_is_true(json_object_get(val, "special")) || looks_special ? TOK_CONTROL : TOK_USER_DEFINED;
     }
     v->n_merges = json_array_size(jm);
     v->merges = calloc(v->n_merges ? v->n_merges : 1, sizeof *v->merges);
