@@ -177,11 +177,18 @@ static bool is_norm_name(const char *name) {
     return n >= k && strcmp(name + n - k, "norm.weight") == 0;
 }
 
+/* The stream itself: mean 0, deviation KITE_RANDOM_WEIGHT_STD, whatever the name. */
+static void random_stream_row(uint64_t seed, const char *name, int64_t row, float *out, int64_t n);
+
 void kite_random_model_row(uint64_t seed, const char *name, int64_t row, float *out, int64_t n) {
     if (is_norm_name(name)) {
         for (int64_t i = 0; i < n; i++) out[i] = 1.0f;
         return;
     }
+    random_stream_row(seed, name, row, out, n);
+}
+
+static void random_stream_row(uint64_t seed, const char *name, int64_t row, float *out, int64_t n) {
     /* xorshift64* seeded per row; each draw gives four 16-bit uniforms whose sum (Irwin-Hall, n = 4:
      * mean 2, variance 1/3 in units of 65536) is scaled to the target deviation. */
     uint64_t state = splitmix64(splitmix64(seed ^ fnv1a64(name)) + (uint64_t)row);
@@ -494,6 +501,8 @@ typedef struct tensor_plan {
     bool negexp;     /* values v become -exp(v) (qwen35's ssm_a) */
     float constant;  /* != 0: every value is this instead (Gemma 4's layer scalars) */
     int32_t rotated; /* > 0: rope_freqs.weight of proportional RoPE: 1 for the first `rotated` pairs, 1e30 after */
+    float norm_std;  /* > 0, norm weights only: norm_mean + values of this deviation rather than 1 (kite_random_model_extras) */
+    float norm_mean; /* with norm_std */
 } tensor_plan;
 
 typedef struct quant_job {
@@ -862,6 +871,10 @@ static int hf_items(const model_shape *s, const tensor_plan *plan, int n_plan, h
 static void plan_row(const tensor_plan *t, uint64_t seed, int64_t r, float *row, bool negexp) {
     const int64_t cols = t->ne[0];
     kite_random_model_row(seed, t->name, r, row, cols);
+    if (t->norm_std > 0.0f) {
+        random_stream_row(seed, t->name, r, row, cols);
+        for (int64_t i = 0; i < cols; i++) row[i] = t->norm_mean + row[i] * (t->norm_std / KITE_RANDOM_WEIGHT_STD);
+    }
     if (t->constant != 0.0f)
         for (int64_t i = 0; i < cols; i++) row[i] = t->constant;
     if (t->rotated > 0)
@@ -1124,7 +1137,27 @@ static void report(const kite_random_model_params *p, float fraction) {
     if (p->progress) p->progress(fraction, p->progress_user_data);
 }
 
+static bool name_has(const char *name, const char *part) { return strstr(name, part) != NULL; }
+
+/* The extras on the planned tensors: norm weights drawn around 1, then the defect. */
+static void apply_extras(tensor_plan *plan, int n, const kite_random_model_extras *x) {
+    for (int i = 0; i < n; i++) {
+        tensor_plan *t = &plan[i];
+        const bool qk = name_has(t->name, "attn_q_norm.") || name_has(t->name, "attn_k_norm.");
+        if (x->norm_std > 0.0f && is_norm_name(t->name)) {
+            t->norm_std = qk && x->qk_norm_std > 0.0f ? x->qk_norm_std : x->norm_std;
+            t->norm_mean = qk && x->qk_norm_mean > 0.0f ? x->qk_norm_mean : 1.0f;
+        }
+        if (x->defect == KITE_RANDOM_DEFECT_UNIT_QK_NORM && qk) t->norm_std = 0.0f; /* back to 1 */
+    }
+}
+
 int kite_write_random_model(const char *path, const kite_random_model_params *params, char *err, size_t err_size) {
+    return kite_write_random_model_ex(path, params, NULL, err, err_size);
+}
+
+int kite_write_random_model_ex(const char *path, const kite_random_model_params *params, const kite_random_model_extras *extras,
+                               char *err, size_t err_size) {
     kite_error e = {0};
     if (!path || !params || !params->shape || (!params->type && strcmp(params->shape, "eagle3") != 0 && strncmp(params->shape, "dflash", 6) != 0))
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: path, params, shape and type must not be NULL"),
@@ -1169,6 +1202,7 @@ int kite_write_random_model(const char *path, const kite_random_model_params *pa
     }
     if ((st = vocab_pad(&v, n_vocab, &e))) goto done;
     if ((st = plan_tensors(shape, n_vocab, k_types[type_index].type, &plan, &n_tensors, &e))) goto done;
+    if (extras) apply_extras(plan, n_tensors, extras);
 
     w = kite_gguf_writer_new();
     int n_threads = kite_cpu_count();
