@@ -162,13 +162,16 @@ static arch_case CASES[N_ARCHS] = {
     {.arch = "gemma3", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_WIDE_WINDOW,
      .control_what = "sliding window 4096 instead of 16", .prompts = QWEN_PROMPTS},
     {.arch = "qwen3moe", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_MOE_UNNORMALISED, .control_hf = true,
-     .control_what = "top-k expert weights not normalised (HF norm_topk_prob false)", .prompts = QWEN_PROMPTS},
+     .control_what = "top-k expert weights not normalised (HF norm_topk_prob false)", .prompts = QWEN_PROMPTS,
+     .shape = "tiny-qwen3moe", .extras = {.norm_std = 0.1f, .qk_norm_mean = 1.6f, .qk_norm_std = 0.2f},
+     .defect = KITE_RANDOM_DEFECT_MOE_UNNORMALISED},
     {.arch = "qwen35", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_NO_OUTPUT_GATE,
      .control_what = "attention output gate defeated (gate rows zero)", .prompts = QWEN_PROMPTS,
      .more_controls = {{ORACLE_VARIANT_BETA_IGNORED, "DeltaNet beta ignored (ssm_beta zero)"},
                        {ORACLE_VARIANT_DECAY_IGNORED, "DeltaNet decay ignored (ssm_a zero)"}}},
     {.arch = "lfm2", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_CONV_REVERSED,
-     .control_what = "conv taps reversed", .prompts = QWEN_PROMPTS},
+     .control_what = "conv taps reversed", .prompts = QWEN_PROMPTS, .shape = "tiny-lfm2",
+     .extras = {.norm_std = 0.1f, .qk_norm_mean = 1.6f, .qk_norm_std = 0.2f}, .defect = KITE_RANDOM_DEFECT_CONV_REVERSED},
     {.arch = "muse-glimmer", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_NO_ATTN_GATE,
      .control_what = "attention output gate ignored (all zero: sigmoid 0.5)", .prompts = QWEN_PROMPTS,
      .more_controls = {{ORACLE_VARIANT_NO_SOFTCAP, "final soft-cap left out"},
@@ -261,8 +264,11 @@ static bool write_library_case(arch_case *c) {
     }
     kite_random_model_extras control = c->extras;
     control.defect = c->defect;
-    rp.hf_dir = NULL;
-    if (kite_write_random_model_ex(c->control_gguf, &rp, &control, msg, sizeof msg)) {
+    /* an HF control's defect lives in config.json; its GGUF (which cannot carry it) goes beside the folder */
+    char control_gguf[4300];
+    snprintf(control_gguf, sizeof control_gguf, "%s%s", c->control_gguf, c->control_hf ? ".gguf" : "");
+    rp.hf_dir = c->control_hf ? c->control_gguf : NULL;
+    if (kite_write_random_model_ex(control_gguf, &rp, &control, msg, sizeof msg)) {
         set_error(c->error, sizeof c->error, "writing the %s control model failed: %s", c->arch, msg);
         return false;
     }
