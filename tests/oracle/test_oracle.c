@@ -1,9 +1,11 @@
 /* kite against llama.cpp, an independent implementation, on the families without real weights here.
  *
- * For Llama-3 (with Llama-3 RoPE scaling), Qwen2 (q/k/v biases) and Qwen3 (QK-norm, explicit head_dim),
- * random_model.c writes a small random-weight model whose vocabulary is the real tokenizer's (Llama-3:
- * 128256 tokens; Qwen: 151936 rows, the tokenizer's 151669 tokens plus padding as Qwen ships), once as
- * GGUF in llama.cpp's layout and once as a Hugging Face folder. Then:
+ * For each family a small random-weight model whose vocabulary is the real tokenizer's is written once as
+ * GGUF in llama.cpp's layout and once as a Hugging Face folder: for qwen3, qwen3moe and lfm2 by the library's
+ * writer (kite_write_random_model_ex: the tiny-* shapes of `kite gen-model`, norm weights drawn around a mean,
+ * the controls' defects; 151669 rows, the Qwen tokenizer's), for the others still by random_model.c (Llama-3
+ * with its RoPE scaling: 128256 tokens; Qwen2 with q/k/v biases etc.: 151936 rows, the tokenizer's 151669 plus
+ * padding as Qwen ships). Then:
  *   1. kite tokenizes a few prompts (plain text, code and Unicode, a chat turn with special tokens);
  *   2. llama.cpp (node-llama-cpp 3.21.1's prebuilt CPU binary, via llamacpp_probs.mjs) evaluates those
  *      ids and returns its next-token probabilities (see probed() for which positions), and its own
