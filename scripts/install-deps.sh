@@ -20,7 +20,7 @@ BUILD_PACKAGES=(
 )
 PACKAGES=("${BUILD_PACKAGES[@]}")
 if [ "$MODE" = test ]; then PACKAGES+=(
-  clang libclang-rt-14-dev libcmocka-dev
+  clang libclang-rt-14-dev libcmocka-dev ccache
   python3 nodejs npm curl
   # Cross-level kernel tests (scripts/test-cross.sh): QEMU user-mode emulation, the AArch64 cross
   # compiler, and the arm64 (multiarch) builds of the libraries kite and its tests link.

@@ -13,28 +13,38 @@ ROOT=$(pwd)
 export KITE_TEST_DATA="${KITE_TEST_DATA:-$(cd "$ROOT/.." && pwd)/shared}"
 FUZZ_SECONDS="${KITE_FUZZ_SECONDS:-30}"
 JOBS="${KITE_JOBS:-2}"
+# Each stage prints the seconds since the start, so a slow CI shows where its time went.
+stage() { echo "== [$SECONDS s] $*"; }
 
-echo "== dependencies"
+stage "dependencies"
 bash scripts/install-deps.sh
 if [ -f tests/oracle/package.json ]; then
   (cd tests/oracle && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-echo "== release build (gcc, -Werror)"
+# ccache, when present (install-deps installs it), keeps the compiled objects of earlier runs on this machine
+# (in ~/.cache/ccache): CMake reads the launcher from the environment for every build below and in
+# test-cross.sh. Paths are hashed relative to the clone and the build folder is not hashed, so another clone
+# of the same sources hits the same entries. KITE_CCACHE=0 builds everything from scratch.
+if [ "${KITE_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null; then
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=true
+fi
+
+stage "release build (gcc, -Werror)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKITE_WERROR=ON -DKITE_BUILD_TESTS=ON -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
 cmake --build build -j"$JOBS"
 (cd build && ctest --output-on-failure -j"$JOBS")
 
-echo "== sanitizer build (clang, ASan+UBSan)"
+stage "sanitizer build (clang, ASan+UBSan)"
 CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKITE_WERROR=ON -DKITE_SANITIZE=ON -DKITE_BUILD_TESTS=ON \
   -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
 cmake --build build-asan -j"$JOBS"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$JOBS")
 
-echo "== cross-level kernel tests (qemu)"
+stage "cross-level kernel tests (qemu)"
 bash scripts/test-cross.sh
 
-echo "== fuzzing (${FUZZ_SECONDS}s per target)"
+stage "fuzzing (${FUZZ_SECONDS}s per target)"
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKITE_FUZZ=ON -DKITE_BUILD_TESTS=ON \
   -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
@@ -66,4 +76,4 @@ for t in $targets; do
 done
 rm -rf "$fuzz_logs"
 [ "$fuzz_rc" -eq 0 ] || { echo "== fuzzing FAILED"; exit 1; }
-echo "== all tests passed"
+stage "all tests passed"

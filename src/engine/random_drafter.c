@@ -13,7 +13,13 @@
  * layer inputs) for targets of 8 layers or more, else spread over [0, L-1]; 2 to 5 of them (L/7
  * rounded); the target's embedding and output borrowed (no token_embd, no output, as z-lab's files);
  * the mask token the target's last token; block size 16 unless the shape says "dflash-bN"; non-causal
- * unless it says "-causal". */
+ * unless it says "-causal". "dflash2[-bN][-causal]" adds DFlash-2's gated convolutions (kernel 4,
+ * groups of 16 channels; blk.N.{attn,ffn}_conv_base [dim, 4, 2] and _conv_proj.weight) and selector
+ * (rank 32, top 8: selector_predecessor / selector_successor [32, n_vocab] of unit scale, selector_hidden [dim, 32])
+ * with the keys dflash.conv_kernel_size, conv_group_size, selector_rank, selector_top_k.
+ * "dflash-dspark[-bN][-causal][-bonus]" adds DSpark's Markov head (markov_w1 / markov_w2 [32, n_vocab],
+ * unit scale) and confidence head (conf_proj.weight [dim + 32], conf_proj.bias), drafting from the
+ * anchor (dflash.sample_from_anchor true) unless "-bonus". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,8 +47,9 @@ static uint32_t matrix_type(const char *what, const char *type, kite_error *e, b
     return 0;
 }
 
-static int add_tensor(const char *what, kite_gguf_writer *w, uint64_t seed, const char *name, uint32_t type, int64_t cols,
-                      int64_t rows, kite_error *e) {
+/* A tensor of rows x cols written as [cols, rows] (planes > 1: [cols, rows / planes, planes]). */
+static int add_tensor_planes(const char *what, kite_gguf_writer *w, uint64_t seed, const char *name, uint32_t type, int64_t cols,
+                             int64_t rows, int64_t planes, float scale, kite_error *e) {
     if (rows == 1) type = KITE_TYPE_F32; /* norms */
     const kite_type_traits *tr = kite_type_get(type);
     if (cols % tr->block_size)
@@ -57,12 +64,19 @@ static int add_tensor(const char *what, kite_gguf_writer *w, uint64_t seed, cons
     }
     for (int64_t r = 0; r < rows; r++) {
         kite_random_model_row(seed, name, r, row, cols);
+        if (scale != 1.0f)
+            for (int64_t c = 0; c < cols; c++) row[c] *= scale;
         tr->from_float(row, data + (size_t)r * row_bytes, cols);
     }
-    int64_t ne[2] = {cols, rows};
-    kite_gguf_w_tensor(w, name, type, rows > 1 ? 2 : 1, ne, data, row_bytes * (size_t)rows);
+    int64_t ne[3] = {cols, rows / planes, planes};
+    kite_gguf_w_tensor(w, name, type, planes > 1 ? 3 : rows > 1 ? 2 : 1, ne, data, row_bytes * (size_t)rows);
     free(data), free(row);
     return KITE_OK;
+}
+
+static int add_tensor(const char *what, kite_gguf_writer *w, uint64_t seed, const char *name, uint32_t type, int64_t cols,
+                      int64_t rows, kite_error *e) {
+    return add_tensor_planes(what, w, seed, name, type, cols, rows, 1, 1.0f, e);
 }
 
 /* The target's shape, read from its GGUF file (g stays open for the tokenizer's keys). */
@@ -195,10 +209,15 @@ done:
 
 int kite_write_random_dflash(const char *path, const kite_random_model_params *params, kite_error *e) {
     static const char what[] = "random DFlash drafter";
-    /* "dflash", "dflash-bN", "dflash-causal", "dflash-bN-causal" */
+    /* "dflash", "dflash-bN", "dflash-causal", "dflash-bN-causal"; "dflash2..." the same with DFlash-2's
+     * convolutions and selector */
     int32_t block = 16;
     bool causal = false;
     const char *rest = params->shape + 6;
+    const bool v2 = *rest == '2';
+    if (v2) rest++;
+    const bool dspark = !v2 && !strncmp(rest, "-dspark", 7);
+    if (dspark) rest += 7;
     if (!strncmp(rest, "-b", 2)) {
         char *end;
         long b = strtol(rest + 2, &end, 10);
@@ -207,8 +226,12 @@ int kite_write_random_dflash(const char *path, const kite_random_model_params *p
         block = (int32_t)b;
         rest = end;
     }
-    if (!strcmp(rest, "-causal")) causal = true, rest += 7;
-    if (*rest) return kite_fail(e, KITE_ERR_INVALID_ARG, "%s: unknown shape '%s' (dflash, dflash-bN, dflash[-bN]-causal)", what, params->shape);
+    bool bonus = false;
+    if (!strncmp(rest, "-causal", 7)) causal = true, rest += 7;
+    if (dspark && !strcmp(rest, "-bonus")) bonus = true, rest += 6;
+    if (*rest)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "%s: unknown shape '%s' (dflash[2|-dspark][-bN][-causal], dflash-dspark[-bN][-causal]-bonus)", what,
+                         params->shape);
     bool ok;
     uint32_t type = matrix_type(what, params->type ? params->type : "f32", e, &ok);
     if (!ok) return e->status;
@@ -245,6 +268,23 @@ int kite_write_random_dflash(const char *path, const kite_random_model_params *p
     kite_gguf_w_u32(w, "dflash.block_size", (uint32_t)block);
     kite_gguf_w_arr_i32(w, "dflash.target_layers", layers, (uint64_t)n);
     kite_gguf_w_bool(w, "dflash.attention.causal", causal);
+    /* DFlash-2: kernel 4 over groups of 16 channels, a rank-32 selector over the top 8 candidates */
+    const uint32_t conv_kernel = 4, conv_group = ts.dim % 16 == 0 ? 16 : 1, sel_rank = 32, sel_top_k = 8;
+    if (dspark) {
+        kite_gguf_w_bool(w, "dflash.sample_from_anchor", !bonus);
+        kite_gguf_w_bool(w, "dflash.has_confidence_head", true);
+    }
+    if (v2) {
+        if (ts.dim < sel_top_k * (sel_top_k + 1)) {
+            st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: the target's width %u is under DFlash-2's lattice row of %u", what, ts.dim,
+                           sel_top_k * (sel_top_k + 1));
+            goto done;
+        }
+        kite_gguf_w_u32(w, "dflash.conv_kernel_size", conv_kernel);
+        kite_gguf_w_u32(w, "dflash.conv_group_size", conv_group);
+        kite_gguf_w_u32(w, "dflash.selector_rank", sel_rank);
+        kite_gguf_w_u32(w, "dflash.selector_top_k", sel_top_k);
+    }
     copy_tokenizer(w, ts.g, "tokenizer.ggml.mask_token_id");
     kite_gguf_w_u32(w, "tokenizer.ggml.mask_token_id", (uint32_t)(ts.V - 1));
     const int64_t D = ts.dim, qd = (int64_t)ts.n_heads * ts.head_dim, kvd = (int64_t)ts.n_kv * ts.head_dim, hd = ts.head_dim;
@@ -262,8 +302,29 @@ int kite_write_random_dflash(const char *path, const kite_random_model_params *p
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, plan[i].kind);
             if ((st = add_tensor(what, w, (uint64_t)u, name, type, plan[i].cols, plan[i].rows, e))) goto done;
         }
+        for (int c = 0; v2 && c < 2; c++) {
+            const char *which = c == 0 ? "attn" : "ffn";
+            snprintf(name, sizeof name, "blk.%d.%s_conv_base", l, which); /* llama.cpp's name has no .weight */
+            if ((st = add_tensor_planes(what, w, (uint64_t)u, name, KITE_TYPE_F32, D, 2 * (int64_t)conv_kernel, 2, 1.0f, e))) goto done;
+            snprintf(name, sizeof name, "blk.%d.%s_conv_proj.weight", l, which);
+            if ((st = add_tensor(what, w, (uint64_t)u, name, type, D, 2 * (int64_t)conv_kernel * (D / conv_group), e))) goto done;
+        }
     }
     if ((st = add_tensor(what, w, (uint64_t)u, "output_norm.weight", type, D, 1, e))) goto done;
+    if (dspark) { /* a Markov head of rank 32, of unit scale (it weighs as much as the logits), and the confidence head */
+        const int64_t mr = 32;
+        if ((st = add_tensor_planes(what, w, (uint64_t)u, "markov_w1.weight", type, mr, ts.V, 1, 50.0f, e))) goto done;
+        if ((st = add_tensor_planes(what, w, (uint64_t)u, "markov_w2.weight", type, mr, ts.V, 1, 50.0f, e))) goto done;
+        if ((st = add_tensor(what, w, (uint64_t)u, "conf_proj.weight", KITE_TYPE_F32, D + mr, 1, e))) goto done;
+        if ((st = add_tensor(what, w, (uint64_t)u, "conf_proj.bias", KITE_TYPE_F32, 1, 1, e))) goto done;
+    }
+    if (v2) {
+        /* Codebooks of unit scale (50 x the stream's 0.02), so that the pair scores weigh as much as the
+         * logits and the selector's walk is not the rows' argmaxes. */
+        if ((st = add_tensor_planes(what, w, (uint64_t)u, "selector_predecessor.weight", type, sel_rank, ts.V, 1, 50.0f, e))) goto done;
+        if ((st = add_tensor_planes(what, w, (uint64_t)u, "selector_successor.weight", type, sel_rank, ts.V, 1, 50.0f, e))) goto done;
+        if ((st = add_tensor(what, w, (uint64_t)u, "selector_hidden.weight", type, D, sel_rank, e))) goto done;
+    }
     st = kite_gguf_writer_save(w, path, e);
     if (!st && params->progress) params->progress(1.0f, params->progress_user_data);
 done:

@@ -20,10 +20,23 @@ enum { DFLASH_INJECT_ROWS = 64, DFLASH_MAX_ROWS = 64 };
  * past it; a deeper one restarts the cache where the rows start: drafts get worse, never the output). */
 enum { DFLASH_FEATURE_SLACK = 256 };
 
+/* DFlash-2 lets each block row mix the rows before it in the block (llama.cpp's build_dflash2_conv): a
+ * causal depthwise convolution of conv_kernel taps whose weights are a learned base plus per-row
+ * coefficients (one per group of conv_group channels) projected from the row itself. "in" (side 0)
+ * is applied to the block norm's output, "out" (side 1) to the sub-layer's, both with the coefficients
+ * projected from the norm's output. */
+typedef struct dflash_conv {
+    kite_packed_matrix proj; /* [2 * kernel * groups rows, dim]: coefficients [side][tap][group] */
+    float *base;             /* [2][kernel][dim] */
+} dflash_conv;
+
 typedef struct dflash_layer {
     kite_packed_matrix wq, wk, wv, wo, gate, up, down;
     float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* [dim], [dim], [head_dim], [head_dim] */
+    dflash_conv attn_conv, ffn_conv;               /* DFlash-2 only */
 } dflash_layer;
+
+enum { KITE_DFLASH_MAX_TOP_K = 32 };
 
 struct kite_dflash {
     kite_mapped_file file;
@@ -43,6 +56,23 @@ struct kite_dflash {
     float *enc_norm, *output_norm, *inv_freq;
     dflash_layer *layers;  /* [n_layers] */
     kite_weight_arena arena;
+    /* DFlash-2 (a selector head): top_k > 0. Row i's candidates are its logits' top_k tokens; a
+     * candidate c after predecessor p scores logit(c) + succ[c] . (pred[p] * (sel_hidden h_i)). */
+    int32_t conv_kernel, conv_group;       /* dflash.conv_kernel_size, dflash.conv_group_size */
+    int32_t sel_rank, sel_top_k;           /* dflash.selector_rank, dflash.selector_top_k */
+    float logit_scale, softcap;            /* dflash.logit_scale (0: none), dflash.final_logit_softcapping */
+    kite_tensor sel_prev, sel_next;        /* [n_vocab rows, rank] (views of the file) */
+    kite_packed_matrix sel_hidden;         /* [rank rows, dim] */
+    /* DSpark (a Markov head, markov_w1.weight present): the children of a node with token t take their
+     * row's logits plus markov_w2 (markov_w1[t]) * w2_scale; from_anchor (dflash.sample_from_anchor,
+     * default true): the root's children take row 0 (the root's own row), else row 1 as DFlash. The
+     * optional confidence head: sigmoid(conf_w . [h_row; markov_w1[t]] + conf_b). */
+    int32_t markov_rank;                   /* 0: no Markov head */
+    bool from_anchor, has_conf;
+    kite_tensor markov_w1;                 /* [n_vocab rows, markov_rank] (a view of the file) */
+    kite_packed_matrix markov_w2;          /* [n_vocab rows, markov_rank] */
+    float markov_w2_scale, conf_b;
+    float *conf_w;                         /* [dim + markov_rank] */
 };
 
 /* ---- loading ----------------------------------------------------------------------------------------- */
@@ -94,11 +124,10 @@ int kite_dflash_open_bytes(kite_dflash **out, const void *data, size_t size, kit
 /* The variants llama.cpp loads under "dflash" that kite does not run: what names each. */
 static const char *unsupported_variant(const kite_gguf *g) {
     uint32_t u = 0;
-    if (kite_gguf_find_tensor(g, "selector_hidden.weight") || kite_gguf_find_tensor(g, "blk.0.attn_conv_proj.weight") ||
-        get_u32(g, "selector_top_k", &u))
-        return "a DFlash-2 drafter (candidate selector and gated convolutions) is not supported yet";
-    if (kite_gguf_find_tensor(g, "markov_w1.weight") || get_u32(g, "hyper_connection.count", &u))
-        return "a DSpark drafter (Markov head, hyper-connections) is not supported yet";
+    if (get_u32(g, "hyper_connection.count", &u) && u > 0)
+        return "a DeepSeek-V4 DSpark drafter (hyper-connections, MLA, experts) is not supported yet";
+    if (kite_gguf_find_tensor(g, "markov_w1.weight") && kite_gguf_find_tensor(g, "selector_hidden.weight"))
+        return "a drafter with both a DSpark Markov head and a DFlash-2 selector is not supported";
     if (kite_gguf_find_tensor(g, "d2t")) return "a reduced draft vocabulary (d2t) is not supported yet";
     if ((get_u32(g, "attention.sliding_window", &u) && u > 0)) return "sliding-window attention is not supported yet";
     if (kite_gguf_find_tensor(g, "blk.0.attn_sinks.weight")) return "attention sinks are not supported yet";
@@ -115,6 +144,24 @@ static const char *unsupported_variant(const kite_gguf *g) {
         return "RoPE scaling is not supported yet";
     if (kite_gguf_find_tensor(g, "rope_freqs.weight")) return "RoPE scaling is not supported yet";
     return NULL;
+}
+
+/* The DFlash-2 convolution base `name` [dim, kernel, 2] as floats [2][kernel][dim]. */
+static int load_conv_base(const kite_head_file *f, const char *name, int64_t dim, int32_t kernel, float **out, kite_error *e) {
+    const kite_gguf_tensor *t = kite_gguf_find_tensor(f->g, name);
+    if (!t) return kite_fail(e, KITE_ERR_FORMAT, "%s: tensor %s is missing", f->what, name);
+    const kite_type_traits *tr = kite_type_get(t->type);
+    if (!tr || !tr->to_float) return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: tensor %s has a type kite cannot read", f->what, name);
+    if (t->ne[0] != dim || t->ne[1] != kernel || t->ne[2] != 2 || t->ne[3] != 1 || dim % tr->block_size)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s: tensor %s is [%lld, %lld, %lld], expected [%lld, %d, 2]", f->what, name,
+                         (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)dim, kernel);
+    size_t n = (size_t)dim * (size_t)kernel * 2;
+    *out = malloc(sizeof(float) * n);
+    if (!*out) return kite_fail(e, KITE_ERR_NOMEM, "%s: out of memory", f->what);
+    size_t row_bytes = kite_type_row_bytes(t->type, dim);
+    for (int32_t r = 0; r < 2 * kernel; r++)
+        tr->to_float((const unsigned char *)t->data + (size_t)r * row_bytes, *out + (size_t)r * (size_t)dim, dim);
+    return KITE_OK;
 }
 
 /* Parses and packs the drafter from data (which must outlive it); frees h on failure. */
@@ -197,6 +244,42 @@ static int open_drafter(kite_dflash *h, const char *path, const void *data, size
         return kite_fail(e, KITE_ERR_UNSUPPORTED, "DFlash drafter %s: partial RoPE (%u of %u dimensions) is not supported yet", path,
                          rope_dims, head_dim);
     }
+    /* DFlash-2: any of its keys or tensors makes the file one, and then all are required (llama.cpp
+     * refuses the file with "DFlash2 model is missing conv/selector metadata" otherwise). */
+    {
+        uint32_t kernel = 0, group = 0, rank = 0, top_k = 0;
+        bool has_kernel = get_u32(g, "conv_kernel_size", &kernel), has_group = get_u32(g, "conv_group_size", &group);
+        bool has_rank = get_u32(g, "selector_rank", &rank), has_top_k = get_u32(g, "selector_top_k", &top_k);
+        bool has_tensors = kite_gguf_find_tensor(g, "selector_hidden.weight") || kite_gguf_find_tensor(g, "selector_predecessor.weight") ||
+                           kite_gguf_find_tensor(g, "selector_successor.weight") || kite_gguf_find_tensor(g, "blk.0.attn_conv_proj.weight");
+        if (has_kernel || has_group || has_rank || has_top_k || has_tensors) {
+            if (!has_kernel || !has_group || !has_rank || !has_top_k || kernel == 0 || group == 0 || rank == 0 || top_k == 0) {
+                kite_dflash_free(h);
+                return kite_fail(e, KITE_ERR_FORMAT,
+                                 "DFlash drafter %s: a DFlash-2 drafter needs dflash.conv_kernel_size, conv_group_size, selector_rank and "
+                                 "selector_top_k, all positive (kernel %u%s, group %u%s, rank %u%s, top-k %u%s)",
+                                 path, kernel, has_kernel ? "" : " missing", group, has_group ? "" : " missing", rank,
+                                 has_rank ? "" : " missing", top_k, has_top_k ? "" : " missing");
+            }
+            if (dim % group != 0 || kernel > KITE_DFLASH_MAX_BLOCK || rank > 65536 || top_k > KITE_DFLASH_MAX_TOP_K ||
+                (uint64_t)dim < (uint64_t)top_k * (top_k + 1)) {
+                kite_dflash_free(h);
+                return kite_fail(e, KITE_ERR_FORMAT,
+                                 "DFlash drafter %s: inconsistent DFlash-2 metadata: width %u must be a multiple of conv_group_size %u and at "
+                                 "least selector_top_k (k + 1) = %llu (llama.cpp's lattice row), kernel %u at most %d, top-k %u at most %d",
+                                 path, dim, group, (unsigned long long)top_k * (top_k + 1), kernel, KITE_DFLASH_MAX_BLOCK, top_k,
+                                 KITE_DFLASH_MAX_TOP_K);
+            }
+            h->conv_kernel = (int32_t)kernel, h->conv_group = (int32_t)group, h->sel_rank = (int32_t)rank, h->sel_top_k = (int32_t)top_k;
+            (void)kite_gguf_get_f32(g, "dflash.logit_scale", &h->logit_scale);
+            (void)kite_gguf_get_f32(g, "dflash.final_logit_softcapping", &h->softcap);
+            if (!isfinite(h->logit_scale) || !isfinite(h->softcap) || h->softcap < 0) {
+                kite_dflash_free(h);
+                return kite_fail(e, KITE_ERR_FORMAT, "DFlash drafter %s: bad logit scale %g or softcapping %g", path, (double)h->logit_scale,
+                                 (double)h->softcap);
+            }
+        }
+    }
     h->layers = calloc(n_layers, sizeof *h->layers);
     if (!h->layers) { kite_dflash_free(h); return kite_fail(e, KITE_ERR_NOMEM, "out of memory"); }
     int64_t D = dim, qd = (int64_t)n_heads * head_dim, kvd = (int64_t)n_kv * head_dim, F = (int64_t)n_ids * dim;
@@ -269,6 +352,62 @@ static int open_drafter(kite_dflash *h, const char *path, const void *data, size
         VEC(k_norm, "attn_k_norm", head_dim)
 #undef MAT
 #undef VEC
+        if (h->sel_top_k > 0) {
+            const int64_t projected = 2 * (int64_t)h->conv_kernel * (D / h->conv_group);
+            dflash_conv *convs[2] = {&L->attn_conv, &L->ffn_conv};
+            static const char *const which[2] = {"attn", "ffn"};
+            for (int c = 0; c < 2; c++) {
+                snprintf(name, sizeof name, "blk.%u.%s_conv_proj.weight", l, which[c]);
+                if ((st = kite_head_load_matrix(&hf, name, D, projected, &convs[c]->proj, e))) goto fail;
+                snprintf(name, sizeof name, "blk.%u.%s_conv_base", l, which[c]); /* no .weight: llama.cpp's name */
+                if ((st = load_conv_base(&hf, name, D, h->conv_kernel, &convs[c]->base, e))) goto fail;
+            }
+        }
+    }
+    if (kite_gguf_find_tensor(g, "markov_w1.weight")) {
+        const kite_gguf_tensor *w1 = kite_gguf_find_tensor(g, "markov_w1.weight");
+        if (w1->ne[0] < 1 || w1->ne[0] > 65536) {
+            st = kite_fail(e, KITE_ERR_FORMAT, "DFlash drafter %s: markov_w1.weight has a rank of %lld", path, (long long)w1->ne[0]);
+            goto fail;
+        }
+        h->markov_rank = (int32_t)w1->ne[0];
+        int64_t V = h->has_output ? h->output.rows : h->has_embd ? h->tok_embd.ne[1] : 0;
+        if ((st = kite_head_find(&hf, "markov_w1.weight", h->markov_rank, V, true, &t, e))) goto fail;
+        h->markov_w1 = kite_head_as_tensor(t);
+        if ((st = kite_head_load_matrix(&hf, "markov_w2.weight", h->markov_rank, t->ne[1], &h->markov_w2, e))) goto fail;
+        h->markov_w2_scale = 1.0f;
+        if ((st = kite_head_find(&hf, "markov_w2.scale", 1, 1, false, &t, e))) goto fail;
+        if (t) kite_type_get(t->type)->to_float(t->data, &h->markov_w2_scale, 1);
+        h->from_anchor = true;
+        (void)kite_gguf_get_bool(g, "dflash.sample_from_anchor", &h->from_anchor);
+        const kite_gguf_tensor *cw = kite_gguf_find_tensor(g, "conf_proj.weight");
+        if (cw) {
+            if (cw->ne[0] != D + h->markov_rank || cw->ne[1] != 1 || cw->ne[2] != 1 || cw->ne[3] != 1 || !kite_type_get(cw->type) ||
+                !kite_type_get(cw->type)->to_float || (D + h->markov_rank) % kite_type_get(cw->type)->block_size) {
+                st = kite_fail(e, KITE_ERR_FORMAT, "DFlash drafter %s: conf_proj.weight is [%lld, %lld], expected [%lld, 1]", path,
+                               (long long)cw->ne[0], (long long)cw->ne[1], (long long)(D + h->markov_rank));
+                goto fail;
+            }
+            h->conf_w = malloc(sizeof(float) * (size_t)(D + h->markov_rank));
+            if (!h->conf_w) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
+            kite_type_get(cw->type)->to_float(cw->data, h->conf_w, D + h->markov_rank);
+            if ((st = kite_head_find(&hf, "conf_proj.bias", 1, 1, false, &t, e))) goto fail;
+            if (t) kite_type_get(t->type)->to_float(t->data, &h->conf_b, 1);
+            h->has_conf = true;
+        }
+    }
+    if (h->sel_top_k > 0) {
+        int64_t V = h->has_output ? h->output.rows : h->has_embd ? h->tok_embd.ne[1] : 0;
+        if ((st = kite_head_find(&hf, "selector_predecessor.weight", h->sel_rank, V, true, &t, e))) goto fail;
+        h->sel_prev = kite_head_as_tensor(t);
+        if ((st = kite_head_find(&hf, "selector_successor.weight", h->sel_rank, t->ne[1], true, &t, e))) goto fail;
+        h->sel_next = kite_head_as_tensor(t);
+        if ((st = kite_head_load_matrix(&hf, "selector_hidden.weight", D, h->sel_rank, &h->sel_hidden, e))) goto fail;
+        if (h->sel_prev.ne[1] < h->sel_top_k || h->mask_token >= h->sel_prev.ne[1]) {
+            st = kite_fail(e, KITE_ERR_FORMAT, "DFlash drafter %s: the selector's codebooks have %lld tokens (top-k %d, mask token %d)", path,
+                           (long long)h->sel_prev.ne[1], h->sel_top_k, h->mask_token);
+            goto fail;
+        }
     }
     h->inv_freq = malloc(sizeof(float) * head_dim / 2);
     if (!h->inv_freq) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
@@ -289,10 +428,15 @@ void kite_dflash_free(kite_dflash *h) {
             kite_packed_matrix *m[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
             for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) kite_packed_matrix_free(m[i]);
             free(L->attn_norm); free(L->ffn_norm); free(L->q_norm); free(L->k_norm);
+            kite_packed_matrix_free(&L->attn_conv.proj), kite_packed_matrix_free(&L->ffn_conv.proj);
+            free(L->attn_conv.base); free(L->ffn_conv.base);
         }
     free(h->layers);
     kite_packed_matrix_free(&h->fc);
     kite_packed_matrix_free(&h->output);
+    kite_packed_matrix_free(&h->sel_hidden);
+    kite_packed_matrix_free(&h->markov_w2);
+    free(h->conf_w);
     kite_weight_arena_free(&h->arena); /* after the matrices carved from it */
     free(h->enc_norm); free(h->output_norm); free(h->inv_freq);
     kite_gguf_free(h->g);
@@ -307,6 +451,10 @@ int32_t kite_dflash_dim(const kite_dflash *h) { return h->dim; }
 int32_t kite_dflash_n_layers(const kite_dflash *h) { return h->n_layers; }
 int32_t kite_dflash_block_size(const kite_dflash *h) { return h->block_size; }
 int32_t kite_dflash_mask_token(const kite_dflash *h) { return h->mask_token; }
+int32_t kite_dflash_selector_top_k(const kite_dflash *h) { return h->sel_top_k; }
+int32_t kite_dflash_markov_rank(const kite_dflash *h) { return h->markov_rank; }
+bool kite_dflash_from_anchor(const kite_dflash *h) { return h->markov_rank > 0 && h->from_anchor; }
+bool kite_dflash_has_confidence(const kite_dflash *h) { return h->has_conf; }
 const int32_t *kite_dflash_target_layers(const kite_dflash *h, int32_t *n) {
     *n = h->n_target_layers;
     return h->target_layers;
@@ -330,6 +478,12 @@ int kite_dflash_check_target(const kite_dflash *h, const kite_weights *tw, kite_
     if (!h->has_embd && (!tw->tok_embd || tw->tok_embd->ne[0] != h->dim))
         return kite_fail(e, KITE_ERR_INVALID_ARG, "the DFlash drafter has no embedding and the model's (width %d) does not fit its width %d",
                          hp->dim, h->dim);
+    if (h->markov_rank > 0 && (h->markov_w1.ne[1] != hp->n_vocab || h->markov_w2.rows != hp->n_vocab))
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "the DSpark drafter's Markov head covers %lld and %lld tokens, the model's vocabulary %d",
+                         (long long)h->markov_w1.ne[1], (long long)h->markov_w2.rows, hp->n_vocab);
+    if (h->sel_top_k > 0 && h->sel_prev.ne[1] != hp->n_vocab)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "the DFlash-2 drafter's selector codebooks have %lld tokens, the model's vocabulary %d",
+                         (long long)h->sel_prev.ne[1], hp->n_vocab);
     if (!h->has_output && tw->output.cols != h->dim)
         return kite_fail(e, KITE_ERR_INVALID_ARG,
                          "the DFlash drafter has no output layer and the model's (width %d) does not fit its width %d",
@@ -357,6 +511,18 @@ struct kite_dflash_run {
     void *act;
     /* The pass being drafted (for the node callback). */
     int32_t max_depth;
+    /* DFlash-2: the convolutions' coefficients and output, the selector's lattice of the last block. */
+    float *dyn_attn, *dyn_ffn, *conv_out; /* [DFLASH_MAX_ROWS][2 * kernel * groups], the same, [DFLASH_MAX_ROWS][dim] */
+    float *sel_gate, *sel_row;            /* [DFLASH_MAX_ROWS][rank], [2][top_k][rank] */
+    int32_t *cand;                        /* [block][top_k]: row i's candidates (row 0 unused) */
+    float *lattice;                       /* [block][top_k][top_k]: row i, predecessor p (a candidate of row i - 1;
+                                             row 1: the root, every p alike), candidate j */
+    /* DSpark: the first block row with logits (0 from the anchor, else 1), the Markov head's scratch,
+     * conf_h[i] = conf_w[0 .. dim) . h_(row0 + i), and each drafted node's confidence for its children. */
+    int32_t row0;
+    kite_pool *pool;                      /* the drafting session's (for the node callback) */
+    float *w1row, *conf_h;                /* [markov_rank], [block] */
+    float node_conf[KITE_MAX_DRAFT + 1];
 };
 
 int kite_dflash_run_new(kite_dflash_run **out, const kite_dflash *h, const kite_weights *tw, int32_t n_ctx, kite_error *e) {
@@ -385,8 +551,9 @@ int kite_dflash_run_new(kite_dflash_run **out, const kite_dflash *h, const kite_
     r->up = malloc(sizeof(float) * R * (size_t)h->ffn_dim);
     r->g = malloc(sizeof(float) * R * F);
     r->vis = malloc(sizeof(int32_t) * (size_t)r->cap_rows);
-    r->logits = malloc(sizeof(float) * (size_t)(h->block_size - 1) * (size_t)r->V);
-    const kite_packed_matrix *all[3 + 7 * 64];
+    r->logits = malloc(sizeof(float) * (size_t)h->block_size * (size_t)r->V);
+    r->row0 = kite_dflash_from_anchor(h) ? 0 : 1;
+    const kite_packed_matrix *all[3 + 9 * 64];
     size_t n_all = 0;
     all[n_all++] = &h->fc, all[n_all++] = r->output;
     for (int32_t l = 0; l < h->n_layers; l++) {
@@ -394,9 +561,30 @@ int kite_dflash_run_new(kite_dflash_run **out, const kite_dflash *h, const kite_
         all[n_all++] = &L->wq, all[n_all++] = &L->wk, all[n_all++] = &L->wv, all[n_all++] = &L->wo;
         all[n_all++] = &L->gate, all[n_all++] = &L->up, all[n_all++] = &L->down;
     }
+    bool v2_ok = true;
+    if (h->markov_rank > 0) {
+        r->w1row = malloc(sizeof(float) * (size_t)h->markov_rank);
+        r->conf_h = calloc((size_t)h->block_size, sizeof(float));
+        v2_ok = r->w1row && r->conf_h;
+        all[n_all++] = &h->markov_w2;
+    }
+    if (v2_ok && h->sel_top_k > 0) {
+        const size_t projected = 2 * (size_t)h->conv_kernel * (size_t)(h->dim / h->conv_group), K = (size_t)h->sel_top_k;
+        r->dyn_attn = malloc(sizeof(float) * R * projected);
+        r->dyn_ffn = malloc(sizeof(float) * R * projected);
+        r->conv_out = malloc(sizeof(float) * R * D);
+        r->sel_gate = malloc(sizeof(float) * R * (size_t)h->sel_rank);
+        r->sel_row = malloc(sizeof(float) * 2 * K * (size_t)h->sel_rank);
+        r->cand = calloc((size_t)h->block_size * K, sizeof(int32_t));
+        r->lattice = calloc((size_t)h->block_size * K * K, sizeof(float));
+        v2_ok = v2_ok && r->dyn_attn && r->dyn_ffn && r->conv_out && r->sel_gate && r->sel_row && r->cand && r->lattice;
+        all[n_all++] = &h->sel_hidden;
+        for (int32_t l = 0; l < h->n_layers && n_all + 2 <= sizeof all / sizeof all[0]; l++)
+            all[n_all++] = &h->layers[l].attn_conv.proj, all[n_all++] = &h->layers[l].ffn_conv.proj;
+    }
     size_t act_bytes = kite_head_act_bytes(h->ks, all, n_all, DFLASH_MAX_ROWS);
     r->act = act_bytes ? malloc(act_bytes) : NULL;
-    if (!r->k || !r->v || !r->seen || !r->x || !r->xn || !r->q || !r->kk || !r->vv || !r->att || !r->h1 || !r->gate || !r->up ||
+    if (!v2_ok || !r->k || !r->v || !r->seen || !r->x || !r->xn || !r->q || !r->kk || !r->vv || !r->att || !r->h1 || !r->gate || !r->up ||
         !r->g || !r->vis || !r->logits || (act_bytes && !r->act)) {
         kite_dflash_run_free(r);
         return kite_fail(e, KITE_ERR_NOMEM, "out of memory for the DFlash drafter's cache (%d positions)", n_ctx);
@@ -409,6 +597,8 @@ void kite_dflash_run_free(kite_dflash_run *r) {
     if (!r) return;
     free(r->k); free(r->v); free(r->seen); free(r->x); free(r->xn); free(r->q); free(r->kk); free(r->vv); free(r->att);
     free(r->h1); free(r->gate); free(r->up); free(r->g); free(r->vis); free(r->logits); free(r->act);
+    free(r->dyn_attn); free(r->dyn_ffn); free(r->conv_out); free(r->sel_gate); free(r->sel_row); free(r->cand); free(r->lattice);
+    free(r->w1row); free(r->conf_h);
     free(r);
 }
 
@@ -417,6 +607,11 @@ void kite_dflash_run_reset(kite_dflash_run *r) { r->lo = r->D = 0; }
 const float *kite_dflash_last_logits(const kite_dflash_run *r, int32_t *n_rows) {
     *n_rows = r->last_rows;
     return r->logits;
+}
+
+const float *kite_dflash_last_lattice(const kite_dflash_run *r, const int32_t **cand, int32_t *n_rows, int32_t *top_k) {
+    *cand = r->cand, *n_rows = r->last_rows, *top_k = r->h->sel_top_k;
+    return r->lattice;
 }
 
 static void mm(kite_dflash_run *r, kite_pool *pool, const kite_packed_matrix *w, const float *x, int32_t n, float *y) {
@@ -491,6 +686,71 @@ static void attend_task(void *ctx, int64_t task, int thread) {
     h->ks->attend(&a);
 }
 
+/* DFlash-2's convolution of block rows hid[n][dim] (out[n][dim]; not hid): row t, channel c of group
+ * g = c / conv_group sums over taps k <= t (w(t, k) = dyn[t][side][k][g] + base[side][k][c]) w * hid[t - k][c],
+ * tap by tap as llama.cpp adds them. */
+static void conv_rows(const kite_dflash *h, const float *hid, const float *dyn, const float *base, int side, int32_t n, float *out) {
+    const int32_t D = h->dim, K = h->conv_kernel, G = D / h->conv_group;
+    const size_t proj = 2 * (size_t)K * (size_t)G;
+    for (int32_t t = 0; t < n; t++) {
+        float *o = out + (size_t)t * D;
+        const float *coef = dyn + (size_t)t * proj + (size_t)side * K * G;
+        for (int32_t c = 0; c < D; c++) {
+            const int32_t grp = c / h->conv_group;
+            float acc = 0.0f;
+            for (int32_t k = 0; k < K && k <= t; k++) {
+                float w = coef[(size_t)k * G + grp] + base[((size_t)side * K + k) * D + c];
+                acc += w * hid[(size_t)(t - k) * D + c];
+            }
+            o[c] = acc;
+        }
+    }
+}
+
+/* A codebook row (selector_predecessor / selector_successor) of token tok as floats [rank]. */
+static void codebook_row(const kite_tensor *t, int32_t tok, int32_t rank, float *out) {
+    size_t rb = kite_type_row_bytes(t->type, rank);
+    kite_type_get(t->type)->to_float((const unsigned char *)t->data + (size_t)tok * rb, out, rank);
+}
+
+/* DFlash-2's selector over the block's rows 1 .. n - 1 (logits in r->logits, the final-normed rows in
+ * r->xn): each row's top_k candidates (by logit, larger first, ties to the smaller id) and the lattice
+ * score of every (predecessor, candidate) pair (llama.cpp's build_dflash2_selector). */
+static void run_selector(kite_dflash_run *r, kite_pool *pool, int32_t root, int32_t n) {
+    const kite_dflash *h = r->h;
+    const int32_t K = h->sel_top_k, R = h->sel_rank, V = r->V;
+    mm(r, pool, &h->sel_hidden, r->xn, n - 1, r->sel_gate);
+    memset(r->cand, 0, sizeof(int32_t) * (size_t)K);
+    memset(r->lattice, 0, sizeof(float) * (size_t)K * K);
+    float *cond = r->sel_row, *next = r->sel_row + (size_t)K * R;
+    for (int32_t i = 1; i < n; i++) {
+        const float *lg = r->logits + (size_t)(i - 1) * V;
+        int32_t *cand = r->cand + (size_t)i * K;
+        int32_t m = 0;
+        for (int32_t v = 0; v < V; v++) { /* insertion into the sorted top K */
+            if (m == K && !(lg[v] > lg[cand[K - 1]])) continue;
+            int32_t at = m < K ? m++ : K - 1;
+            while (at > 0 && lg[v] > lg[cand[at - 1]]) { cand[at] = cand[at - 1]; at--; }
+            cand[at] = v;
+        }
+        const float *gate = r->sel_gate + (size_t)(i - 1) * R;
+        const int32_t n_pred = i == 1 ? 1 : K;
+        for (int32_t p = 0; p < n_pred; p++) {
+            codebook_row(&h->sel_prev, i == 1 ? root : r->cand[(size_t)(i - 1) * K + p], R, cond + (size_t)p * R);
+            for (int32_t c = 0; c < R; c++) cond[(size_t)p * R + c] *= gate[c];
+        }
+        for (int32_t j = 0; j < K; j++) {
+            codebook_row(&h->sel_next, cand[j], R, next);
+            for (int32_t p = 0; p < K; p++) {
+                const float *cp = cond + (size_t)(i == 1 ? 0 : p) * R;
+                double dot = 0.0;
+                for (int32_t c = 0; c < R; c++) dot += (double)next[c] * cp[c];
+                r->lattice[((size_t)i * K + p) * K + j] = (float)dot + lg[cand[j]];
+            }
+        }
+    }
+}
+
 /* The block: tokens [root, mask x (n - 1)] at positions P .. P + n - 1 over injected rows [lo, P);
  * logits of rows 1 .. n - 1 into r->logits. */
 static void run_block(kite_dflash_run *r, kite_pool *pool, int32_t root, int32_t n, int32_t P) {
@@ -506,6 +766,11 @@ static void run_block(kite_dflash_run *r, kite_pool *pool, int32_t root, int32_t
     for (int32_t l = 0; l < h->n_layers; l++) {
         const dflash_layer *L = &h->layers[l];
         for (int32_t i = 0; i < n; i++) kite_head_rmsnorm(r->xn + (size_t)i * D, r->x + (size_t)i * D, L->attn_norm, D, h->rms_eps);
+        if (h->sel_top_k > 0) {
+            mm(r, pool, &L->attn_conv.proj, r->xn, n, r->dyn_attn);
+            conv_rows(h, r->xn, r->dyn_attn, L->attn_conv.base, 0, n, r->conv_out);
+            memcpy(r->xn, r->conv_out, sizeof(float) * (size_t)n * D);
+        }
         mm(r, pool, &L->wq, r->xn, n, r->q);
         mm(r, pool, &L->wk, r->xn, n, r->kk);
         mm(r, pool, &L->wv, r->xn, n, r->vv);
@@ -520,25 +785,54 @@ static void run_block(kite_dflash_run *r, kite_pool *pool, int32_t root, int32_t
         else
             for (int64_t t = 0; t < tasks; t++) attend_task(&j, t, 0);
         mm(r, pool, &L->wo, r->att, n, r->h1);
+        if (h->sel_top_k > 0) {
+            conv_rows(h, r->h1, r->dyn_attn, L->attn_conv.base, 1, n, r->conv_out);
+            memcpy(r->h1, r->conv_out, sizeof(float) * (size_t)n * D);
+        }
         for (int32_t i = 0; i < n; i++) {
             float *x = r->x + (size_t)i * D;
             const float *o = r->h1 + (size_t)i * D;
             for (int32_t c = 0; c < D; c++) x[c] += o[c];
             kite_head_rmsnorm(r->xn + (size_t)i * D, x, L->ffn_norm, D, h->rms_eps);
         }
+        if (h->sel_top_k > 0) {
+            mm(r, pool, &L->ffn_conv.proj, r->xn, n, r->dyn_ffn);
+            conv_rows(h, r->xn, r->dyn_ffn, L->ffn_conv.base, 0, n, r->conv_out);
+            memcpy(r->xn, r->conv_out, sizeof(float) * (size_t)n * D);
+        }
         mm(r, pool, &L->gate, r->xn, n, r->gate);
         mm(r, pool, &L->up, r->xn, n, r->up);
         for (int32_t i = 0; i < n; i++) h->ks->silu_mul(r->gate + (size_t)i * h->ffn_dim, r->up + (size_t)i * h->ffn_dim, h->ffn_dim);
         mm(r, pool, &L->down, r->gate, n, r->h1);
+        if (h->sel_top_k > 0) {
+            conv_rows(h, r->h1, r->dyn_ffn, L->ffn_conv.base, 1, n, r->conv_out);
+            memcpy(r->h1, r->conv_out, sizeof(float) * (size_t)n * D);
+        }
         for (int32_t i = 0; i < n; i++) {
             float *x = r->x + (size_t)i * D;
             const float *f = r->h1 + (size_t)i * D;
             for (int32_t c = 0; c < D; c++) x[c] += f[c];
         }
     }
-    for (int32_t i = 1; i < n; i++) kite_head_rmsnorm(r->xn + (size_t)(i - 1) * D, r->x + (size_t)i * D, h->output_norm, D, h->rms_eps);
-    mm(r, pool, r->output, r->xn, n - 1, r->logits);
+    const int32_t row0 = r->row0;
+    for (int32_t i = row0; i < n; i++)
+        kite_head_rmsnorm(r->xn + (size_t)(i - row0) * D, r->x + (size_t)i * D, h->output_norm, D, h->rms_eps);
+    mm(r, pool, r->output, r->xn, n - row0, r->logits);
     r->last_rows = n;
+    if (h->has_conf)
+        for (int32_t i = 0; i < n - row0; i++) {
+            double dot = 0.0;
+            for (int32_t c = 0; c < D; c++) dot += (double)h->conf_w[c] * r->xn[(size_t)i * D + c];
+            r->conf_h[i] = (float)dot;
+        }
+    if (h->sel_top_k > 0) { /* DFlash-2's logits feed the selector, with the target's output transforms (llama.cpp) */
+        size_t cells = (size_t)(n - 1) * (size_t)r->V;
+        if (h->logit_scale != 0.0f)
+            for (size_t c = 0; c < cells; c++) r->logits[c] *= h->logit_scale;
+        if (h->softcap > 0.0f)
+            for (size_t c = 0; c < cells; c++) r->logits[c] = tanhf(r->logits[c] / h->softcap) * h->softcap;
+        run_selector(r, pool, root, n);
+    }
 }
 
 double kite_dflash_block_ms(kite_dflash_run *r, kite_pool *pool, int32_t n) {
@@ -571,6 +865,61 @@ static int block_rows_as_nodes(void *ctx, kite_draft_tree *t, int32_t first, int
     return KITE_OK;
 }
 
+/* DFlash-2: the distribution of the children of a node at depth d whose token is tok, over the
+ * lattice row d + 1: its candidates scored after tok (tok's index among row d's candidates; the root
+ * at d = 0), every other token -inf. The greedy chain is then llama.cpp's walk (the best successor of
+ * the previous choice), and a tree takes the next-best successors. */
+static void lattice_as_logits(const kite_dflash_run *r, int32_t d, int32_t tok, float *out) {
+    const int32_t K = r->h->sel_top_k;
+    int32_t p = 0;
+    if (d > 0)
+        for (int32_t j = 0; j < K; j++)
+            if (r->cand[(size_t)d * K + j] == tok) { p = j; break; }
+    for (int32_t v = 0; v < r->V; v++) out[v] = -INFINITY;
+    for (int32_t j = 0; j < K; j++) out[r->cand[(size_t)(d + 1) * K + j]] = r->lattice[((size_t)(d + 1) * K + p) * K + j];
+}
+
+static int lattice_rows_as_nodes(void *ctx, kite_draft_tree *t, int32_t first, int32_t end, float *logits, kite_error *e) {
+    (void)e;
+    kite_dflash_run *r = ctx;
+    for (int32_t j = first; j < end; j++) {
+        int32_t d = t->depth[j] < r->max_depth ? t->depth[j] : r->max_depth - 1; /* deeper nodes are not expanded */
+        lattice_as_logits(r, d, t->token[j], logits + (size_t)(j - first) * r->V);
+        t->fed[j] = true;
+    }
+    return KITE_OK;
+}
+
+/* DSpark: the children's logits of a node at depth d with token tok: row0 + d's logits plus the Markov
+ * bias markov_w2 (markov_w1[tok]) * scale (llama.cpp's build_dspark_markov_head conditions on the
+ * greedy chain's previous token; a tree node conditions on its own), and its confidence. */
+static void markov_logits(kite_dflash_run *r, kite_pool *pool, int32_t d, int32_t tok, float *out, float *conf) {
+    const kite_dflash *h = r->h;
+    const int32_t R = h->markov_rank;
+    codebook_row(&h->markov_w1, tok, R, r->w1row);
+    mm(r, pool, &h->markov_w2, r->w1row, 1, out);
+    const float *base = r->logits + (size_t)d * r->V;
+    for (int32_t v = 0; v < r->V; v++) out[v] = base[v] + out[v] * h->markov_w2_scale;
+    if (h->has_conf) {
+        double dot = r->conf_h[d] + (double)h->conf_b;
+        for (int32_t c = 0; c < R; c++) dot += (double)h->conf_w[h->dim + c] * r->w1row[c];
+        *conf = 1.0f / (1.0f + expf(-(float)dot));
+    }
+}
+
+static int markov_rows_as_nodes(void *ctx, kite_draft_tree *t, int32_t first, int32_t end, float *logits, kite_error *e) {
+    (void)e;
+    kite_dflash_run *r = ctx;
+    for (int32_t j = first; j < end; j++) {
+        int32_t d = t->depth[j] < r->max_depth ? t->depth[j] : r->max_depth - 1; /* deeper nodes are not expanded */
+        markov_logits(r, r->pool, d, t->token[j], logits + (size_t)(j - first) * r->V, &r->node_conf[j]);
+        t->fed[j] = true;
+    }
+    return KITE_OK;
+}
+
+const float *kite_dflash_last_confidence(const kite_dflash_run *r) { return r->h->has_conf ? r->node_conf : NULL; }
+
 int kite_dflash_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_t budget, const kite_gen_params *gp,
                       kite_draft_tree *t, kite_error *e) {
     kite_dflash_run *r = st->dflash;
@@ -599,14 +948,20 @@ int kite_dflash_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_
     r->D = P;
     if (r->D - DFLASH_FEATURE_SLACK > f->pos0) kite_features_drop_before(f, r->D - DFLASH_FEATURE_SLACK);
     /* One block of budget + 1 rows at most (llama.cpp's n_max + 1), so a short budget costs less. */
-    int32_t n = budget + 1 < r->h->block_size ? budget + 1 : r->h->block_size;
-    if (n < 2) n = 2;
+    /* From the anchor (DSpark) the block's every row drafts: budget rows. */
+    int32_t n = budget + r->row0 < r->h->block_size ? budget + r->row0 : r->h->block_size;
+    if (n < r->row0 + 1) n = r->row0 + 1;
     run_block(r, s->pool, root, n, P);
-    r->max_depth = n - 1;
-    memcpy(st->draft_logits, r->logits, sizeof(float) * (size_t)r->V); /* the root's children: row 1 */
+    r->max_depth = n - r->row0;
+    r->pool = s->pool;
+    const bool v2 = r->h->sel_top_k > 0, markov = r->h->markov_rank > 0;
+    if (v2) lattice_as_logits(r, 0, root, st->draft_logits);
+    else if (markov) markov_logits(r, s->pool, 0, root, st->draft_logits, &r->node_conf[0]);
+    else memcpy(st->draft_logits, r->logits, sizeof(float) * (size_t)r->V); /* the root's children: row 1 */
     t->fed[0] = true;
-    st->max_depth = n - 1;
-    int rc = kite_spec_grow_tree(st, s, budget, gp, t, r->V, block_rows_as_nodes, r, e);
+    st->max_depth = r->max_depth;
+    int rc = kite_spec_grow_tree(st, s, budget, gp, t, r->V,
+                                 v2 ? lattice_rows_as_nodes : markov ? markov_rows_as_nodes : block_rows_as_nodes, r, e);
     st->max_depth = 0;
     return rc;
 }

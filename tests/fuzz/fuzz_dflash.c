@@ -1,5 +1,6 @@
 /* libFuzzer target for the DFlash drafter loader (spec/dflash.c) over GGUF images: metadata (shape,
- * block size, target layer list, mask token, the refused variants), every tensor's shape and type,
+ * block size, target layer list, mask token, DFlash-2 selector and convolution keys, the refused
+ * variants), every tensor's shape and type,
  * packing. On success the drafter is checked against a target of its own declared width (the paths
  * that compare layers, vocabulary and the mask token), run once over a short block, and freed. */
 #include <stdint.h>

@@ -46,6 +46,7 @@ int llama_api_open(llama_api *api, const char *dir, char *why, size_t why_size) 
     SYM(api->llama, get_nextn_ith, "_Z30llama_get_embeddings_nextn_ithP13llama_contexti");
     SYM(api->llama, target_layer_ids, "_Z28llama_model_target_layer_idsPK11llama_model");
     SYM(api->llama, target_layer_ids_n, "_Z30llama_model_target_layer_ids_nPK11llama_model");
+    SYM(api->llama, dflash_selector_top_k, "_Z33llama_model_dflash_selector_top_kPK11llama_model");
     api->log_set(quiet, NULL);
     api->ggml_load_all_from_path(dir);
     api->backend_init();

@@ -32,6 +32,7 @@ typedef struct llama_api {
     float *(*get_nextn_ith)(struct llama_context *, int32_t);
     const int32_t *(*target_layer_ids)(const struct llama_model *);
     uint32_t (*target_layer_ids_n)(const struct llama_model *);
+    int32_t (*dflash_selector_top_k)(const struct llama_model *);
 } llama_api;
 
 

@@ -37,3 +37,6 @@ kite_unit_test(test_spec_eagle3 ${CMAKE_CURRENT_LIST_DIR}/test_spec_eagle3.c)
 # DFlash block drafters: exactness with the drafter (blocks 16/32, causal, trees, budgets to 32, penalties),
 # its injected cache in step, bad drafters refused (random tiny target and drafters by kite_write_random_model).
 kite_unit_test(test_spec_dflash ${CMAKE_CURRENT_LIST_DIR}/test_spec_dflash.c)
+# DFlash-2 drafters (gated convolutions, candidate selector): exactness (greedy, seeded, chains, trees,
+# budgets 1..32), acceptance on the drafter's own walk, drafts that follow the lattice, bad files refused.
+kite_unit_test(test_spec_dflash2 ${CMAKE_CURRENT_LIST_DIR}/test_spec_dflash2.c)
