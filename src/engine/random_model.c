@@ -914,8 +914,7 @@ static bool hf_layer_local(const model_shape *s, int32_t l) {
 }
 
 /* config.json as transformers' config class of the family spells it. */
-static int hf_write_config(const model_shape *s, int32_t n_vocab, const vocab *v, kite_random_defect defect, const char *dir,
-                           kite_error *e) {
+static int hf_write_config(const model_shape *s, int32_t n_vocab, const vocab *v, const char *dir, kite_error *e) {
     const bool gemma3 = hf_arch_is(s, "gemma3"), gemma4 = hf_arch_is(s, "gemma4"), glimmer = hf_arch_is(s, "muse-glimmer");
     const bool qwen35 = hf_arch_is(s, "qwen35"), lfm2 = s->layer_kinds != NULL;
     static const struct { const char *arch, *model_type, *cls; } k_classes[] = {
@@ -1029,7 +1028,7 @@ static int hf_write_config(const model_shape *s, int32_t n_vocab, const vocab *v
         json_object_set_new(c, "num_experts", json_integer(s->n_experts));
         json_object_set_new(c, "num_experts_per_tok", json_integer(s->n_experts_used));
         json_object_set_new(c, "moe_intermediate_size", json_integer(s->expert_ffn_dim));
-        json_object_set_new(c, "norm_topk_prob", json_boolean(defect != KITE_RANDOM_DEFECT_MOE_UNNORMALISED));
+        json_object_set_new(c, "norm_topk_prob", json_true());
         json_object_set_new(c, "decoder_sparse_step", json_integer(1));
         json_object_set_new(c, "mlp_only_layers", json_array());
     }
@@ -1115,7 +1114,7 @@ static int hf_write_safetensors(const tensor_plan *plan, const hf_item *items, i
 }
 
 static int write_hf_folder(const char *dir, const model_shape *s, const tensor_plan *plan, int n_plan, int32_t n_vocab,
-                           const vocab *v, const kite_random_model_params *params, kite_random_defect defect, kite_error *e) {
+                           const vocab *v, const kite_random_model_params *params, kite_error *e) {
     if (s->n_nextn > 0)
         return kite_fail(e, KITE_ERR_UNSUPPORTED, "random model: no Hugging Face folder for the next-n (MTP) blocks of %s", s->name);
     const char *tok = params->tokenizer_path;
@@ -1127,7 +1126,7 @@ static int write_hf_folder(const char *dir, const model_shape *s, const tensor_p
     hf_item *items = NULL;
     int n_items = 0, st;
     if ((st = hf_items(s, plan, n_plan, &items, &n_items, e))) return st;
-    if ((st = hf_write_config(s, n_vocab, v, defect, dir, e)) || (st = hf_write_safetensors(plan, items, n_items, s, params->seed, dir, e))) goto done;
+    if ((st = hf_write_config(s, n_vocab, v, dir, e)) || (st = hf_write_safetensors(plan, items, n_items, s, params->seed, dir, e))) goto done;
     char to[4096], from[4096];
     snprintf(to, sizeof to, "%s/tokenizer.json", dir);
     if ((st = hf_copy_file(tok, to, false, e))) goto done;
@@ -1249,8 +1248,7 @@ int kite_write_random_model_ex(const char *path, const kite_random_model_params 
         report(params, (float)(0.9 * done_elems / total_elems)); /* the last tenth is writing the file */
     }
     if ((st = kite_gguf_writer_save(w, path, &e))) goto done;
-    if (params->hf_dir && (st = write_hf_folder(params->hf_dir, shape, plan, n_tensors, n_vocab, &v, params,
-                                                  extras ? extras->defect : KITE_RANDOM_DEFECT_NONE, &e))) goto done;
+    if (params->hf_dir && (st = write_hf_folder(params->hf_dir, shape, plan, n_tensors, n_vocab, &v, params, &e))) goto done;
     report(params, 1.0f);
 done:
     free(scratch);

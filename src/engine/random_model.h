@@ -30,8 +30,6 @@ typedef enum kite_random_defect {
     KITE_RANDOM_DEFECT_NONE = 0,
     KITE_RANDOM_DEFECT_UNIT_QK_NORM, /* attn_q_norm / attn_k_norm weights all one (QK-norm weights ignored); needs norm_std */
     KITE_RANDOM_DEFECT_CONV_REVERSED, /* lfm2: every channel's conv taps in reverse order (newest tap on the oldest position) */
-    KITE_RANDOM_DEFECT_MOE_UNNORMALISED, /* qwen3moe, HF folder only: norm_topk_prob false (top-k weights not divided by
-                                            their sum, which llama.cpp always does for qwen3moe) */
 } kite_random_defect;
 
 typedef struct kite_random_model_extras {

@@ -1,7 +1,7 @@
 /* kite against llama.cpp, an independent implementation, on the families without real weights here.
  *
  * For each family a small random-weight model whose vocabulary is the real tokenizer's is written once as
- * GGUF in llama.cpp's layout and once as a Hugging Face folder: for qwen3, qwen3moe and lfm2 by the library's
+ * GGUF in llama.cpp's layout and once as a Hugging Face folder: for qwen3 and lfm2 by the library's
  * writer (kite_write_random_model_ex: the tiny-* shapes of `kite gen-model`, norm weights drawn around a mean,
  * the controls' defects; 151669 rows, the Qwen tokenizer's), for the others still by random_model.c (Llama-3
  * with its RoPE scaling: 128256 tokens; Qwen2 with q/k/v biases etc.: 151936 rows, the tokenizer's 151669 plus
@@ -164,9 +164,7 @@ static arch_case CASES[N_ARCHS] = {
     {.arch = "gemma3", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_WIDE_WINDOW,
      .control_what = "sliding window 4096 instead of 16", .prompts = QWEN_PROMPTS},
     {.arch = "qwen3moe", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_MOE_UNNORMALISED, .control_hf = true,
-     .control_what = "top-k expert weights not normalised (HF norm_topk_prob false)", .prompts = QWEN_PROMPTS,
-     .shape = "tiny-qwen3moe", .extras = {.norm_std = 0.1f, .qk_norm_mean = 1.6f, .qk_norm_std = 0.2f},
-     .defect = KITE_RANDOM_DEFECT_MOE_UNNORMALISED},
+     .control_what = "top-k expert weights not normalised (HF norm_topk_prob false)", .prompts = QWEN_PROMPTS},
     {.arch = "qwen35", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_NO_OUTPUT_GATE,
      .control_what = "attention output gate defeated (gate rows zero)", .prompts = QWEN_PROMPTS,
      .more_controls = {{ORACLE_VARIANT_BETA_IGNORED, "DeltaNet beta ignored (ssm_beta zero)"},
