@@ -407,6 +407,8 @@ typedef enum kite_drafter {
     KITE_DRAFT_DFLASH = 5, /* a DFlash block drafter (GGUF dflash, draft_model): a whole block in one pass over
                               the target's hidden states; a draft_model that is one drafts so with
                               KITE_DRAFT_MODEL too */
+    KITE_DRAFT_MTP = 6,    /* the model's own next-n (MTP) block (Qwen3.5 files that carry one), over the target's
+                              last hidden state; no draft_model. A model without one is refused */
 } kite_drafter;
 
 typedef enum kite_spec_verify {

@@ -242,6 +242,11 @@ void kite_ref_f32_to_f16(const float *x, uint16_t *y, int64_t n);
 const kite_kernel_set *kite_kernels_ref(void);
 const kite_kernel_set *kite_kernels_avx2(void);
 const kite_kernel_set *kite_kernels_avx512(void); /* needs AVX-512 F/BW/VL + VNNI */
+/* Whether the AVX-512 set's 32-block products of 24 activation rows and more run on the AMX-INT8 tiles
+ * (when the build, CPU and OS have them and KITE_AMX is not 0 in the environment; same bits as the
+ * VNNI tiles). want = false forces the VNNI tiles, want = true probes again (tests cover both paths);
+ * returns whether AMX is in use afterwards. Not thread-safe against concurrent matmuls. */
+bool kite_avx512_amx_set(bool want);
 const kite_kernel_set *kite_kernels_neon(void);
 
 #endif

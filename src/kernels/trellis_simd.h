@@ -8,8 +8,12 @@
  *   kt_nib(p, lane0)         the KT2_5 remainder nibbles of lanes lane0 .. lane0 + KT_LANES - 1 (tile layout:
  *                            lane r < 8 in the low nibble of p[r], r >= 8 in the high nibble of p[r - 8])
  *   kt_srli(v, n), kt_slli(v, n), kt_and, kt_or, kt_add, kt_sub, kt_mullo, kt_set1(x), kt_zero()
- *   kt_dot2(acc, x0, q0, x1, q1)  acc + per lane sum over the 4 bytes of x0 of byte * q0 and the same for x1,
- *                            q0, q1 int8 (the bytes are <= 63: no maddubs pair saturates)
+ *   kt_dot2(acc, x0, x1, q)  acc + per lane sum over the 4 bytes of x0 of byte * q[0] and the same for x1 and
+ *                            the next column's activation (the bytes are <= 63: no maddubs pair saturates).
+ *                            q points at int8 activations KT_QSTRIDE bytes apart (1 by default)
+ *   KT_QSTRIDE 4 (optional)  the layer wants each activation byte four times (one 32-bit broadcast from memory
+ *                            feeds the dot instead of a byte shuffle): the header copies each block's 256
+ *                            activations that way with kt_rep4(dst, src) (64 bytes to 256) before using them
  *   kt_f16(p)                KT_LANES IEEE halves at p as floats
  *   kt_cvt(v), kt_fmadd(a, b, c), kt_mulf, kt_set1f(x), kt_zerof(), kt_storef(p, v)
  *   kt_prefetch(p)
@@ -27,6 +31,13 @@
 #define KT_INLINE static inline __attribute__((always_inline))
 #define KT_TILE_B 4  /* activation rows per pass over the weights */
 #define KT_PREFETCH_TILES 2
+#ifndef KT_QSTRIDE
+#define KT_QSTRIDE 1
+#endif
+/* Independent integer accumulators per activation row: with one activation row, a single chain of dots
+ * waits on the dot's latency (5 cycles on AVX-512 VNNI) instead of the decode's throughput. Their sum is
+ * exact (int32), so the result does not depend on the split. */
+#define KT_CHAINS(NB) ((NB) == 1 ? 4 : (NB) == 2 ? 2 : 1)
 
 /* Type parameters as compile-time functions of T = 0 (KT2), 1 (KT2_5), 2 (KT3): trellis.c's table. */
 KT_INLINE int kt_L(const int T) { (void)T; return 12; }
@@ -89,6 +100,10 @@ KT_INLINE void kt_tile(const uint8_t *tiles, int64_t n_blocks, const uint8_t *ac
             for (size_t o = 0; o < tile_bytes; o += 64) kt_prefetch(tile + KT_PREFETCH_TILES * tile_bytes + o);
         int32_t xsum[KT_TILE_B];
         float dx[KT_TILE_B];
+        const int8_t *qblk[KT_TILE_B];
+#if KT_QSTRIDE == 4
+        _Alignas(64) int8_t qrep[KT_TILE_B][4 * KT_BLOCK];
+#endif
 #pragma GCC unroll 4
         for (int b = 0; b < NB; b++) {
             int16_t s32[8];
@@ -96,30 +111,36 @@ KT_INLINE void kt_tile(const uint8_t *tiles, int64_t n_blocks, const uint8_t *ac
             xsum[b] = 0;
             for (int s = 0; s < 8; s++) xsum[b] += s32[s];
             memcpy(&dx[b], arow[b] + ag->off_d + (size_t)blk * 4, 4);
+            qblk[b] = (const int8_t *)arow[b] + blk * KT_BLOCK;
+#if KT_QSTRIDE == 4
+            for (int o = 0; o < KT_BLOCK; o += 64) kt_rep4(qrep[b] + 4 * o, qblk[b] + o);
+            qblk[b] = qrep[b];
+#endif
         }
 #pragma GCC unroll 4
         for (int h = 0; h < CH; h++) {
             const int lane0 = h * KT_LANES;
-            kt_vi isum[KT_TILE_B];
+            kt_vi isum[KT_TILE_B][KT_CHAINS(NB)];
 #pragma GCC unroll 4
-            for (int b = 0; b < NB; b++) isum[b] = kt_zero();
+            for (int b = 0; b < NB; b++)
+                for (int c = 0; c < KT_CHAINS(NB); c++) isum[b][c] = kt_zero();
             for (int g = 0; g < KT_GROUPS; g++) {
                 kt_vi w2;
                 const kt_vi w = kt_word(tile, g, lane0, T, &w2);
 #pragma GCC unroll 4
                 for (int j = 0; j < 8; j += 2) {
                     const kt_vi x0 = kt_bytes(w, w2, T, j), x1 = kt_bytes(w, w2, T, j + 1);
+                    const int c = (j / 2) % KT_CHAINS(NB);
 #pragma GCC unroll 4
-                    for (int b = 0; b < NB; b++) {
-                        const int8_t *q = (const int8_t *)arow[b] + blk * KT_BLOCK + 8 * g + j;
-                        isum[b] = kt_dot2(isum[b], x0, q[0], x1, q[1]);
-                    }
+                    for (int b = 0; b < NB; b++)
+                        isum[b][c] = kt_dot2(isum[b][c], x0, x1, qblk[b] + KT_QSTRIDE * (8 * g + j));
                 }
             }
             const kt_vf d = kt_f16(tile + KT_GROUPS * kt_gbytes(T) + 2 * lane0);
 #pragma GCC unroll 4
             for (int b = 0; b < NB; b++) {
-                const kt_vi is = kt_sub(isum[b], kt_set1(KT_LEVEL_OFFSET * xsum[b]));
+                kt_vi is = kt_sub(isum[b][0], kt_set1(KT_LEVEL_OFFSET * xsum[b]));
+                for (int c = 1; c < KT_CHAINS(NB); c++) is = kt_add(is, isum[b][c]);
                 acc[h][b] = kt_fmadd(kt_cvt(is), kt_mulf(d, kt_set1f(dx[b])), acc[h][b]);
             }
         }

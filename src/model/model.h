@@ -45,6 +45,20 @@ typedef struct kite_layer_weights {
     float out_scale;    /* Gemma 4's layer_scalar: the layer's output (residual stream) multiplied by it; 0 = none */
 } kite_layer_weights;
 
+/* Qwen3.5's next-n (multi-token prediction) block, stored after the trunk as blk.{n_layers}.* (llama.cpp's
+ * converter; its graph_mtp): the row of a token x and the target's hidden state h (after output_norm) is
+ * eh_proj(concat(enorm(emb(x)), hnorm(h))), then a gated full-attention block (block: attn_norm, the doubled
+ * wq with each head's gate after it, wk, wv, q/k norms, wo, ffn_norm = post_attention_norm, gate/up/down),
+ * then head_norm and the LM head. Run only by the MTP drafter (spec/mtp.h). */
+typedef struct kite_mtp_weights {
+    kite_layer_weights block;
+    kite_packed_matrix eh_proj;   /* [dim rows, 2 * dim]: over (enorm(embedding), hnorm(hidden)) */
+    float *enorm, *hnorm;         /* [dim] */
+    float *head_norm;             /* [dim] nextn.shared_head_norm, else a copy of output_norm */
+    const kite_tensor *embd;      /* [n_vocab rows, dim] nextn.embed_tokens (a view), or the trunk's token_embd */
+    kite_packed_matrix head;      /* [n_vocab rows, dim] nextn.shared_head_head; rows = 0: the trunk's output */
+} kite_mtp_weights;
+
 typedef struct kite_weights {
     kite_hparams hp;
     const kite_kernel_set *kernels; /* the set the matrices are packed for (kite_kernels() at load) */
@@ -56,6 +70,7 @@ typedef struct kite_weights {
                                      proportional-RoPE divisors, rope_freqs.weight) applied */
     float *rope_inv_freq_local;   /* [rope dims of a local layer / 2] for sliding-window layers (base rope_theta_local,
                                      unscaled), or NULL when there are none */
+    kite_mtp_weights *mtp;        /* Qwen3.5's next-n block (hp.n_nextn_layers > 0), else NULL */
     kite_weight_arena arena;      /* the packed matrices' memory (kernels.h) */
 } kite_weights;
 

@@ -173,6 +173,58 @@ static int rope_table(kite_weights *w, const kite_source *src, kite_error *e) {
     return KITE_OK;
 }
 
+/* Qwen3.5's next-n block blk.{n_layers} (model.h, kite_mtp_weights; llama.cpp's load_block_mtp): its
+ * vectors now, its matrices added to the packing list. */
+static int bind_mtp(kite_weights *w, const kite_source *src, pack_job *jobs, int32_t *n_jobs, kite_error *e) {
+    const kite_hparams *hp = &w->hp;
+    const int64_t dim = hp->dim, hd = hp->head_dim, q_width = (int64_t)hp->n_heads * hd, kv_dim = (int64_t)hp->n_kv_heads * hd;
+    const int32_t l = hp->n_layers;
+    kite_mtp_weights *M = w->mtp = calloc(1, sizeof *w->mtp);
+    if (!M) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    kite_layer_weights *L = &M->block;
+    char name[96];
+    int st;
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
+#define MATRIX(field, suffix, rows, cols)                                                    \
+    {                                                                                         \
+        const kite_tensor *t = matrix(src, NAME(suffix), rows, cols, e);                      \
+        if (!t) return e->status;                                                             \
+        jobs[(*n_jobs)++] = (pack_job){t, &field, false};                                     \
+    }
+    MATRIX(L->wq, "attn_q.weight", 2 * q_width, dim);
+    MATRIX(L->wk, "attn_k.weight", kv_dim, dim);
+    MATRIX(L->wv, "attn_v.weight", kv_dim, dim);
+    MATRIX(L->wo, "attn_output.weight", dim, q_width);
+    MATRIX(L->w_gate, "ffn_gate.weight", hp->ffn_dim, dim);
+    MATRIX(L->w_up, "ffn_up.weight", hp->ffn_dim, dim);
+    MATRIX(L->w_down, "ffn_down.weight", dim, hp->ffn_dim);
+    MATRIX(M->eh_proj, "nextn.eh_proj.weight", dim, 2 * dim);
+    if (kite_source_find(src, NAME("nextn.shared_head_head.weight"))) MATRIX(M->head, "nextn.shared_head_head.weight", hp->n_vocab, dim);
+#undef MATRIX
+    M->embd = w->tok_embd;
+    if (kite_source_find(src, NAME("nextn.embed_tokens.weight"))) {
+        if (!(M->embd = matrix(src, name, hp->n_vocab, dim, e))) return e->status;
+        if (!kite_type_get(M->embd->type)->to_float)
+            return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: %s is a type kite cannot read a row at a time", src->format, name);
+    }
+    if ((st = norm_f32(src, NAME("attn_norm.weight"), dim, true, &L->attn_norm, e)) ||
+        (st = norm_f32(src, NAME("post_attention_norm.weight"), dim, true, &L->ffn_norm, e)) ||
+        (st = norm_f32(src, NAME("attn_q_norm.weight"), hd, true, &L->q_norm, e)) ||
+        (st = norm_f32(src, NAME("attn_k_norm.weight"), hd, true, &L->k_norm, e)) ||
+        (st = norm_f32(src, NAME("nextn.enorm.weight"), dim, true, &M->enorm, e)) ||
+        (st = norm_f32(src, NAME("nextn.hnorm.weight"), dim, true, &M->hnorm, e)) ||
+        (st = norm_f32(src, NAME("nextn.shared_head_norm.weight"), dim, false, &M->head_norm, e)))
+        return st;
+#undef NAME
+    if (!M->head_norm) { /* llama.cpp falls back to the trunk's output_norm */
+        if (!(M->head_norm = malloc(sizeof(float) * (size_t)dim))) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+        memcpy(M->head_norm, w->output_norm, sizeof(float) * (size_t)dim);
+    }
+    return KITE_OK;
+}
+
+static void free_layer(kite_layer_weights *L);
+
 int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn progress, void *progress_user_data,
                       kite_error *e) {
     memset(w, 0, sizeof *w);
@@ -186,7 +238,7 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
         return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: token_embd.weight is %s, which kite cannot read a row at a time",
                          src->format, kite_type_get(w->tok_embd->type)->name);
     const size_t per_layer = 8 + (hp->n_experts > 0 ? 1 + 3 * (size_t)hp->n_experts : 0);
-    const size_t max_jobs = 1 + (size_t)hp->n_layers * per_layer;
+    const size_t max_jobs = 1 + (size_t)hp->n_layers * per_layer + 9 /* a next-n block */;
     pack_job *jobs = calloc(max_jobs, sizeof *jobs);
     int32_t n_jobs = 0;
     if (!jobs) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
@@ -297,6 +349,7 @@ int kite_weights_bind(kite_weights *w, const kite_source *src, kite_progress_fn 
         }
 #undef NAME
     }
+    if (hp->arch == KITE_ARCH_QWEN35 && hp->n_nextn_layers > 0 && (st = bind_mtp(w, src, jobs, &n_jobs, e))) goto fail;
     if ((st = pack_matrices(w, src, jobs, n_jobs, progress, progress_user_data, e))) goto fail;
     if ((st = rope_table(w, src, e))) goto fail;
     free(jobs);
@@ -307,25 +360,32 @@ fail:
     return st;
 }
 
+static void free_layer(kite_layer_weights *L) {
+    kite_packed_matrix_free(&L->wq); kite_packed_matrix_free(&L->wk); kite_packed_matrix_free(&L->wv);
+    kite_packed_matrix_free(&L->wo); kite_packed_matrix_free(&L->w_gate); kite_packed_matrix_free(&L->w_up);
+    kite_packed_matrix_free(&L->w_down);
+    kite_packed_matrix_free(&L->conv_in); kite_packed_matrix_free(&L->conv_out);
+    free(L->conv_kernel);
+    kite_packed_matrix_free(&L->w_attn_gate);
+    kite_moe_layer_free(L->moe);
+    free(L->moe);
+    free(L->attn_norm); free(L->ffn_norm); free(L->q_bias); free(L->k_bias); free(L->v_bias);
+    free(L->q_norm); free(L->k_norm); free(L->post_attn_norm); free(L->post_ffn_norm);
+    kite_packed_matrix_free(&L->w_qkv); kite_packed_matrix_free(&L->w_z); kite_packed_matrix_free(&L->w_beta);
+    kite_packed_matrix_free(&L->w_alpha); kite_packed_matrix_free(&L->w_ssm_out);
+    free(L->dn.conv); free(L->dn.dt_bias); free(L->dn.a); free(L->dn.norm);
+}
+
 void kite_weights_free(kite_weights *w) {
     if (!w) return;
-    if (w->layers) {
-        for (int32_t l = 0; l < w->hp.n_layers; l++) {
-            kite_layer_weights *L = &w->layers[l];
-            kite_packed_matrix_free(&L->wq); kite_packed_matrix_free(&L->wk); kite_packed_matrix_free(&L->wv);
-            kite_packed_matrix_free(&L->wo); kite_packed_matrix_free(&L->w_gate); kite_packed_matrix_free(&L->w_up);
-            kite_packed_matrix_free(&L->w_down);
-            kite_packed_matrix_free(&L->conv_in); kite_packed_matrix_free(&L->conv_out);
-            free(L->conv_kernel);
-            kite_packed_matrix_free(&L->w_attn_gate);
-            kite_moe_layer_free(L->moe);
-            free(L->moe);
-            free(L->attn_norm); free(L->ffn_norm); free(L->q_bias); free(L->k_bias); free(L->v_bias);
-            free(L->q_norm); free(L->k_norm); free(L->post_attn_norm); free(L->post_ffn_norm);
-            kite_packed_matrix_free(&L->w_qkv); kite_packed_matrix_free(&L->w_z); kite_packed_matrix_free(&L->w_beta);
-            kite_packed_matrix_free(&L->w_alpha); kite_packed_matrix_free(&L->w_ssm_out);
-            free(L->dn.conv); free(L->dn.dt_bias); free(L->dn.a); free(L->dn.norm);
-        }
+    if (w->layers)
+        for (int32_t l = 0; l < w->hp.n_layers; l++) free_layer(&w->layers[l]);
+    if (w->mtp) {
+        free_layer(&w->mtp->block);
+        kite_packed_matrix_free(&w->mtp->eh_proj);
+        kite_packed_matrix_free(&w->mtp->head);
+        free(w->mtp->enorm); free(w->mtp->hnorm); free(w->mtp->head_norm);
+        free(w->mtp);
     }
     free(w->layers);
     kite_packed_matrix_free(&w->output);

@@ -11,6 +11,7 @@
 #include "sample/sampler.h"
 #include "spec/dflash.h"
 #include "spec/eagle3.h"
+#include "spec/mtp.h"
 
 /* Distinct noise streams derived from the user's seed, so the rejection verifier's coin flips and
  * the oracle's corruptions never reuse the Gumbel noise of the target's own samples. */
@@ -66,7 +67,7 @@ static double one_token_ms(kite_session *d) {
 
 int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params *p, kite_error *e) {
     memset(st, 0, sizeof *st);
-    if (p->drafter < KITE_DRAFT_NONE || p->drafter > KITE_DRAFT_DFLASH)
+    if (p->drafter < KITE_DRAFT_NONE || p->drafter > KITE_DRAFT_MTP)
         return kite_fail(e, KITE_ERR_INVALID_ARG, "unknown drafter %d", (int)p->drafter);
     if (p->budget < 0 || p->budget > KITE_MAX_DRAFT)
         return kite_fail(e, KITE_ERR_INVALID_ARG, "speculative budget %d is out of range (1..%d, or 0 for auto)", p->budget,
@@ -106,6 +107,9 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
         int rc = kite_eagle3_check_target(p->draft_model->eagle3, &s->model->weights, e);
         if (!rc) rc = kite_eagle3_run_new(&st->eagle3, p->draft_model->eagle3, &s->model->weights, s->n_ctx, e);
         if (rc) { kite_spec_free(st); return rc; }
+    } else if (p->drafter == KITE_DRAFT_MTP) {
+        int rc = kite_mtp_run_new(&st->mtp, &s->model->weights, s->n_ctx, e);
+        if (rc) { kite_spec_free(st); return rc; }
     } else if (p->drafter == KITE_DRAFT_MODEL) {
         if (!p->draft_model) return kite_fail(e, KITE_ERR_INVALID_ARG, "the model drafter needs a draft model");
         if (p->draft_model->vocab_only) return kite_fail(e, KITE_ERR_INVALID_ARG, "the draft model was opened with vocab_only");
@@ -132,7 +136,7 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
         st->draft->pool = s->pool;
         st->draft->pool_borrowed = true;
     }
-    if (st->params.drafter == KITE_DRAFT_MODEL || st->params.drafter == KITE_DRAFT_EAGLE3 || st->dflash) {
+    if (st->params.drafter == KITE_DRAFT_MODEL || st->params.drafter == KITE_DRAFT_EAGLE3 || st->dflash || st->mtp) {
         st->hist = malloc(sizeof(int32_t) * ((size_t)s->n_ctx + KITE_MAX_DRAFT + 1));
         if (!st->hist) {
             kite_spec_free(st);
@@ -165,6 +169,7 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
     pthread_mutex_unlock(&m->cost_lock);
     if (!learned && st->draft) st->draft_ms_per_token = one_token_ms(st->draft);
     if (!learned && st->eagle3) st->draft_ms_per_token = kite_eagle3_one_step_ms(st->eagle3, s->pool);
+    if (!learned && st->mtp) st->draft_ms_per_token = kite_mtp_one_step_ms(st->mtp, s->pool);
     if (!learned && st->dflash) /* per row of a full block (rows cost alike: the block is compute-bound) */
         st->draft_ms_per_token = kite_dflash_block_ms(st->dflash, s->pool, st->draft_block_rows) / st->draft_block_rows;
     /* The target's hidden states are captured only while a learned drafter reads them (last: nothing
@@ -173,8 +178,10 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
     int32_t n_layers = 0;
     if (st->eagle3) layers = kite_eagle3_target_layers(p->draft_model->eagle3), n_layers = KITE_EAGLE3_N_FEATURES;
     if (st->dflash) layers = kite_dflash_target_layers(p->draft_model->dflash, &n_layers);
+    const int32_t last_layer = s->model->weights.hp.n_layers; /* MTP: the last layer's output (normed by the drafter) */
+    if (st->mtp) layers = &last_layer, n_layers = 1;
     bool reads_nothing = st->params.drafter <= KITE_DRAFT_ORACLE; /* the drafters that read no hidden states */
-    if (st->eagle3 || st->dflash || (reads_nothing && s->features.width > 0)) {
+    if (st->eagle3 || st->dflash || st->mtp || (reads_nothing && s->features.width > 0)) {
         int rc = kite_session_set_capture(s, layers, n_layers, e);
         if (rc) { kite_spec_free(st); return rc; }
     }
@@ -196,6 +203,7 @@ void kite_spec_free(kite_spec_state *st) {
     kite_session_free(st->draft);
     kite_eagle3_run_free(st->eagle3);
     kite_dflash_run_free(st->dflash);
+    kite_mtp_run_free(st->mtp);
     free(st->draft_logits);
     free(st->draft_q);
     free(st->work);
@@ -736,6 +744,7 @@ int kite_spec_draft_after(kite_spec_state *st, kite_session *s, int32_t root, co
     case KITE_DRAFT_MODEL: return draft_model(st, s, root, budget, gp, t, e); /* masks as it drafts */
     case KITE_DRAFT_EAGLE3: return kite_eagle3_draft(st, s, root, budget, gp, t, e); /* masks as it drafts */
     case KITE_DRAFT_DFLASH: return kite_dflash_draft(st, s, root, budget, gp, t, e);  /* masks as it drafts */
+    case KITE_DRAFT_MTP: return kite_mtp_draft(st, s, root, budget, gp, t, e);        /* masks as it drafts */
     default: return KITE_OK;
     }
     if (st->gmask) tree_constrain(st, t);
@@ -825,7 +834,7 @@ int32_t kite_spec_walk(kite_spec_state *st, const kite_gen_params *gp, const kit
         if (child >= 0) {
             bool accepted = false;
             const float *draft_logq = st->params.drafter == KITE_DRAFT_MODEL || st->params.drafter == KITE_DRAFT_EAGLE3 ||
-                                         st->params.drafter == KITE_DRAFT_DFLASH
+                                         st->params.drafter == KITE_DRAFT_DFLASH || st->params.drafter == KITE_DRAFT_MTP
                                           ? st->draft_q + (size_t)node * V : NULL;
             y = kite_spec_rejection_step(st, gp, target, V, history, (size_t)pos, pos, t->token[child], draft_logq, &accepted);
             if (!accepted) child = -1;

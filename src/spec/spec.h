@@ -28,6 +28,7 @@ typedef struct kite_spec_state {
     struct kite_session *draft;   /* KITE_DRAFT_MODEL: a session on the draft model (sharing our pool) */
     struct kite_eagle3_run *eagle3; /* KITE_DRAFT_EAGLE3: the head's cache and scratch (spec/eagle3.h) */
     struct kite_dflash_run *dflash; /* KITE_DRAFT_DFLASH: the drafter's cache and scratch (spec/dflash.h) */
+    struct kite_mtp_run *mtp;     /* KITE_DRAFT_MTP: the next-n head's cache and scratch (spec/mtp.h) */
     int32_t max_depth;            /* > 0: kite_spec_grow_tree expands no node this deep (a DFlash block's last row) */
     float *draft_logits;          /* [KITE_MAX_DRAFT + 1][n_vocab] draft logits per tree node */
     float *draft_q;               /* [KITE_MAX_DRAFT + 1][n_vocab] draft distributions (rejection) */

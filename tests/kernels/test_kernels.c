@@ -10,6 +10,7 @@
  *    rounding to int8) + (steps + 4) * 2^-24 * sum_j |w_j| (|x_j| + d_x)   (float rounding), with steps =
  *    blocks (quantized) or columns (float types, no activation rounding). */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -305,6 +307,136 @@ static void test_wide_rows(void **state) {
     check_shape(KITE_TYPE_Q6_K, 24, 2048, 9);
     check_shape(KITE_TYPE_F16, 24, 1000, 2);
 }
+
+/* The batch sizes where the AVX-512 tiling changes (tiles of up to 12 rows for the 32-block types, split
+ * evenly; one dpbusd chain from 3 rows; the AMX tiles from 24 rows, one or two A/C pairs per tile, up to
+ * 32 rows) and columns past one chunk of precomputed offset terms (65 blocks): every level against the
+ * reference and batch invariance, with the AMX tiles on (when the CPU has them) and forced off. */
+static void test_tile_edges(void **state) {
+    (void)state;
+    rng_state = 2718;
+    static const uint32_t types[] = {KITE_TYPE_Q4_0, KITE_TYPE_Q8_0, KITE_TYPE_Q5_0, KITE_TYPE_Q4_1, KITE_TYPE_Q5_1};
+    static const int32_t ns[] = {4, 5, 9, 12, 13, 17, 23, 24, 25, 33, 40};
+    for (int amx = 1; amx >= 0; amx--) {
+#if defined(__x86_64__)
+        kite_avx512_amx_set(amx != 0);
+#endif
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) check_shape(types[t], 40, 65 * 32, ns[i]);
+            /* An odd row count (a partial 16-row group, 5 of 16 rows masked) and an odd block count. */
+            for (int32_t n = 23; n <= 25; n++) check_shape(types[t], 37, 33 * 32, n);
+            check_shape(types[t], 37, 33 * 32, 32);
+        }
+    }
+#if defined(__x86_64__)
+    kite_avx512_amx_set(true);
+#endif
+    /* The K-quants' evenly split tiles of up to 8 rows (9 = 5 + 4, 17 = 6 + 6 + 5). */
+    check_shape(KITE_TYPE_Q4_K, 24, 512, 9);
+    check_shape(KITE_TYPE_Q6_K, 24, 512, 17);
+    check_shape(KITE_TYPE_Q5_K, 24, 512, 13);
+}
+
+#if defined(__x86_64__)
+/* Worker threads of their own: each runs one product of the best set into its own output. */
+typedef struct product_job {
+    const kite_kernel_set *set;
+    const kite_packed_matrix *pm;
+    const float *x;
+    int32_t n;
+    float *y;
+    int64_t r0, r1;
+    int reps;
+} product_job;
+
+static void *product_thread(void *arg) {
+    product_job *j = arg;
+    size_t ab = j->set->act_bytes(j->pm->type, j->pm->cols, j->n);
+    void *act = aligned_alloc(64, kite_round_up(ab, 64));
+    if (!act) return NULL;
+    j->set->quantize_act(j->pm->type, j->x, j->pm->cols, 0, j->n, act);
+    for (int r = 0; r < j->reps; r++) j->set->matmul(j->pm, act, j->x, j->n, j->y, j->pm->rows, j->r0, j->r1);
+    free(act);
+    return j;
+}
+
+/* The AMX tile configuration is per thread: new threads (which never loaded one) running products of
+ * different tile shapes at the same time (n = 40: two tiles of 10 + 10 rows; n = 25: 13 + 12; n = 24:
+ * 12 + 12) give the reference's bits, for every 32-block type. A thread whose tiles were not configured
+ * would die of SIGILL; a configuration shared between threads would mix the shapes. Also: KITE_AMX=0
+ * in the environment turns the tiles off. */
+static void test_amx_threads(void **state) {
+    (void)state;
+    rng_state = 1618;
+    setenv("KITE_AMX", "0", 1);
+    assert_false(kite_avx512_amx_set(true));
+    unsetenv("KITE_AMX");
+    const bool amx = kite_avx512_amx_set(true);
+    print_message("AMX tiles %s\n", amx ? "in use" : "not available (CPU, OS or compiler); the VNNI tiles run");
+#if defined(KITE_TEST_BUILD_HAS_AMX) && defined(__linux__)
+    /* Independently of the kernel's probe: the CPU lists amx_tile and amx_int8 and Linux grants this
+     * process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): then they are used. */
+    {
+        FILE *f = fopen("/proc/cpuinfo", "r");
+        char line[8192];
+        bool tile = false, int8 = false;
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "flags", 5)) {
+                tile = strstr(line, " amx_tile") != NULL, int8 = strstr(line, " amx_int8") != NULL;
+                break;
+            }
+        if (f) fclose(f);
+        const bool granted = tile && int8 && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+        if (granted && !amx) fail_msg("the CPU and OS have AMX-INT8 and the build compiled it, but the kernels do not use it");
+    }
+#endif
+    const kite_kernel_set *best = kite_kernels_for(KITE_CPU_AVX512), *ref = kite_kernels_for(KITE_CPU_REF);
+    if (!best) best = kite_kernels_for(KITE_CPU_AVX2);
+    assert_non_null(best);
+    static const uint32_t types[] = {KITE_TYPE_Q4_0, KITE_TYPE_Q8_0, KITE_TYPE_Q5_0, KITE_TYPE_Q4_1, KITE_TYPE_Q5_1};
+    enum { ROWS = 53, COLS = 9 * 32, NMAX = 40, JOBS = 3 };
+    static const int32_t ns[JOBS] = {40, 25, 24};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        matrix m;
+        make_matrix(&m, types[t], ROWS, COLS);
+        float *x = malloc(sizeof(float) * NMAX * COLS), *y_ref = malloc(sizeof(float) * NMAX * ROWS);
+        float *y[JOBS];
+        assert_non_null(x);
+        assert_non_null(y_ref);
+        fill_acts(x, NMAX * COLS);
+        kite_error e = {0};
+        kite_packed_matrix pref, pm;
+        assert_int_equal(ref->pack(&m.t, NULL, &pref, &e), KITE_OK);
+        assert_int_equal(best->pack(&m.t, NULL, &pm, &e), KITE_OK);
+        run(ref, &pref, x, NMAX, y_ref, 0, ROWS);
+        product_job jobs[JOBS];
+        pthread_t th[JOBS];
+        for (int j = 0; j < JOBS; j++) {
+            y[j] = malloc(sizeof(float) * NMAX * ROWS);
+            assert_non_null(y[j]);
+            for (size_t i = 0; i < (size_t)NMAX * ROWS; i++) y[j][i] = NAN;
+            /* All 53 rows (three full 16-row groups and 5 rows of a fourth), each thread its own output. */
+            jobs[j] = (product_job){best, &pm, x, ns[j], y[j], 0, ROWS, 20};
+            assert_int_equal(pthread_create(&th[j], NULL, product_thread, &jobs[j]), 0);
+        }
+        for (int j = 0; j < JOBS; j++) {
+            void *ret = NULL;
+            assert_int_equal(pthread_join(th[j], &ret), 0);
+            assert_ptr_equal(ret, &jobs[j]);
+            size_t at = 0;
+            if (!bits_equal(y[j], y_ref, (size_t)ns[j] * ROWS, &at))
+                fail_msg("%s: %s n=%d in its own thread: act %zu row %zu = %.9g, reference %.9g", best->name,
+                         kite_type_get(types[t])->name, ns[j], at / ROWS, at % ROWS, y[j][at], y_ref[at]);
+            free(y[j]);
+        }
+        kite_packed_matrix_free(&pm);
+        kite_packed_matrix_free(&pref);
+        free(x);
+        free(y_ref);
+        free_matrix(&m);
+    }
+}
+#endif
 
 /* Activations at the edges of the quantizer: zero blocks, a lone huge value, ties at .5. */
 static void test_activation_edges(void **state) {
@@ -896,6 +1028,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_activation_edges),
         cmocka_unit_test(test_float_odd_columns),
         cmocka_unit_test(test_wide_rows),
+        cmocka_unit_test(test_tile_edges),
+#if defined(__x86_64__)
+        cmocka_unit_test(test_amx_threads),
+#endif
         cmocka_unit_test(test_all_types_all_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -25,6 +25,11 @@ if(EXISTS ${KITE_LLAMA_HEADERS}/gguf.h)
   target_include_directories(test_dflash_llamacpp PRIVATE ${KITE_LLAMA_HEADERS})
   target_compile_definitions(test_dflash_llamacpp PRIVATE KITE_LLAMA_LIB_DIR="${KITE_LLAMA_BIN_DIR}")
   target_link_libraries(test_dflash_llamacpp PRIVATE ${CMAKE_DL_LIBS})
+  # MTP drafting (Qwen3.5's next-n block) against llama.cpp's draft-mtp (test_mtp_llamacpp.c), the same way.
+  kite_unit_test(test_mtp_llamacpp ${CMAKE_CURRENT_LIST_DIR}/test_mtp_llamacpp.c ${CMAKE_CURRENT_LIST_DIR}/llama_api.c)
+  target_include_directories(test_mtp_llamacpp PRIVATE ${KITE_LLAMA_HEADERS})
+  target_compile_definitions(test_mtp_llamacpp PRIVATE KITE_LLAMA_LIB_DIR="${KITE_LLAMA_BIN_DIR}")
+  target_link_libraries(test_mtp_llamacpp PRIVATE ${CMAKE_DL_LIBS})
   # bench/eagle3_vs_llamacpp.c: one head step against one target token in both engines (not a test).
   add_executable(eagle3_vs_llamacpp ${PROJECT_SOURCE_DIR}/bench/eagle3_vs_llamacpp.c ${CMAKE_CURRENT_LIST_DIR}/llama_api.c)
   target_include_directories(eagle3_vs_llamacpp PRIVATE ${KITE_LLAMA_HEADERS} ${CMAKE_CURRENT_LIST_DIR})

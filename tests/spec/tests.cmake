@@ -37,6 +37,10 @@ kite_unit_test(test_spec_eagle3 ${CMAKE_CURRENT_LIST_DIR}/test_spec_eagle3.c)
 # DFlash block drafters: exactness with the drafter (blocks 16/32, causal, trees, budgets to 32, penalties),
 # its injected cache in step, bad drafters refused (random tiny target and drafters by kite_write_random_model).
 kite_unit_test(test_spec_dflash ${CMAKE_CURRENT_LIST_DIR}/test_spec_dflash.c)
+# The MTP drafter (Qwen3.5's next-n block): the head against a double reference from llama.cpp's graph_mtp,
+# exactness with it drafting (greedy and sampled, chains and trees, budgets to 32), a model without next-n
+# layers refused (random tiny-qwen35-mtp / tiny-qwen35 written by kite_write_random_model).
+kite_unit_test(test_spec_mtp ${CMAKE_CURRENT_LIST_DIR}/test_spec_mtp.c)
 # DFlash-2 drafters (gated convolutions, candidate selector): exactness (greedy, seeded, chains, trees,
 # budgets 1..32), acceptance on the drafter's own walk, drafts that follow the lattice, bad files refused.
 kite_unit_test(test_spec_dflash2 ${CMAKE_CURRENT_LIST_DIR}/test_spec_dflash2.c)

@@ -46,8 +46,8 @@ static const char SPEC_USAGE[] =
     "\n"
     "  --model, -m PATH          target model (GGUF, llama2.c .bin, Hugging Face folder)\n"
     "  --tokenizer PATH          tokenizer for a model or draft without one of its own (a llama2.c .bin)\n"
-    "  --draft PATH|ngram        drafter: a draft model sharing the vocabulary (or an EAGLE-3 head, a DFlash\n"
-    "                            drafter), or n-gram matches (default)\n"
+    "  --draft PATH|ngram|mtp    drafter: a draft model sharing the vocabulary (or an EAGLE-3 head, a DFlash\n"
+    "                            drafter), n-gram matches (default), or mtp: the model's own next-n block\n"
     "  --oracle-acceptance A     drafter: the oracle, replaying the plain output with each token replaced\n"
     "                            by another with probability 1 - A (labelled \"oracle\" everywhere); with\n"
     "                            --draft DFLASH.gguf the DFlash drafter's block also runs and is charged\n"
@@ -553,7 +553,9 @@ int kite_bench_spec(int argc, char **argv) {
     }
     kite_model_info info;
     kite_model_get_info(b.model, &info);
-    const char *drafter_name = a.oracle ? "oracle" : !a.draft || !strcmp(a.draft, "ngram") ? "ngram" : "model";
+    const bool mtp = a.draft && !strcmp(a.draft, "mtp"); /* the model's own next-n block */
+    if (mtp && a.oracle) { rc = spec_fail(2, "give either --draft mtp or --oracle-acceptance, not both"); goto done; }
+    const char *drafter_name = a.oracle ? "oracle" : !a.draft || !strcmp(a.draft, "ngram") ? "ngram" : mtp ? "mtp" : "model";
     if ((!strcmp(drafter_name, "model") || (a.oracle && a.draft)) && (rc = open_with_tokenizer(&a, a.draft, "draft model: ", &b.draft)))
         goto done;
     bool eagle3 = false, dflash = false; /* the draft is an EAGLE-3 head, a DFlash drafter */
@@ -575,7 +577,7 @@ int kite_bench_spec(int argc, char **argv) {
     }
 
     kite_spec_params spec = kite_spec_default_params();
-    spec.drafter = a.oracle ? KITE_DRAFT_ORACLE : eagle3 ? KITE_DRAFT_EAGLE3 : dflash ? KITE_DRAFT_DFLASH : b.draft ? KITE_DRAFT_MODEL : KITE_DRAFT_NGRAM;
+    spec.drafter = a.oracle ? KITE_DRAFT_ORACLE : mtp ? KITE_DRAFT_MTP : eagle3 ? KITE_DRAFT_EAGLE3 : dflash ? KITE_DRAFT_DFLASH : b.draft ? KITE_DRAFT_MODEL : KITE_DRAFT_NGRAM;
     spec.draft_model = b.draft;
     spec.budget = a.budget;
     spec.tree_width = a.tree;
@@ -677,7 +679,7 @@ int kite_bench_spec(int argc, char **argv) {
     char drafter_text[160];
     if (a.oracle) snprintf(drafter_text, sizeof drafter_text, "oracle%s (acceptance %.2f)", dflash ? " at the DFlash drafter's cost" : "", a.oracle_acceptance);
     else if (b.draft) snprintf(drafter_text, sizeof drafter_text, "%s %s", drafter_name, a.draft);
-    else snprintf(drafter_text, sizeof drafter_text, "ngram");
+    else snprintf(drafter_text, sizeof drafter_text, "%s", drafter_name); /* ngram or mtp */
     const char *model_base = strrchr(a.model, '/') && strrchr(a.model, '/')[1] ? strrchr(a.model, '/') + 1 : a.model;
     snprintf(title, sizeof title, "%s: drafter %s, budget %s, tree %d, %s; %d prompts/category, %d tokens", model_base,
              drafter_text, budget_text, a.tree, a.verify == KITE_VERIFY_REJECTION ? "rejection" : "gumbel", a.prompts, a.gen_tokens);

@@ -46,7 +46,7 @@ static const char CHAT_USAGE[] =
     "  --ctx N                 context size in tokens (default: the model's, at most 4096)\n"
     "  --threads N             worker threads (default: all cores)\n"
     "  --cache-type T          KV cache precision: f16 (default), f32, q8_0, q4_0\n"
-    "  --draft PATH|ngram|none speculative decoding (the answers are unchanged)\n"
+    "  --draft PATH|ngram|mtp|none speculative decoding (the answers are unchanged; mtp: the model's next-n block)\n"
     "  --tools FILE.json       tool definitions (an OpenAI tools array) for the template; the model's calls are\n"
     "                          shown as [tool call] NAME(ARGUMENTS), and each call's result is the next line read\n"
     "                          (prompt 'tool NAME> '), sent back as a tool message before the model goes on\n"
@@ -1035,6 +1035,8 @@ static int open_chat(chat *c, const chat_options *o) {
         kite_spec_params spec = kite_spec_default_params();
         if (!strcmp(o->draft, "ngram")) {
             spec.drafter = KITE_DRAFT_NGRAM;
+        } else if (!strcmp(o->draft, "mtp")) {
+            spec.drafter = KITE_DRAFT_MTP; /* the model's own next-n block */
         } else {
             kite_model_params dp = kite_model_default_params();
             dp.n_threads = o->threads;

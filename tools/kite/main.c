@@ -285,8 +285,9 @@ static const char RUN_USAGE[] =
     "                          q8_0 or q4_0 (GGML blocks of 32: 1.9x / 3.6x smaller than f16; head sizes that are multiples of 32)\n"
     "  --no-bos                do not add BOS to the prompt\n"
     "  --ignore-eos            keep generating past end-of-sequence tokens\n"
-    "  --draft PATH|ngram|none speculative decoding with a draft model sharing the vocabulary, or with\n"
-    "                          n-gram matches over the context (default none); the output is unchanged\n"
+    "  --draft PATH|ngram|mtp|none speculative decoding with a draft model sharing the vocabulary, with\n"
+    "                          n-gram matches over the context, or with the model's own next-n (MTP) block\n"
+    "                          (Qwen3.5 files that carry one); default none; the output is unchanged\n"
     "  --spec-budget N|auto    drafted tokens per verification pass, 1..32 (default auto: chosen per pass\n"
     "                          from the measured pass cost and the acceptance so far)\n"
     "  --spec-tree C           children per draft node (1 = a chain, default)\n"
@@ -559,6 +560,8 @@ static int cmd_run(int argc, char **argv) {
             spec.drafter = KITE_DRAFT_NONE;
         } else if (!strcmp(d, "ngram")) {
             spec.drafter = KITE_DRAFT_NGRAM;
+        } else if (!strcmp(d, "mtp")) {
+            spec.drafter = KITE_DRAFT_MTP; /* the model's own next-n block */
         } else {
             /* The draft keeps a tokenizer of its own; --tokenizer serves one without (a llama2.c .bin), so a
              * GGUF draft for a .bin target (or the reverse) each read their own. */

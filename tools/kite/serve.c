@@ -34,8 +34,8 @@ static const char SERVE_USAGE[] =
     "  -c, --ctx N             context of each request in tokens (default: the model's, at most 4096)\n"
     "  -t, --threads N         worker threads (default: all cores)\n"
     "  --cache-type T          KV cache precision: f16 (default), f32, q8_0, q4_0\n"
-    "  --draft PATH|ngram      speculative decoding for every request (a draft model sharing the\n"
-    "                          vocabulary, or n-gram matches); the output is unchanged\n"
+    "  --draft PATH|ngram|mtp  speculative decoding for every request (a draft model sharing the\n"
+    "                          vocabulary, n-gram matches, or the model's next-n block); the output is unchanged\n"
     "  --spec-budget N         drafted tokens per verification pass, 1..32 (default: adaptive)\n"
     "  --chat-template FILE    a Jinja chat template overriding the model's\n"
     "  --model-name NAME       the model id clients send and /v1/models lists (default: the file name)\n"
@@ -193,6 +193,8 @@ int kite_cmd_serve(int argc, char **argv) {
             spec.drafter = KITE_DRAFT_NGRAM;
         } else if (!strcmp(draft, "none")) {
             spec.drafter = KITE_DRAFT_NONE;
+        } else if (!strcmp(draft, "mtp")) {
+            spec.drafter = KITE_DRAFT_MTP; /* the model's own next-n block */
         } else {
             kite_model_params dp = kite_model_default_params();
             dp.n_threads = threads;

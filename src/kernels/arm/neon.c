@@ -261,9 +261,9 @@ static inline uint32x4_t kt_u8_4(const uint8_t *p) {
 #define kt_mullo(a, b) vmulq_u32(a, b)
 #define kt_set1(x) vdupq_n_u32((uint32_t)(x))
 #define kt_zero() vdupq_n_u32(0)
-#define kt_dot2(acc, x0, q0, x1, q1)                                                                                \
-    vreinterpretq_u32_s32(vdotq_s32(vdotq_s32(vreinterpretq_s32_u32(acc), vreinterpretq_s8_u32(x0), vdupq_n_s8(q0)), \
-                                    vreinterpretq_s8_u32(x1), vdupq_n_s8(q1)))
+#define kt_dot2(acc, x0, x1, q)                                                                                         \
+    vreinterpretq_u32_s32(vdotq_s32(vdotq_s32(vreinterpretq_s32_u32(acc), vreinterpretq_s8_u32(x0), vdupq_n_s8((q)[0])), \
+                                    vreinterpretq_s8_u32(x1), vdupq_n_s8((q)[1])))
 #define kt_f16(p) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)(p))))
 #define kt_cvt(v) vcvtq_f32_s32(vreinterpretq_s32_u32(v))
 #define kt_fmadd(a, b, c) vfmaq_f32(c, a, b)

@@ -480,9 +480,9 @@ typedef __m256 kt_vf;
 #define kt_set1(x) _mm256_set1_epi32(x)
 #define kt_zero() _mm256_setzero_si256()
 /* Two columns' byte x int8 pairs (each <= 2 * 63 * 127) add up safely in 16 bits before one vpmaddwd. */
-#define kt_dot2(acc, x0, q0, x1, q1)                                                                                   \
-    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(x0, _mm256_set1_epi8(q0)),          \
-                                                             _mm256_maddubs_epi16(x1, _mm256_set1_epi8(q1))),         \
+#define kt_dot2(acc, x0, x1, q)                                                                                        \
+    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(x0, _mm256_set1_epi8((q)[0])),      \
+                                                             _mm256_maddubs_epi16(x1, _mm256_set1_epi8((q)[1]))),     \
                                             _mm256_set1_epi16(1)))
 #define kt_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define kt_cvt(v) _mm256_cvtepi32_ps(v)

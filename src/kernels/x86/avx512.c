@@ -117,6 +117,9 @@ INLINE __mmask16 row_mask(int64_t row0, int64_t r0, int64_t r1) {
     return (__mmask16)m;
 }
 
+/* The first min(n, 16) lanes (a loop's tail under a mask). */
+INLINE __mmask16 first_lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
+
 /* ---- q8_0 and q4_0 --------------------------------------------------------------------------------------------- */
 
 /* Bits of column group j (a bit per byte at position j for q5_K high bits) moved to bit 4. */
@@ -127,64 +130,99 @@ INLINE __m512i bit_to_4(__m512i h, int j) {
 
 /* One 16-row group x NB activation rows of a 32-block type. q8_0: 8 vectors of v + 128 per block;
  * q4_0/q4_1: 4 nibble vectors; q5_0/q5_1: 4 nibble vectors and a vector of fifth bits. The stored
- * values are v + off (off = 128, 8, 16 or 0), so isum = dot - off * xsum. */
+ * values are v + off (off = 128, 8, 16 or 0), so isum = dot - off * xsum.
+ *
+ * From NB = 3 rows on (draft verification, prefill) the pass is bound by the vector ports, so each
+ * (block, activation row) is kept to the 11 vector operations it needs: 8 vpdpbusd in one chain
+ * (the rows give the parallelism), the conversion, d * d_x and the fma. The offset term -off * xsum
+ * is computed for a chunk of blocks and rows with a few vector shifts and enters the chain as a
+ * broadcast from memory (a load, not a vector operation); d_x is a broadcast operand too. Up to
+ * TILE_B32 rows share one unpacking of the weights (12 accumulators + 8 weight vectors fit the 32
+ * registers). With 1-2 rows (decode, bound by memory) the chain stays split in two for latency. */
+#define TILE_B32 12     /* activation rows per tile for the 32-block types */
+#define OFFSET_CHUNK 32 /* blocks per chunk of precomputed offset terms */
 INLINE void tile_b32(uint32_t type, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0,
                      const int NB, int64_t row0, __mmask16 mask) {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const bool q4 = type != KITE_TYPE_Q8_0, q5 = type == KITE_TYPE_Q5_0 || type == KITE_TYPE_Q5_1;
     const bool has_min = type == KITE_TYPE_Q4_1 || type == KITE_TYPE_Q5_1;
     const int32_t offset = type == KITE_TYPE_Q8_0 ? -128 : type == KITE_TYPE_Q4_0 ? -8 : type == KITE_TYPE_Q5_0 ? -16 : 0;
-    __m512 acc[TILE_B];
-    const uint8_t *arow[TILE_B];
-#pragma GCC unroll 8
+    /* offset = -(1 << offset_shift): offset * xsum wraps like -(xsum << shift) in uint32 */
+    const int offset_shift = type == KITE_TYPE_Q8_0 ? 7 : type == KITE_TYPE_Q4_0 ? 3 : 4;
+    const bool split_chain = NB <= 2;
+    __m512 acc[TILE_B32];
+    const uint8_t *arow[TILE_B32];
+    int32_t off_terms[TILE_B32][OFFSET_CHUNK] __attribute__((aligned(64)));
+#pragma GCC unroll 16
     for (int b = 0; b < NB; b++) {
         acc[b] = _mm512_setzero_ps();
         arow[b] = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
     }
-    for (int64_t blk = 0; blk < g->n_blocks; blk++) {
-        const uint8_t *q = grp + (size_t)blk * g->block_bytes; /* its scales follow at q + q_bytes */
-        if (NB > 1) prefetch_lines(q + PREFETCH_B32 * g->block_bytes, g->block_bytes); /* see prefetch_lines */
-        __m512i w[8];
-        if (q4) {
-#pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) {
-                __m512i v = _mm512_loadu_si512(q + 64 * p);
-                w[p] = _mm512_and_si512(v, low4);
-                w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-            }
-            if (q5) {
-                __m512i h = _mm512_loadu_si512(q + 256);
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) w[j] = _mm512_or_si512(w[j], bit_to_4(h, j));
-            }
-        } else {
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(q + 64 * j);
+    for (int64_t chunk = 0; chunk < g->n_blocks; chunk += OFFSET_CHUNK) {
+        const int64_t chunk_end = chunk + OFFSET_CHUNK < g->n_blocks ? chunk + OFFSET_CHUNK : g->n_blocks;
+        if (!split_chain && offset) {
+#pragma GCC unroll 16
+            for (int b = 0; b < NB; b++)
+                for (int64_t k = chunk; k < chunk_end; k += 16) {
+                    const __mmask16 m = first_lanes(chunk_end - k);
+                    const __m512i xs = _mm512_maskz_loadu_epi32(m, arow[b] + c->ag.off_sum + k * 4);
+                    _mm512_store_si512(&off_terms[b][k - chunk],
+                                       _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(xs, (unsigned)offset_shift)));
+                }
         }
-        const uint8_t *sb = q + g->q_bytes;
-        const __m512 dw = fp16x16(sb);
-        const __m512 mw = has_min ? fp16x16(sb + 32) : dw;
+        for (int64_t blk = chunk; blk < chunk_end; blk++) {
+            const uint8_t *q = grp + (size_t)blk * g->block_bytes; /* its scales follow at q + q_bytes */
+            if (NB > 1) prefetch_lines(q + PREFETCH_B32 * g->block_bytes, g->block_bytes); /* see prefetch_lines */
+            __m512i w[8];
+            if (q4) {
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++) {
+                    __m512i v = _mm512_loadu_si512(q + 64 * p);
+                    w[p] = _mm512_and_si512(v, low4);
+                    w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                }
+                if (q5) {
+                    __m512i h = _mm512_loadu_si512(q + 256);
 #pragma GCC unroll 8
-        for (int b = 0; b < NB; b++) {
-            const uint8_t *xq = arow[b] + blk * 32;
-            const int32_t xsum = load_i32(arow[b] + c->ag.off_sum + blk * 4);
-            /* wrapping like the lanes' own int32 sums (a NaN row quantizes to sums of INT_MIN: no UB) */
-            __m512i i0 = offset ? _mm512_set1_epi32((int32_t)((uint32_t)offset * (uint32_t)xsum)) : _mm512_setzero_si512();
-            __m512i i1 = _mm512_setzero_si512();
-            i0 = _mm512_dpbusd_epi32(i0, w[0], bcast32(xq + 0));
-            i1 = _mm512_dpbusd_epi32(i1, w[1], bcast32(xq + 4));
-            i0 = _mm512_dpbusd_epi32(i0, w[2], bcast32(xq + 8));
-            i1 = _mm512_dpbusd_epi32(i1, w[3], bcast32(xq + 12));
-            i0 = _mm512_dpbusd_epi32(i0, w[4], bcast32(xq + 16));
-            i1 = _mm512_dpbusd_epi32(i1, w[5], bcast32(xq + 20));
-            i0 = _mm512_dpbusd_epi32(i0, w[6], bcast32(xq + 24));
-            i1 = _mm512_dpbusd_epi32(i1, w[7], bcast32(xq + 28));
-            const __m512 dx = _mm512_set1_ps(load_f32(arow[b] + c->ag.off_d + blk * 4));
-            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), _mm512_mul_ps(dw, dx), acc[b]);
-            if (has_min) acc[b] = _mm512_fmadd_ps(_mm512_set1_ps((float)xsum), _mm512_mul_ps(mw, dx), acc[b]);
+                    for (int j = 0; j < 8; j++) w[j] = _mm512_or_si512(w[j], bit_to_4(h, j));
+                }
+            } else {
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(q + 64 * j);
+            }
+            const uint8_t *sb = q + g->q_bytes;
+            const __m512 dw = fp16x16(sb);
+            const __m512 mw = has_min ? fp16x16(sb + 32) : dw;
+#pragma GCC unroll 16
+            for (int b = 0; b < NB; b++) {
+                const uint8_t *xq = arow[b] + blk * 32;
+                const int32_t xsum = load_i32(arow[b] + c->ag.off_sum + blk * 4);
+                __m512i isum;
+                if (split_chain) {
+                    /* wrapping like the lanes' own int32 sums (a NaN row quantizes to sums of INT_MIN: no UB) */
+                    __m512i i0 = offset ? _mm512_set1_epi32((int32_t)((uint32_t)offset * (uint32_t)xsum)) : _mm512_setzero_si512();
+                    __m512i i1 = _mm512_setzero_si512();
+                    i0 = _mm512_dpbusd_epi32(i0, w[0], bcast32(xq + 0));
+                    i1 = _mm512_dpbusd_epi32(i1, w[1], bcast32(xq + 4));
+                    i0 = _mm512_dpbusd_epi32(i0, w[2], bcast32(xq + 8));
+                    i1 = _mm512_dpbusd_epi32(i1, w[3], bcast32(xq + 12));
+                    i0 = _mm512_dpbusd_epi32(i0, w[4], bcast32(xq + 16));
+                    i1 = _mm512_dpbusd_epi32(i1, w[5], bcast32(xq + 20));
+                    i0 = _mm512_dpbusd_epi32(i0, w[6], bcast32(xq + 24));
+                    i1 = _mm512_dpbusd_epi32(i1, w[7], bcast32(xq + 28));
+                    isum = _mm512_add_epi32(i0, i1);
+                } else {
+                    isum = offset ? bcast32(&off_terms[b][blk - chunk]) : _mm512_setzero_si512();
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++) isum = _mm512_dpbusd_epi32(isum, w[j], bcast32(xq + 4 * j));
+                }
+                const __m512 dx = _mm512_set1_ps(load_f32(arow[b] + c->ag.off_d + blk * 4));
+                acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[b]);
+                if (has_min) acc[b] = _mm512_fmadd_ps(_mm512_set1_ps((float)xsum), _mm512_mul_ps(mw, dx), acc[b]);
+            }
         }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int b = 0; b < NB; b++) store_rows(c, b0 + b, row0, mask, acc[b]);
 }
 
@@ -400,7 +438,11 @@ INLINE void tile_float(uint32_t type, const uint8_t *grp, const kite_pack_geom *
         case 5: tile_b32(TYPE, grp, g, c, b0, 5, row0, m); break;                                                     \
         case 6: tile_b32(TYPE, grp, g, c, b0, 6, row0, m); break;                                                     \
         case 7: tile_b32(TYPE, grp, g, c, b0, 7, row0, m); break;                                                     \
-        default: tile_b32(TYPE, grp, g, c, b0, 8, row0, m); break;                                                    \
+        case 8: tile_b32(TYPE, grp, g, c, b0, 8, row0, m); break;                                                     \
+        case 9: tile_b32(TYPE, grp, g, c, b0, 9, row0, m); break;                                                     \
+        case 10: tile_b32(TYPE, grp, g, c, b0, 10, row0, m); break;                                                   \
+        case 11: tile_b32(TYPE, grp, g, c, b0, 11, row0, m); break;                                                   \
+        default: tile_b32(TYPE, grp, g, c, b0, 12, row0, m); break;                                                   \
         }                                                                                                             \
     }
 B32_RUNNER(run_q8_0, KITE_TYPE_Q8_0)
@@ -479,6 +521,217 @@ static size_t avx512_pack_bytes(const kite_tensor *t) {
     return t && accelerated(t->type) ? kite_pack_interleaved_bytes(t, G16) : 0;
 }
 
+/* ---- AMX-INT8 for the 32-block types (Sapphire Rapids on) ------------------------------------------------------ *
+ * On these cores every 512-bit vector operation takes the one vector port the vpdpbusd also needs
+ * (measured: each vpaddd, fma or cvt added to a loop of independent vpdpbusd costs a cycle), so a
+ * VNNI tile spends 11 operations per (block, activation row), 8 of them on the dot product. The AMX
+ * tile unit does the integer dot products instead: per block, the group's 16 rows are unpacked once
+ * to signed int8 (v itself, no offset term), stored as the B tile (its 8 rows of 64 bytes are
+ * exactly the packed layout's 8 column-group vectors), the activation rows are loaded straight from
+ * the activation buffer as A tiles (32 bytes of a block per row, stride row_bytes), and tdpbssd gives
+ * isum for up to 16 rows x 16 weight rows per tile; two A/C tile pairs serve up to 32 rows per
+ * unpacking (prefill and wide batches; see AMX_MIN_ROWS). What stays on the vector port per (block, row) is the float step: conversion, d * d_x
+ * and the fma (plus the min term of q4_1 / q5_1), in the order of kernels_internal.h. isum is the same
+ * exact int32 as the VNNI chain's (whose offset term -off * xsum cancels the stored offset mod 2^32,
+ * off being even), so the bits are those of the reference for any n, slot and row range.
+ * Safety: the tiles are used only when the CPU reports AMX-TILE and AMX-INT8, the OS saves the tile
+ * state (XCR0 bits 17-18) and Linux grants this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM
+ * for XFEATURE_XTILEDATA, asked once per process; it fails e.g. on kernels before 5.16 or when a
+ * thread's sigaltstack is too small for the larger signal frame); any "no" leaves the VNNI tiles, which
+ * give the same bits, without a message above debug. KITE_AMX=0 in the environment turns them off
+ * (the kernel set stays avx512-vnni); KITE_CPU=avx2 or ref never reach this file. The tile
+ * configuration is per thread state: amx_matmul loads it (ldtilecfg) in whichever thread calls it,
+ * every call, and releases the tiles before returning, so worker threads need no setup of their own. */
+/* gcc spells the -mamx-* macros __AMX_TILE__ / __AMX_INT8__, clang __AMXTILE__ / __AMXINT8__. */
+#if defined(__linux__) && (defined(__AMX_TILE__) || defined(__AMXTILE__)) && (defined(__AMX_INT8__) || defined(__AMXINT8__))
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <cpuid.h>
+#include "base/error.h"
+#define KITE_HAVE_AMX 1
+/* From here on the tiles beat the VNNI ones. Each block's tile sequence (a B tile just written by
+ * vector stores, the product, its result read back by vector loads) costs some 150 cycles of latency
+ * that neither a second tile set for the next block nor the out-of-order core hid, so below ~24 rows
+ * the VNNI tiles stay faster (kite_kernel_bench, q4_0 512 x 2048 in cache, 1 thread, best of 3-4 on a
+ * busy machine, GOP/s VNNI / AMX: 9 rows 178 / 110, 16 172 / 158, 32 135-155 / 225-230). */
+#define AMX_MIN_ROWS 24
+#define AMX_MAX_ROWS 32 /* two A/C tile pairs of 16 rows */
+#define ARCH_REQ_XCOMP_PERM_ 0x1023 /* <asm/prctl.h>, Linux 5.16 */
+#define XFEATURE_XTILEDATA_ 18
+
+static atomic_int amx_state; /* 0 not probed, 1 usable, -1 not */
+
+static bool amx_probe(void) {
+    const char *env = getenv("KITE_AMX");
+    if (env && !strcmp(env, "0")) return false;
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return false; /* OSXSAVE: xgetbv is allowed */
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!((d >> 24) & 1) || !((d >> 25) & 1)) return false; /* AMX-TILE, AMX-INT8 */
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return false; /* XTILECFG and XTILEDATA state enabled by the OS */
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM_, XFEATURE_XTILEDATA_) != 0) {
+        kite_log(KITE_LOG_DEBUG, "AMX: Linux refused the tile state (arch_prctl); using the VNNI tiles");
+        return false;
+    }
+    kite_log(KITE_LOG_DEBUG, "AMX-INT8 tiles in use for the 32-block types from %d rows (KITE_AMX=0 turns them off)",
+             AMX_MIN_ROWS);
+    return true;
+}
+
+static bool amx_on(void) {
+    int s = atomic_load_explicit(&amx_state, memory_order_relaxed);
+    if (s == 0) {
+        s = amx_probe() ? 1 : -1;
+        atomic_store(&amx_state, s);
+    }
+    return s > 0;
+}
+
+bool kite_avx512_amx_set(bool want) {
+    if (!want) {
+        atomic_store(&amx_state, -1);
+        return false;
+    }
+    atomic_store(&amx_state, amx_probe() ? 1 : -1);
+    return amx_on();
+}
+
+typedef struct amx_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_config;
+
+/* Tiles: 0, 1 = C (isum, rows x 16 int32), 2, 3 = A (activation rows x 32 bytes), 4 = B (8 x 64). */
+static void amx_configure(int nb0, int nb1) {
+    amx_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    cfg.rows[0] = (uint8_t)nb0, cfg.colsb[0] = 64;
+    cfg.rows[2] = (uint8_t)nb0, cfg.colsb[2] = 32;
+    if (nb1 > 0) {
+        cfg.rows[1] = (uint8_t)nb1, cfg.colsb[1] = 64;
+        cfg.rows[3] = (uint8_t)nb1, cfg.colsb[3] = 32;
+    }
+    cfg.rows[4] = 8, cfg.colsb[4] = 64;
+    _tile_loadconfig(&cfg);
+}
+
+/* A block's 16 weight rows as signed int8 v (the B tile: 8 rows of 64 bytes) at wt. */
+INLINE void amx_unpack(uint32_t type, const uint8_t *q, int8_t *wt) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const bool q4 = type != KITE_TYPE_Q8_0, q5 = type == KITE_TYPE_Q5_0 || type == KITE_TYPE_Q5_1;
+    const int stored_offset = type == KITE_TYPE_Q8_0 ? 128 : type == KITE_TYPE_Q4_0 ? 8 : type == KITE_TYPE_Q5_0 ? 16 : 0;
+    __m512i w[8];
+    if (q4) {
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            __m512i v = _mm512_loadu_si512(q + 64 * p);
+            w[p] = _mm512_and_si512(v, low4);
+            w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        }
+        if (q5) {
+            __m512i h = _mm512_loadu_si512(q + 256);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) w[j] = _mm512_or_si512(w[j], bit_to_4(h, j));
+        }
+    } else {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(q + 64 * j);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        if (stored_offset) w[j] = _mm512_sub_epi8(w[j], _mm512_set1_epi8((char)stored_offset));
+        _mm512_store_si512(wt + 64 * j, w[j]);
+    }
+}
+
+/* The float step of one block for nb rows from b0 (isum[b] the block's 16 sums of row b). */
+INLINE void amx_float_step(uint32_t type, const uint8_t *sb, const tile_ctx *c, int32_t b0, int nb, int64_t blk,
+                           int32_t (*isum)[16], __m512 *acc) {
+    const bool has_min = type == KITE_TYPE_Q4_1 || type == KITE_TYPE_Q5_1;
+    const __m512 dw = fp16x16(sb);
+    const __m512 mw = has_min ? fp16x16(sb + 32) : dw;
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *arow = c->act + (size_t)(b0 + b) * c->ag.row_bytes;
+        const __m512 dx = _mm512_set1_ps(load_f32(arow + c->ag.off_d + blk * 4));
+        acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(isum[b])), _mm512_mul_ps(dw, dx), acc[b]);
+        if (has_min) {
+            const int32_t xsum = load_i32(arow + c->ag.off_sum + blk * 4);
+            acc[b] = _mm512_fmadd_ps(_mm512_set1_ps((float)xsum), _mm512_mul_ps(mw, dx), acc[b]);
+        }
+    }
+}
+
+/* One 16-row group x nb0 + nb1 activation rows from b0 (the tiles configured for nb0, nb1). */
+INLINE void amx_tile_b32(uint32_t type, const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0,
+                         int nb0, int nb1, int64_t row0, __mmask16 mask) {
+    const int nb = nb0 + nb1;
+    __m512 acc[AMX_MAX_ROWS];
+    int32_t isum[AMX_MAX_ROWS][16] __attribute__((aligned(64)));
+    int8_t wt[8 * 64] __attribute__((aligned(64)));
+    for (int b = 0; b < nb; b++) acc[b] = _mm512_setzero_ps();
+    const uint8_t *act0 = c->act + (size_t)b0 * c->ag.row_bytes, *act1 = act0 + (size_t)nb0 * c->ag.row_bytes;
+    const long stride = (long)c->ag.row_bytes;
+    for (int64_t blk = 0; blk < g->n_blocks; blk++) {
+        const uint8_t *q = grp + (size_t)blk * g->block_bytes;
+        prefetch_lines(q + PREFETCH_B32 * g->block_bytes, g->block_bytes);
+        amx_unpack(type, q, wt);
+        _tile_loadd(4, wt, 64);
+        _tile_loadd(2, act0 + blk * 32, stride);
+        _tile_zero(0);
+        _tile_dpbssd(0, 2, 4);
+        _tile_stored(0, isum[0], 64);
+        if (nb1 > 0) {
+            _tile_loadd(3, act1 + blk * 32, stride);
+            _tile_zero(1);
+            _tile_dpbssd(1, 3, 4);
+            _tile_stored(1, isum[nb0], 64);
+        }
+        amx_float_step(type, q + g->q_bytes, c, b0, nb, blk, isum, acc);
+    }
+    for (int b = 0; b < nb; b++) store_rows(c, b0 + b, row0, mask, acc[b]);
+}
+
+#define AMX_RUNNER(name, TYPE)                                                                                     \
+    static void name(const uint8_t *grp, const kite_pack_geom *g, const tile_ctx *c, int32_t b0, int nb0, int nb1, \
+                     int64_t row0, __mmask16 m) {                                                                  \
+        amx_tile_b32(TYPE, grp, g, c, b0, nb0, nb1, row0, m);                                                      \
+    }
+AMX_RUNNER(amx_q8_0, KITE_TYPE_Q8_0)
+AMX_RUNNER(amx_q4_0, KITE_TYPE_Q4_0)
+AMX_RUNNER(amx_q4_1, KITE_TYPE_Q4_1)
+AMX_RUNNER(amx_q5_0, KITE_TYPE_Q5_0)
+AMX_RUNNER(amx_q5_1, KITE_TYPE_Q5_1)
+typedef void (*amx_runner)(const uint8_t *, const kite_pack_geom *, const tile_ctx *, int32_t, int, int, int64_t, __mmask16);
+
+/* Rows in the fewest tiles of at most AMX_MAX_ROWS, each as two even halves; the tiles outermost, so
+ * the configuration changes at most once per tile size. */
+static void amx_matmul(amx_runner run, const uint8_t *base, const kite_pack_geom *g, const tile_ctx *c, int32_t n,
+                       int64_t g0, int64_t g1, int64_t r0, int64_t r1) {
+    const int32_t n_tiles = (n + AMX_MAX_ROWS - 1) / AMX_MAX_ROWS, tile_lo = n / n_tiles, n_bigger = n % n_tiles;
+    int cfg0 = -1, cfg1 = -1;
+    for (int32_t t = 0, b0 = 0; t < n_tiles; t++) {
+        const int32_t nb = tile_lo + (t < n_bigger ? 1 : 0), nb0 = (nb + 1) / 2, nb1 = nb - nb0;
+        if (nb0 != cfg0 || nb1 != cfg1) {
+            amx_configure(nb0, nb1);
+            cfg0 = nb0, cfg1 = nb1;
+        }
+        for (int64_t grp = g0; grp < g1; grp++)
+            run(base + (size_t)grp * g->group_bytes, g, c, b0, nb0, nb1, grp * G16, row_mask(grp * G16, r0, r1));
+        b0 += nb;
+    }
+    _tile_release();
+}
+#else
+bool kite_avx512_amx_set(bool want) { (void)want; return false; }
+#endif
+
 /* ---- trellis types (kernels/trellis_simd.h on 16 lanes; VNNI dot) ------------------------------------------ */
 #define KT_LANES 16
 typedef __m512i kt_vi;
@@ -499,8 +752,22 @@ INLINE int64_t load_i64(const void *p) { int64_t v; memcpy(&v, p, 8); return v; 
 #define kt_mullo(a, b) _mm512_mullo_epi32(a, b)
 #define kt_set1(x) _mm512_set1_epi32(x)
 #define kt_zero() _mm512_setzero_si512()
-#define kt_dot2(acc, x0, q0, x1, q1) \
-    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, x0, _mm512_set1_epi8(q0)), x1, _mm512_set1_epi8(q1))
+/* Activations four times over (KT_QSTRIDE 4): the dot takes a 32-bit broadcast from memory, a plain load,
+ * where a byte broadcast would also take the shuffle port. */
+#define KT_QSTRIDE 4
+/* 64 activation bytes to 256: each 16 of them broadcast to the four 128-bit lanes, lane k keeping bytes
+ * 4k .. 4k + 3 of its 16, each four times (AVX-512BW vpshufb). */
+INLINE void kt_rep4(int8_t *dst, const int8_t *src) {
+    const __m512i idx = _mm512_set_epi8(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12, 11, 11, 11, 11, 10, 10,
+                                        10, 10, 9, 9, 9, 9, 8, 8, 8, 8, 7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3,
+                                        3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    for (int k = 0; k < 4; k++) {
+        const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(src + 16 * k)));
+        _mm512_store_si512((__m512i *)(dst + 64 * k), _mm512_shuffle_epi8(v, idx));
+    }
+}
+#define kt_dot2(acc, x0, x1, q) \
+    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, x0, bcast32(q)), x1, bcast32((q) + 4))
 #define kt_f16(p) fp16x16(p)
 #define kt_cvt(v) _mm512_cvtepi32_ps(v)
 #define kt_fmadd(a, b, c) _mm512_fmadd_ps(a, b, c)
@@ -542,6 +809,14 @@ static void avx512_matmul(const kite_packed_matrix *w, const void *act, const fl
         }
         return;
     }
+#ifdef KITE_HAVE_AMX
+    if (f == KITE_FAMILY_B32 && n >= AMX_MIN_ROWS && amx_on()) {
+        amx_runner run = w->type == KITE_TYPE_Q8_0 ? amx_q8_0 : w->type == KITE_TYPE_Q4_0 ? amx_q4_0
+                         : w->type == KITE_TYPE_Q4_1 ? amx_q4_1 : w->type == KITE_TYPE_Q5_0 ? amx_q5_0 : amx_q5_1;
+        amx_matmul(run, base, &g, &c, n, g0, g1, r0, r1);
+        return;
+    }
+#endif
     quant_runner run = NULL;
     switch (w->type) {
     case KITE_TYPE_Q8_0: run = run_q8_0; break;
@@ -554,10 +829,18 @@ static void avx512_matmul(const kite_packed_matrix *w, const void *act, const fl
     case KITE_TYPE_Q6_K: run = run_q6_k; break;
     default: return;
     }
+    /* The n rows in the fewest tiles of at most max_tile rows, their sizes as even as possible (9 rows
+     * as 5 + 4 rather than 8 + 1: a one-row tile streams the whole group for one row with no
+     * parallelism between rows). Which tile a row lands in changes no bits (kernels_internal.h). */
+    const int32_t max_tile = f == KITE_FAMILY_B32 ? TILE_B32 : TILE_B;
+    const int32_t n_tiles = (n + max_tile - 1) / max_tile, tile_lo = n / n_tiles, n_bigger = n % n_tiles;
     for (int64_t grp = g0; grp < g1; grp++) {
         __mmask16 m = row_mask(grp * G16, r0, r1);
-        for (int32_t b0 = 0; b0 < n; b0 += TILE_B)
-            run(base + (size_t)grp * g.group_bytes, &g, &c, b0, n - b0 < TILE_B ? n - b0 : TILE_B, grp * G16, m);
+        for (int32_t t = 0, b0 = 0; t < n_tiles; t++) {
+            const int32_t nb = tile_lo + (t < n_bigger ? 1 : 0);
+            run(base + (size_t)grp * g.group_bytes, &g, &c, b0, nb, grp * G16, m);
+            b0 += nb;
+        }
     }
 }
 
@@ -634,9 +917,6 @@ static void avx512_attend(const kite_attn_query *a) {
     else if (a->head_dim % 8 == 0 && a->head_dim <= KITE_ATTN_MAX_HEAD_DIM) kite_kernels_avx2()->attend(a);
     else kite_ref_attend(a);
 }
-
-/* The first min(n, 16) lanes (a loop's tail under a mask). */
-INLINE __mmask16 first_lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
 
 /* kite_silu on 16 lanes (the tail under a mask). */
 static void avx512_silu_mul(float *gate, const float *up, int64_t n) {
