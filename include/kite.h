@@ -495,6 +495,10 @@ typedef struct kite_random_model_params {
                                   the GGUF target the drafter must fit (its width, layers, vocabulary) */
     kite_progress_fn progress; /* optional */
     void *progress_user_data;
+    const char *hf_dir;        /* optional: also write the weights (before quantization, F32) as a Hugging Face folder
+                                  here (created if missing): config.json, model.safetensors under transformers' names,
+                                  tokenizer.json copied from tokenizer_path (which must then be a tokenizer.json) and the
+                                  tokenizer_config.json beside it. Not for drafter shapes or next-n (MTP) blocks. */
 } kite_random_model_params;
 
 int kite_write_random_model(const char *path, const kite_random_model_params *params, char *err, size_t err_size);

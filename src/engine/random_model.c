@@ -13,11 +13,13 @@
  * tokenizer.json becomes a "gpt2" vocabulary with merges; without one, a byte-only SPM vocabulary
  * (<unk>, <s>, </s>, <0x00>..<0xFF>) is written. A vocabulary smaller than the shape's is padded with
  * "<pad_N>" tokens (type unused). */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/error.h"
 #include "base/threadpool.h"
@@ -63,6 +65,8 @@ static const model_shape k_shapes[] = {
     /* TinyLlama-1.1B's layout with the FFN of the project's issue (8192 rather than TinyLlama's 5632). */
     {"llama-1.1b", "llama", 2048, 16, 32, 8, 64, 8192, 32000, 2048, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
+    /* Tests: Qwen3 in miniature (QK-norm, head size 64 with dim 128, tied); weights 8x the default deviation. */
+    {"tiny-qwen3", "qwen3", 128, 2, 4, 2, 64, 256, 0, 512, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     /* tiny with 4 layers: an EAGLE-3 head for it reads layer inputs only (0, 2, 3), as llama.cpp's llama graph exposes. */
@@ -173,11 +177,18 @@ static bool is_norm_name(const char *name) {
     return n >= k && strcmp(name + n - k, "norm.weight") == 0;
 }
 
+/* The stream itself: mean 0, deviation KITE_RANDOM_WEIGHT_STD, whatever the name. */
+static void random_stream_row(uint64_t seed, const char *name, int64_t row, float *out, int64_t n);
+
 void kite_random_model_row(uint64_t seed, const char *name, int64_t row, float *out, int64_t n) {
     if (is_norm_name(name)) {
         for (int64_t i = 0; i < n; i++) out[i] = 1.0f;
         return;
     }
+    random_stream_row(seed, name, row, out, n);
+}
+
+static void random_stream_row(uint64_t seed, const char *name, int64_t row, float *out, int64_t n) {
     /* xorshift64* seeded per row; each draw gives four 16-bit uniforms whose sum (Irwin-Hall, n = 4:
      * mean 2, variance 1/3 in units of 65536) is scaled to the target deviation. */
     uint64_t state = splitmix64(splitmix64(seed ^ fnv1a64(name)) + (uint64_t)row);
@@ -411,7 +422,9 @@ static int vocab_from_hf_json(vocab *v, const char *path, const char *text, size
         if (memchr(content, 0, n)) { st = kite_fail(e, KITE_ERR_FORMAT, "%s: added_tokens[%zu] contains a NUL", path, i); goto done; }
         free(v->tokens[id]);
         if (!(v->tokens[id] = dup_bytes(content, n))) { st = kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory"); goto done; }
-        v->types[id] = json_is_true(json_object_get(val, "special")) ? TOK_CONTROL : TOK_USER_DEFINED;
+        /* as the converter: special, or shaped like <|...|> (does_token_look_special), is control */
+        const bool looks_special = n >= 4 && strncmp(content, "<|", 2) == 0 && strcmp(content + n - 2, "|>") == 0;
+        v->types[id] = json_is_true(json_object_get(val, "special")) || looks_special ? TOK_CONTROL : TOK_USER_DEFINED;
     }
     v->n_merges = json_array_size(jm);
     v->merges = calloc(v->n_merges ? v->n_merges : 1, sizeof *v->merges);
@@ -488,6 +501,9 @@ typedef struct tensor_plan {
     bool negexp;     /* values v become -exp(v) (qwen35's ssm_a) */
     float constant;  /* != 0: every value is this instead (Gemma 4's layer scalars) */
     int32_t rotated; /* > 0: rope_freqs.weight of proportional RoPE: 1 for the first `rotated` pairs, 1e30 after */
+    float norm_std;  /* > 0, norm weights only: norm_mean + values of this deviation rather than 1 (kite_random_model_extras) */
+    float norm_mean; /* with norm_std */
+    bool reversed;   /* each row's values in reverse order (the conv-reversed defect) */
 } tensor_plan;
 
 typedef struct quant_job {
@@ -500,21 +516,15 @@ typedef struct quant_job {
     void (*from_float)(const float *, void *, int64_t);
 } quant_job;
 
+static void plan_row(const tensor_plan *t, uint64_t seed, int64_t r, float *row, bool negexp);
+
 static void quant_task(void *ctx, int64_t task, int thread) {
     const quant_job *job = ctx;
     int64_t cols = job->t->ne[0], r0 = task * job->rows_per_task, r1 = r0 + job->rows_per_task;
     if (r1 > job->t->ne[1] * job->t->ne[2]) r1 = job->t->ne[1] * job->t->ne[2]; /* an expert tensor: rows of all experts */
     float *row = job->scratch + (size_t)thread * (size_t)cols;
     for (int64_t r = r0; r < r1; r++) {
-        kite_random_model_row(job->seed, job->t->name, r, row, cols);
-        if (job->t->constant != 0.0f)
-            for (int64_t i = 0; i < cols; i++) row[i] = job->t->constant;
-        if (job->t->rotated > 0)
-            for (int64_t i = 0; i < cols; i++) row[i] = i < job->t->rotated ? 1.0f : 1e30f;
-        if (job->t->scale != 1.0f)
-            for (int64_t i = 0; i < cols; i++) row[i] *= job->t->scale;
-        if (job->t->negexp) /* a DeltaNet decay rate, stored as the converter stores it: -exp(A_log) */
-            for (int64_t i = 0; i < cols; i++) row[i] = -expf(row[i]);
+        plan_row(job->t, job->seed, r, row, true);
         job->from_float(row, job->out + (size_t)r * job->row_bytes, cols);
     }
 }
@@ -731,11 +741,430 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
     kite_gguf_w_bool(w, "tokenizer.ggml.add_eos_token", false);
 }
 
+/* ---- the Hugging Face folder ------------------------------------------------------------------ */
+/* params->hf_dir: the same weights (before quantization) as a Hugging Face folder, under transformers' names,
+ * undoing what llama.cpp's converter does to a checkpoint: Llama's (and Muse Glimmer's) q/k rows permuted back
+ * to rotate-half order, Gemma 3's norms (Muse Glimmer's layer norms, Qwen3.5's but the DeltaNet's output norm)
+ * stored as w - 1, Qwen3.5's value heads in HF's grouped order and its decay as A_log, stacked experts split,
+ * conv taps as [channels, 1, taps]. Tensors are F32, so kite gives the GGUF's logits for the folder when the GGUF
+ * is f32 too. config.json has the family's model_type and architectures; tokenizer.json (and a
+ * tokenizer_config.json beside it) are copied from params->tokenizer_path. */
+typedef struct hf_item {
+    char name[112];
+    int plan;                 /* the tensor_plan this comes from */
+    int n_dims;
+    int64_t shape[3];         /* HF order, outermost first */
+    int64_t rows, cols;       /* rows: the product of all but the last dimension */
+    int64_t row0;             /* first plan row (an expert of a stacked tensor) */
+    int32_t permute_heads;    /* > 0: rows in rotate-half order from the GGUF's interleaved pairs, per head */
+    int v_reorder;            /* qwen35: 1 rows from v_start, 2 columns from v_start, in value heads of v_head */
+    int64_t v_start, v_head;
+    bool minus_one;           /* the GGUF holds w + 1 */
+    bool a_log;               /* the GGUF holds -exp(A_log): write the value before -exp */
+} hf_item;
+
+/* The HF value head held in GGUF value head g (convert_hf_to_gguf.py's _reorder_v_heads: GGUF head j * n_k + kh
+ * holds HF head kh * r + j); inverted here: HF head hh = kh * r + j comes from GGUF head j * n_k + kh. */
+static int64_t hf_v_source(const model_shape *s, int64_t start, int64_t head, int64_t i) {
+    if (i < start || s->dn_n_v == s->dn_n_k) return i;
+    const int64_t r = s->dn_n_v / s->dn_n_k, q = i - start, hh = q / head, kh = hh / r, j = hh % r;
+    return start + (j * s->dn_n_k + kh) * head + q % head;
+}
+
+static bool hf_arch_is(const model_shape *s, const char *arch) { return strcmp(s->arch, arch) == 0; }
+
+/* The HF name (after "model.layers.L.", or whole for the non-layer tensors) of a plan tensor; NULL: not in the
+ * folder (rope_freqs, Muse Glimmer's synthesized q/k norms). */
+static const char *hf_suffix(const model_shape *s, const char *g, int *minus_one) {
+    const bool gemma3 = hf_arch_is(s, "gemma3"), glimmer = hf_arch_is(s, "muse-glimmer"), qwen35 = hf_arch_is(s, "qwen35");
+    const bool lfm2 = s->layer_kinds != NULL, post_norms = gemma3 || glimmer || hf_arch_is(s, "gemma4");
+    static const struct { const char *gguf, *hf, *lfm2; } k[] = {
+        {"attn_norm.weight", "input_layernorm.weight", "operator_norm.weight"},
+        {"attn_q.weight", "self_attn.q_proj.weight", NULL}, {"attn_k.weight", "self_attn.k_proj.weight", NULL},
+        {"attn_v.weight", "self_attn.v_proj.weight", NULL},
+        {"attn_output.weight", "self_attn.o_proj.weight", "self_attn.out_proj.weight"},
+        {"attn_q_norm.weight", "self_attn.q_norm.weight", "self_attn.q_layernorm.weight"},
+        {"attn_k_norm.weight", "self_attn.k_norm.weight", "self_attn.k_layernorm.weight"},
+        {"post_attention_norm.weight", "post_attention_layernorm.weight", NULL},
+        {"post_ffw_norm.weight", "post_feedforward_layernorm.weight", NULL},
+        {"ffn_gate.weight", "mlp.gate_proj.weight", "feed_forward.w1.weight"}, {"ffn_up.weight", "mlp.up_proj.weight", "feed_forward.w3.weight"},
+        {"ffn_down.weight", "mlp.down_proj.weight", "feed_forward.w2.weight"}, {"ffn_gate_inp.weight", "mlp.gate.weight", NULL},
+        {"layer_output_scale.weight", "layer_scalar", NULL},
+        {"shortconv.in_proj.weight", NULL, "conv.in_proj.weight"}, {"shortconv.conv.weight", NULL, "conv.conv.weight"},
+        {"shortconv.out_proj.weight", NULL, "conv.out_proj.weight"},
+        {"attn_qkv.weight", "linear_attn.in_proj_qkv.weight", NULL}, {"ssm_beta.weight", "linear_attn.in_proj_b.weight", NULL},
+        {"ssm_alpha.weight", "linear_attn.in_proj_a.weight", NULL}, {"ssm_conv1d.weight", "linear_attn.conv1d.weight", NULL},
+        {"ssm_dt.bias", "linear_attn.dt_bias", NULL}, {"ssm_a", "linear_attn.A_log", NULL},
+        {"ssm_norm.weight", "linear_attn.norm.weight", NULL}, {"ssm_out.weight", "linear_attn.out_proj.weight", NULL},
+        {"token_embd.weight", "embed_tokens.weight", "embed_tokens.weight"}, {"output_norm.weight", "norm.weight", NULL},
+        {"token_embd_norm.weight", NULL, "embedding_norm.weight"}, {"output.weight", "lm_head.weight", "lm_head.weight"},
+    };
+    *minus_one = 0;
+    if (strcmp(g, "attn_gate.weight") == 0) return qwen35 ? "linear_attn.in_proj_z.weight" : "self_attn.gate_proj.weight";
+    if (strcmp(g, "ffn_norm.weight") == 0) {
+        *minus_one = gemma3 || glimmer;
+        return lfm2 ? "ffn_norm.weight" : post_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight";
+    }
+    if (glimmer && (strcmp(g, "attn_q_norm.weight") == 0 || strcmp(g, "attn_k_norm.weight") == 0)) return NULL;
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        if (strcmp(g, k[i].gguf) != 0) continue;
+        const bool is_norm = is_norm_name(g) && strcmp(g, "ssm_norm.weight") != 0 && strcmp(g, "token_embd_norm.weight") != 0;
+        *minus_one = is_norm && (gemma3 || (qwen35 && strcmp(g, "ffn_norm.weight") != 0) ||
+                                 (glimmer && strcmp(g, "output_norm.weight") != 0));
+        return lfm2 && k[i].lfm2 ? k[i].lfm2 : k[i].hf;
+    }
+    return NULL;
+}
+
+/* The folder's tensors, in plan order (a stacked expert tensor becomes one per expert). */
+static int hf_items(const model_shape *s, const tensor_plan *plan, int n_plan, hf_item **out, int *n_out, kite_error *e) {
+    int cap = n_plan + (s->n_experts > 0 ? 3 * s->n_layers * s->n_experts : 0), n = 0;
+    hf_item *items = calloc((size_t)cap, sizeof *items);
+    if (!items) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
+    const char *prefix = hf_arch_is(s, "qwen35") ? "model.language_model." : "model.";
+    const bool permute = hf_arch_is(s, "llama") || hf_arch_is(s, "muse-glimmer");
+    const int64_t key_dim = (int64_t)s->dn_n_k * s->dn_head;
+    for (int i = 0; i < n_plan; i++) {
+        const tensor_plan *t = &plan[i];
+        int layer = -1, used = 0, minus_one = 0;
+        if (sscanf(t->name, "blk.%d.%n", &layer, &used) != 1 || used == 0) layer = -1, used = 0;
+        const bool exps = t->ne[2] > 1; /* named below, one per expert */
+        const char *g = t->name + used, *suffix = exps ? "" : hf_suffix(s, g, &minus_one);
+        if (!suffix) continue;
+        for (int64_t x = 0; x < (exps ? t->ne[2] : 1); x++) {
+            hf_item *h = &items[n++];
+            h->plan = i;
+            h->minus_one = minus_one;
+            h->cols = t->ne[0];
+            h->rows = t->ne[1];
+            h->row0 = x * t->ne[1];
+            if (exps) { /* "ffn_gate_exps.weight" -> "mlp.experts.X.gate_proj.weight" */
+                const char *kind = strstr(g, "gate") ? "gate_proj" : strstr(g, "up") ? "up_proj" : "down_proj";
+                snprintf(h->name, sizeof h->name, "%slayers.%d.mlp.experts.%lld.%s.weight", prefix, layer, (long long)x, kind);
+            } else if (layer >= 0 && strcmp(suffix, "lm_head.weight") != 0) {
+                snprintf(h->name, sizeof h->name, "%slayers.%d.%s", prefix, layer, suffix);
+            } else {
+                snprintf(h->name, sizeof h->name, "%s%s", strcmp(suffix, "lm_head.weight") == 0 ? "" : prefix, suffix);
+            }
+            const bool conv = strcmp(g, "shortconv.conv.weight") == 0 || strcmp(g, "ssm_conv1d.weight") == 0;
+            if (conv) h->n_dims = 3, h->shape[0] = h->rows, h->shape[1] = 1, h->shape[2] = h->cols;
+            else if (t->n_dims == 1) h->n_dims = 1, h->shape[0] = h->cols;
+            else h->n_dims = 2, h->shape[0] = h->rows, h->shape[1] = h->cols;
+            if (permute && (strcmp(g, "attn_q.weight") == 0 || strcmp(g, "attn_k.weight") == 0)) {
+                const bool local = s->sliding_window > 0 && s->swa_period > 0 && layer % s->swa_period < s->swa_period - 1;
+                const int32_t hd = local && s->g4.head_dim_swa ? s->g4.head_dim_swa : s->head_dim;
+                h->permute_heads = (int32_t)(h->rows / hd);
+            }
+            if (strcmp(g, "attn_qkv.weight") == 0 || strcmp(g, "ssm_conv1d.weight") == 0) h->v_reorder = 1, h->v_start = 2 * key_dim, h->v_head = s->dn_head;
+            if (strcmp(g, "attn_gate.weight") == 0 && s->full_attn_interval > 0) h->v_reorder = 1, h->v_head = s->dn_head;
+            if (strcmp(g, "ssm_beta.weight") == 0 || strcmp(g, "ssm_alpha.weight") == 0) h->v_reorder = 1, h->v_head = 1;
+            if (strcmp(g, "ssm_dt.bias") == 0 || strcmp(g, "ssm_a") == 0) h->v_reorder = 2, h->v_head = 1;
+            if (strcmp(g, "ssm_out.weight") == 0) h->v_reorder = 2, h->v_head = s->dn_head;
+            h->a_log = t->negexp;
+        }
+    }
+    *out = items;
+    *n_out = n;
+    return KITE_OK;
+}
+
+/* Row r of a plan tensor as the GGUF holds it before quantization (negexp false: before -exp). */
+static void plan_row(const tensor_plan *t, uint64_t seed, int64_t r, float *row, bool negexp) {
+    const int64_t cols = t->ne[0];
+    kite_random_model_row(seed, t->name, r, row, cols);
+    if (t->norm_std > 0.0f) {
+        random_stream_row(seed, t->name, r, row, cols);
+        for (int64_t i = 0; i < cols; i++) row[i] = t->norm_mean + row[i] * (t->norm_std / KITE_RANDOM_WEIGHT_STD);
+    }
+    if (t->reversed)
+        for (int64_t i = 0, j = cols - 1; i < j; i++, j--) {
+            const float x = row[i];
+            row[i] = row[j], row[j] = x;
+        }
+    if (t->constant != 0.0f)
+        for (int64_t i = 0; i < cols; i++) row[i] = t->constant;
+    if (t->rotated > 0)
+        for (int64_t i = 0; i < cols; i++) row[i] = i < t->rotated ? 1.0f : 1e30f;
+    if (t->scale != 1.0f)
+        for (int64_t i = 0; i < cols; i++) row[i] *= t->scale;
+    if (t->negexp && negexp) /* a DeltaNet decay rate, stored as the converter stores it: -exp(A_log) */
+        for (int64_t i = 0; i < cols; i++) row[i] = -expf(row[i]);
+}
+
+static int hf_copy_file(const char *from, const char *to, bool optional, kite_error *e) {
+    FILE *in = fopen(from, "rb");
+    if (!in) return optional ? KITE_OK : kite_fail(e, KITE_ERR_IO, "random model: cannot open %s: %s", from, strerror(errno));
+    FILE *out = fopen(to, "wb");
+    if (!out) {
+        fclose(in);
+        return kite_fail(e, KITE_ERR_IO, "random model: cannot create %s: %s", to, strerror(errno));
+    }
+    char buf[1 << 16];
+    size_t n;
+    bool ok = true;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+    if (ferror(in)) ok = false;
+    fclose(in);
+    if (fclose(out) != 0) ok = false;
+    return ok ? KITE_OK : kite_fail(e, KITE_ERR_IO, "random model: copying %s to %s failed", from, to);
+}
+
+static bool hf_layer_local(const model_shape *s, int32_t l) {
+    return s->sliding_window > 0 && s->swa_period > 0 && l % s->swa_period < s->swa_period - 1;
+}
+
+/* config.json as transformers' config class of the family spells it. */
+static int hf_write_config(const model_shape *s, int32_t n_vocab, const vocab *v, const char *dir, kite_error *e) {
+    const bool gemma3 = hf_arch_is(s, "gemma3"), gemma4 = hf_arch_is(s, "gemma4"), glimmer = hf_arch_is(s, "muse-glimmer");
+    const bool qwen35 = hf_arch_is(s, "qwen35"), lfm2 = s->layer_kinds != NULL;
+    static const struct { const char *arch, *model_type, *cls; } k_classes[] = {
+        {"llama", "llama", "LlamaForCausalLM"}, {"qwen3", "qwen3", "Qwen3ForCausalLM"}, {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM"},
+        {"gemma3", "gemma3_text", "Gemma3ForCausalLM"}, {"gemma4", "gemma4_text", "Gemma4ForCausalLM"},
+        {"muse-glimmer", "muse_glimmer", "MuseGlimmerForConditionalGeneration"}, {"qwen35", "qwen3_5_text", "Qwen3_5ForCausalLM"},
+        {"lfm2", "lfm2", "Lfm2ForCausalLM"},
+    };
+    const char *model_type = NULL, *cls = NULL;
+    for (size_t i = 0; i < sizeof k_classes / sizeof k_classes[0]; i++)
+        if (hf_arch_is(s, k_classes[i].arch)) model_type = k_classes[i].model_type, cls = k_classes[i].cls;
+    if (!model_type) return kite_fail(e, KITE_ERR_UNSUPPORTED, "random model: no Hugging Face layout for architecture %s", s->arch);
+    json_t *c = json_object();
+    json_object_set_new(c, "architectures", json_pack("[s]", cls));
+    json_object_set_new(c, "model_type", json_string(model_type));
+    json_object_set_new(c, "hidden_size", json_integer(s->dim));
+    json_object_set_new(c, "intermediate_size", json_integer(s->ffn_dim));
+    json_object_set_new(c, "num_hidden_layers", json_integer(s->n_layers));
+    json_object_set_new(c, "num_attention_heads", json_integer(s->n_heads));
+    json_object_set_new(c, "num_key_value_heads", json_integer(s->n_kv_heads));
+    json_object_set_new(c, "head_dim", json_integer(s->head_dim));
+    json_object_set_new(c, "vocab_size", json_integer(n_vocab));
+    json_object_set_new(c, "max_position_embeddings", json_integer(s->n_ctx));
+    /* float -> double is exact, and jansson prints round-trip digits, so the reader gets the same float. */
+    json_object_set_new(c, "rms_norm_eps", json_real((double)s->rms_eps));
+    json_object_set_new(c, "rope_theta", json_real((double)s->rope_theta));
+    json_object_set_new(c, "rope_scaling", json_null());
+    json_object_set_new(c, "tie_word_embeddings", json_boolean(s->tied));
+    if (v->bos >= 0) json_object_set_new(c, "bos_token_id", json_integer(v->bos));
+    if (v->eos >= 0) json_object_set_new(c, "eos_token_id", json_integer(v->eos));
+    json_object_set_new(c, "torch_dtype", json_string("float32"));
+    if (gemma3) { /* Gemma3TextConfig; query_pre_attn_scalar = head_dim and local base 10000, as llama.cpp assumes */
+        json_object_set_new(c, "hidden_activation", json_string("gelu_pytorch_tanh"));
+        json_object_set_new(c, "query_pre_attn_scalar", json_integer(s->head_dim));
+        json_object_set_new(c, "sliding_window", json_integer(s->sliding_window));
+        json_object_set_new(c, "sliding_window_pattern", json_integer(s->swa_period));
+        json_object_set_new(c, "rope_local_base_freq", json_real(10000.0));
+        json_object_set_new(c, "final_logit_softcapping", json_null());
+        json_object_set_new(c, "attn_logit_softcapping", json_null());
+    } else if (gemma4) { /* Gemma4TextConfig, as the 31B's config.json spells it */
+        json_object_set_new(c, "hidden_activation", json_string("gelu_pytorch_tanh"));
+        json_object_set_new(c, "sliding_window", json_integer(s->sliding_window));
+        json_object_set_new(c, "global_head_dim", json_integer(s->head_dim));
+        json_object_set_new(c, "head_dim", json_integer(s->g4.head_dim_swa));
+        json_object_set_new(c, "num_key_value_heads", json_integer(s->g4.n_kv_heads_swa));
+        json_object_set_new(c, "num_global_key_value_heads", json_integer(s->n_kv_heads));
+        json_object_set_new(c, "attention_k_eq_v", json_boolean(s->g4.k_eq_v));
+        json_object_set_new(c, "final_logit_softcapping", json_real((double)s->g4.softcap));
+        json_object_set_new(c, "num_kv_shared_layers", json_integer(0));
+        json_object_set_new(c, "hidden_size_per_layer_input", json_integer(0));
+        json_object_set_new(c, "enable_moe_block", json_false());
+        json_object_set_new(c, "use_double_wide_mlp", json_false());
+        json_object_del(c, "rope_theta");
+        json_object_del(c, "rope_scaling");
+        json_object_set_new(c, "rope_parameters",
+                            json_pack("{s:{s:s, s:f}, s:{s:s, s:f, s:f}}", "sliding_attention", "rope_type", "default", "rope_theta",
+                                      (double)s->g4.rope_theta_swa, "full_attention", "rope_type", "proportional",
+                                      "partial_rotary_factor", (double)s->g4.partial_rotary_global, "rope_theta", (double)s->rope_theta));
+    } else if (glimmer) { /* the q/k norms the converter synthesizes from qk_scale_factor are 1 here */
+        json_object_set_new(c, "hidden_act", json_string("silu"));
+        json_object_set_new(c, "sliding_window", json_integer(s->sliding_window));
+        json_object_set_new(c, "final_logit_softcapping", json_real((double)s->g4.softcap));
+        json_object_set_new(c, "output_multiplier", json_real((double)(s->g4.logit_scale > 0.0f ? s->g4.logit_scale : 1.0f)));
+        json_object_set_new(c, "qk_scale_factor", json_real(1.0));
+    } else {
+        json_object_set_new(c, "hidden_act", json_string("silu"));
+    }
+    if (gemma4 || glimmer) {
+        json_t *types = json_array();
+        for (int32_t l = 0; l < s->n_layers; l++) json_array_append_new(types, json_string(hf_layer_local(s, l) ? "sliding_attention" : "full_attention"));
+        json_object_set_new(c, "layer_types", types);
+    }
+    if (hf_arch_is(s, "llama")) {
+        json_object_set_new(c, "attention_bias", json_false());
+        json_object_set_new(c, "mlp_bias", json_false());
+    }
+    if (qwen35) { /* Qwen3_5TextConfig (rope in rope_parameters, as transformers 5) */
+        json_object_del(c, "rope_theta");
+        json_object_del(c, "rope_scaling");
+        json_object_set_new(c, "rope_parameters",
+                            json_pack("{s:s, s:f, s:f, s:b, s:[i, i, i]}", "rope_type", "default", "rope_theta", (double)s->rope_theta,
+                                      "partial_rotary_factor", (double)s->n_rot / s->head_dim, "mrope_interleaved", 1,
+                                      "mrope_section", s->n_rot / 2 - 2 * (s->n_rot / 6), s->n_rot / 6, s->n_rot / 6));
+        json_object_set_new(c, "linear_conv_kernel_dim", json_integer(s->dn_kernel));
+        json_object_set_new(c, "linear_key_head_dim", json_integer(s->dn_head));
+        json_object_set_new(c, "linear_value_head_dim", json_integer(s->dn_head));
+        json_object_set_new(c, "linear_num_key_heads", json_integer(s->dn_n_k));
+        json_object_set_new(c, "linear_num_value_heads", json_integer(s->dn_n_v));
+        json_object_set_new(c, "full_attention_interval", json_integer(s->full_attn_interval));
+        json_t *types = json_array();
+        for (int32_t l = 0; l < s->n_layers; l++)
+            json_array_append_new(types, json_string((l + 1) % s->full_attn_interval ? "linear_attention" : "full_attention"));
+        json_object_set_new(c, "layer_types", types);
+        json_object_set_new(c, "attn_output_gate", json_true());
+        json_object_set_new(c, "attention_bias", json_false());
+    }
+    if (lfm2) { /* Lfm2Config, the FFN width given as is */
+        json_object_del(c, "rms_norm_eps");
+        json_object_del(c, "tie_word_embeddings");
+        json_object_set_new(c, "norm_eps", json_real((double)s->rms_eps));
+        json_object_set_new(c, "block_ff_dim", json_integer(s->ffn_dim));
+        json_object_set_new(c, "block_auto_adjust_ff_dim", json_false());
+        json_object_set_new(c, "conv_L_cache", json_integer(s->conv_taps));
+        json_object_set_new(c, "conv_bias", json_false());
+        json_object_set_new(c, "tie_embedding", json_boolean(s->tied));
+        json_t *types = json_array();
+        for (int32_t l = 0; l < s->n_layers; l++) json_array_append_new(types, json_string(shape_layer_is_conv(s, l) ? "conv" : "full_attention"));
+        json_object_set_new(c, "layer_types", types);
+    }
+    if (s->n_experts > 0) { /* Qwen3MoeConfig */
+        json_object_set_new(c, "num_experts", json_integer(s->n_experts));
+        json_object_set_new(c, "num_experts_per_tok", json_integer(s->n_experts_used));
+        json_object_set_new(c, "moe_intermediate_size", json_integer(s->expert_ffn_dim));
+        json_object_set_new(c, "norm_topk_prob", json_true());
+        json_object_set_new(c, "decoder_sparse_step", json_integer(1));
+        json_object_set_new(c, "mlp_only_layers", json_array());
+    }
+    if (hf_arch_is(s, "qwen3") || hf_arch_is(s, "qwen3moe")) {
+        json_object_set_new(c, "use_sliding_window", json_false());
+        json_object_set_new(c, "attention_bias", json_false());
+    }
+    if (qwen35) { /* as published: the text model's config inside the vision-language one */
+        json_t *outer = json_object();
+        json_object_set_new(outer, "architectures", json_pack("[s]", "Qwen3_5ForConditionalGeneration"));
+        json_object_set_new(outer, "model_type", json_string("qwen3_5"));
+        json_object_set_new(outer, "tie_word_embeddings", json_boolean(s->tied));
+        json_object_del(c, "tie_word_embeddings");
+        json_object_set_new(outer, "vision_config", json_pack("{s:s, s:i}", "model_type", "qwen3_5", "depth", 1));
+        json_object_set_new(outer, "text_config", c);
+        c = outer;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    int st = json_dump_file(c, path, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) == 0
+                 ? KITE_OK : kite_fail(e, KITE_ERR_IO, "random model: cannot write %s", path);
+    json_decref(c);
+    return st;
+}
+
+/* model.safetensors: u64 little-endian header length, the JSON header (padded with spaces to 8 bytes), F32 data
+ * streamed row by row. */
+static int hf_write_safetensors(const tensor_plan *plan, const hf_item *items, int n_items, const model_shape *s, uint64_t seed,
+                                const char *dir, kite_error *e) {
+    json_t *h = json_object();
+    json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"));
+    uint64_t offset = 0;
+    int64_t max_cols = 0;
+    for (int i = 0; i < n_items; i++) {
+        const hf_item *t = &items[i];
+        uint64_t bytes = (uint64_t)t->rows * (uint64_t)t->cols * 4;
+        json_t *shape = json_array();
+        for (int d = 0; d < t->n_dims; d++) json_array_append_new(shape, json_integer(t->shape[d]));
+        json_object_set_new(h, t->name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape, "data_offsets",
+                                                  (json_int_t)offset, (json_int_t)(offset + bytes)));
+        offset += bytes;
+        if (t->cols > max_cols) max_cols = t->cols;
+    }
+    char *text = json_dumps(h, JSON_COMPACT);
+    json_decref(h);
+    float *src = malloc((size_t)max_cols * sizeof *src), *dst = malloc((size_t)max_cols * sizeof *dst);
+    if (!text || !src || !dst) {
+        free(text), free(src), free(dst);
+        return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
+    }
+    size_t len = strlen(text), padded = (len + 7) / 8 * 8;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    bool ok = f != NULL;
+    if (ok) {
+        uint8_t le[8];
+        for (int i = 0; i < 8; i++) le[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+        ok = fwrite(le, 1, 8, f) == 8 && fwrite(text, 1, len, f) == len;
+        for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    }
+    for (int i = 0; ok && i < n_items; i++) {
+        const hf_item *t = &items[i];
+        const tensor_plan *p = &plan[t->plan];
+        for (int64_t r = 0; ok && r < t->rows; r++) {
+            int64_t from = r;
+            if (t->permute_heads > 0) { /* GGUF row h*hd + 2i + s holds HF row h*hd + s*hd/2 + i (LlamaModel.permute) */
+                const int64_t hd = t->rows / t->permute_heads, half = hd / 2, head = r / hd, k = r % hd;
+                from = head * hd + 2 * (k % half) + k / half;
+            }
+            if (t->v_reorder == 1) from = hf_v_source(s, t->v_start, t->v_head, r);
+            plan_row(p, seed, t->row0 + from, src, !t->a_log);
+            for (int64_t c = 0; c < t->cols; c++) {
+                float x = src[t->v_reorder == 2 ? hf_v_source(s, t->v_start, t->v_head, c) : c];
+                dst[c] = t->minus_one ? x - 1.0f : x;
+            }
+            ok = fwrite(dst, sizeof *dst, (size_t)t->cols, f) == (size_t)t->cols;
+        }
+    }
+    if (f && fclose(f) != 0) ok = false;
+    free(text), free(src), free(dst);
+    return ok ? KITE_OK : kite_fail(e, KITE_ERR_IO, "random model: writing %s failed", path);
+}
+
+static int write_hf_folder(const char *dir, const model_shape *s, const tensor_plan *plan, int n_plan, int32_t n_vocab,
+                           const vocab *v, const kite_random_model_params *params, kite_error *e) {
+    if (s->n_nextn > 0)
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "random model: no Hugging Face folder for the next-n (MTP) blocks of %s", s->name);
+    const char *tok = params->tokenizer_path;
+    size_t tl = tok ? strlen(tok) : 0;
+    if (!tok || tl < 5 || strcmp(tok + tl - 5, ".json") != 0)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "random model: a Hugging Face folder needs a tokenizer.json (--tokenizer) to copy");
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return kite_fail(e, KITE_ERR_IO, "random model: cannot create %s: %s", dir, strerror(errno));
+    hf_item *items = NULL;
+    int n_items = 0, st;
+    if ((st = hf_items(s, plan, n_plan, &items, &n_items, e))) return st;
+    if ((st = hf_write_config(s, n_vocab, v, dir, e)) || (st = hf_write_safetensors(plan, items, n_items, s, params->seed, dir, e))) goto done;
+    char to[4096], from[4096];
+    snprintf(to, sizeof to, "%s/tokenizer.json", dir);
+    if ((st = hf_copy_file(tok, to, false, e))) goto done;
+    const char *slash = strrchr(tok, '/');
+    snprintf(from, sizeof from, "%.*stokenizer_config.json", slash ? (int)(slash - tok + 1) : 0, tok);
+    snprintf(to, sizeof to, "%s/tokenizer_config.json", dir);
+    st = hf_copy_file(from, to, true, e);
+done:
+    free(items);
+    return st;
+}
+
 static void report(const kite_random_model_params *p, float fraction) {
     if (p->progress) p->progress(fraction, p->progress_user_data);
 }
 
+static bool name_has(const char *name, const char *part) { return strstr(name, part) != NULL; }
+
+/* The extras on the planned tensors: norm weights drawn around 1, then the defect. */
+static void apply_extras(tensor_plan *plan, int n, const kite_random_model_extras *x) {
+    for (int i = 0; i < n; i++) {
+        tensor_plan *t = &plan[i];
+        const bool qk = name_has(t->name, "attn_q_norm.") || name_has(t->name, "attn_k_norm.");
+        if (x->norm_std > 0.0f && is_norm_name(t->name)) {
+            t->norm_std = qk && x->qk_norm_std > 0.0f ? x->qk_norm_std : x->norm_std;
+            t->norm_mean = qk && x->qk_norm_mean > 0.0f ? x->qk_norm_mean : 1.0f;
+        }
+        if (x->defect == KITE_RANDOM_DEFECT_UNIT_QK_NORM && qk) t->norm_std = 0.0f; /* back to 1 */
+        if (x->defect == KITE_RANDOM_DEFECT_CONV_REVERSED && name_has(t->name, "shortconv.conv.")) t->reversed = true;
+    }
+}
+
 int kite_write_random_model(const char *path, const kite_random_model_params *params, char *err, size_t err_size) {
+    return kite_write_random_model_ex(path, params, NULL, err, err_size);
+}
+
+int kite_write_random_model_ex(const char *path, const kite_random_model_params *params, const kite_random_model_extras *extras,
+                               char *err, size_t err_size) {
     kite_error e = {0};
     if (!path || !params || !params->shape || (!params->type && strcmp(params->shape, "eagle3") != 0 && strncmp(params->shape, "dflash", 6) != 0))
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: path, params, shape and type must not be NULL"),
@@ -752,7 +1181,7 @@ int kite_write_random_model(const char *path, const kite_random_model_params *pa
     for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
         if (strcmp(params->shape, k_shapes[i].name) == 0) shape = &k_shapes[i];
     if (!shape)
-        return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, tiny-l4, gemma3-1b, "
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, tiny-qwen3, llama-3.2-1b, tiny, tiny-l4, gemma3-1b, "
                          "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, qwen3.5-0.8b, tiny-qwen35, lfm2-350m, tiny-lfm2, gemma4-31b-6l, tiny-gemma4, tiny-muse-glimmer, eagle3, dflash)",
                          params->shape),
                kite_error_export(&e, err, err_size);
@@ -780,6 +1209,7 @@ int kite_write_random_model(const char *path, const kite_random_model_params *pa
     }
     if ((st = vocab_pad(&v, n_vocab, &e))) goto done;
     if ((st = plan_tensors(shape, n_vocab, k_types[type_index].type, &plan, &n_tensors, &e))) goto done;
+    if (extras) apply_extras(plan, n_tensors, extras);
 
     w = kite_gguf_writer_new();
     int n_threads = kite_cpu_count();
@@ -818,6 +1248,7 @@ int kite_write_random_model(const char *path, const kite_random_model_params *pa
         report(params, (float)(0.9 * done_elems / total_elems)); /* the last tenth is writing the file */
     }
     if ((st = kite_gguf_writer_save(w, path, &e))) goto done;
+    if (params->hf_dir && (st = write_hf_folder(params->hf_dir, shape, plan, n_tensors, n_vocab, &v, params, &e))) goto done;
     report(params, 1.0f);
 done:
     free(scratch);

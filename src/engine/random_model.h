@@ -23,4 +23,25 @@ int kite_write_random_dflash(const char *path, const kite_random_model_params *p
  * counter-based stream keyed by (seed, name, row). */
 void kite_random_model_row(uint64_t seed, const char *name, int64_t row, float *out, int64_t n);
 
+/* Test-only variations of a written model (the library's internal API; the oracle tests use them). A
+ * negative control is the same model with one feature defeated: kite must then disagree with an independent
+ * engine by far more than the comparison's bound. */
+typedef enum kite_random_defect {
+    KITE_RANDOM_DEFECT_NONE = 0,
+    KITE_RANDOM_DEFECT_UNIT_QK_NORM, /* attn_q_norm / attn_k_norm weights all one (QK-norm weights ignored); needs norm_std */
+    KITE_RANDOM_DEFECT_CONV_REVERSED, /* lfm2: every channel's conv taps in reverse order (newest tap on the oldest position) */
+} kite_random_defect;
+
+typedef struct kite_random_model_extras {
+    float norm_std;            /* > 0: norm weights are 1 + the stream scaled to this deviation (bounded by 3.47 of them)
+                                  instead of 1, so that a norm weight that is ignored shows */
+    float qk_norm_mean, qk_norm_std; /* with norm_std, > 0: attn_q_norm / attn_k_norm drawn around this mean with this
+                                        deviation instead (a gain far from 1 makes ignoring them show in every score) */
+    kite_random_defect defect; /* written into the GGUF and the HF folder alike */
+} kite_random_model_extras;
+
+/* kite_write_random_model with extras (NULL: none). */
+int kite_write_random_model_ex(const char *path, const kite_random_model_params *params, const kite_random_model_extras *extras,
+                               char *err, size_t err_size);
+
 #endif

@@ -1,9 +1,11 @@
 /* kite against llama.cpp, an independent implementation, on the families without real weights here.
  *
- * For Llama-3 (with Llama-3 RoPE scaling), Qwen2 (q/k/v biases) and Qwen3 (QK-norm, explicit head_dim),
- * random_model.c writes a small random-weight model whose vocabulary is the real tokenizer's (Llama-3:
- * 128256 tokens; Qwen: 151936 rows, the tokenizer's 151669 tokens plus padding as Qwen ships), once as
- * GGUF in llama.cpp's layout and once as a Hugging Face folder. Then:
+ * For each family a small random-weight model whose vocabulary is the real tokenizer's is written once as
+ * GGUF in llama.cpp's layout and once as a Hugging Face folder: for qwen3 and lfm2 by the library's
+ * writer (kite_write_random_model_ex: the tiny-* shapes of `kite gen-model`, norm weights drawn around a mean,
+ * the controls' defects; 151669 rows, the Qwen tokenizer's), for the others still by random_model.c (Llama-3
+ * with its RoPE scaling: 128256 tokens; Qwen2 with q/k/v biases etc.: 151936 rows, the tokenizer's 151669 plus
+ * padding as Qwen ships). Then:
  *   1. kite tokenizes a few prompts (plain text, code and Unicode, a chat turn with special tokens);
  *   2. llama.cpp (node-llama-cpp 3.21.1's prebuilt CPU binary, via llamacpp_probs.mjs) evaluates those
  *      ids and returns its next-token probabilities (see probed() for which positions), and its own
@@ -37,6 +39,7 @@
 
 #include <cmocka.h>
 
+#include "engine/random_model.h"
 #include "kite.h"
 #include "random_model.h"
 #include "test_util.h"
@@ -125,6 +128,12 @@ typedef struct arch_case {
     struct { oracle_variant variant; const char *what; } more_controls[MAX_MORE_CONTROLS];
     char more_control_gguf[MAX_MORE_CONTROLS][4200];
     const prompt_text *prompts;
+    /* Written by the library's writer (kite_write_random_model_ex) rather than random_model.c: its shape, the
+     * extras (norm weights drawn around 1) and the control's defect; the spec then holds only n_vocab and add_bos,
+     * read from the written model. */
+    const char *shape;
+    kite_random_model_extras extras;
+    kite_random_defect defect;
     oracle_spec spec;
     char gguf[4200], hf_dir[4200], control_gguf[4200], out_prefix[4200];
     oracle_vocab *vocab;        /* the tokenizer as GGUF metadata */
@@ -150,7 +159,8 @@ static arch_case CASES[N_ARCHS] = {
     {.arch = "qwen2", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_ZERO_QKV_BIAS,
      .control_what = "q/k/v biases zeroed", .prompts = QWEN_PROMPTS},
     {.arch = "qwen3", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_UNIT_QK_NORM,
-     .control_what = "QK-norm weights set to one", .prompts = QWEN_PROMPTS},
+     .control_what = "QK-norm weights set to one", .prompts = QWEN_PROMPTS, .shape = "tiny-qwen3",
+     .extras = {.norm_std = 0.1f, .qk_norm_mean = 1.6f, .qk_norm_std = 0.2f}, .defect = KITE_RANDOM_DEFECT_UNIT_QK_NORM},
     {.arch = "gemma3", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_WIDE_WINDOW,
      .control_what = "sliding window 4096 instead of 16", .prompts = QWEN_PROMPTS},
     {.arch = "qwen3moe", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_MOE_UNNORMALISED, .control_hf = true,
@@ -160,7 +170,8 @@ static arch_case CASES[N_ARCHS] = {
      .more_controls = {{ORACLE_VARIANT_BETA_IGNORED, "DeltaNet beta ignored (ssm_beta zero)"},
                        {ORACLE_VARIANT_DECAY_IGNORED, "DeltaNet decay ignored (ssm_a zero)"}}},
     {.arch = "lfm2", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_CONV_REVERSED,
-     .control_what = "conv taps reversed", .prompts = QWEN_PROMPTS},
+     .control_what = "conv taps reversed", .prompts = QWEN_PROMPTS, .shape = "tiny-lfm2",
+     .extras = {.norm_std = 0.1f, .qk_norm_mean = 1.6f, .qk_norm_std = 0.2f}, .defect = KITE_RANDOM_DEFECT_CONV_REVERSED},
     {.arch = "muse-glimmer", .tokenizer = "models/tokenizers/qwen3", .control = ORACLE_VARIANT_NO_ATTN_GATE,
      .control_what = "attention output gate ignored (all zero: sigmoid 0.5)", .prompts = QWEN_PROMPTS,
      .more_controls = {{ORACLE_VARIANT_NO_SOFTCAP, "final soft-cap left out"},
@@ -242,8 +253,33 @@ static int32_t *tokenize(kite_model *m, const char *text, bool add_bos, bool par
 }
 
 /* Writes the models, tokenizes the prompts with kite and adds the job to the llama.cpp request. */
+/* A case of the library's writer: the model, its HF folder and the control GGUF. */
+static bool write_library_case(arch_case *c) {
+    char msg[1024] = "", tok[4300];
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", kite_test_data(c->tokenizer));
+    kite_random_model_params rp = {.shape = c->shape, .type = "f32", .tokenizer_path = tok, .seed = 0x93e3ull, .hf_dir = c->hf_dir};
+    if (kite_write_random_model_ex(c->gguf, &rp, &c->extras, msg, sizeof msg)) {
+        set_error(c->error, sizeof c->error, "writing the %s model (%s) failed: %s", c->arch, c->shape, msg);
+        return false;
+    }
+    kite_random_model_extras control = c->extras;
+    control.defect = c->defect;
+    /* an HF control's defect lives in config.json; its GGUF (which cannot carry it) goes beside the folder */
+    char control_gguf[4300];
+    snprintf(control_gguf, sizeof control_gguf, "%s%s", c->control_gguf, c->control_hf ? ".gguf" : "");
+    rp.hf_dir = c->control_hf ? c->control_gguf : NULL;
+    if (kite_write_random_model_ex(control_gguf, &rp, &control, msg, sizeof msg)) {
+        set_error(c->error, sizeof c->error, "writing the %s control model failed: %s", c->arch, msg);
+        return false;
+    }
+    return true;
+}
+
 static void prepare_case(arch_case *c, json_t *jobs) {
-    if (!oracle_default_spec(c->arch, &c->spec)) {
+    if (c->shape) {
+        memset(&c->spec, 0, sizeof c->spec);
+        c->spec.arch = c->arch;
+    } else if (!oracle_default_spec(c->arch, &c->spec)) {
         set_error(c->error, sizeof c->error, "no spec for %s", c->arch);
         return;
     }
@@ -254,6 +290,10 @@ static void prepare_case(arch_case *c, json_t *jobs) {
     if (mkdir(c->hf_dir, 0777) != 0) {
         set_error(c->error, sizeof c->error, "cannot create %s: %s", c->hf_dir, strerror(errno));
         return;
+    }
+    if (c->shape) {
+        if (!write_library_case(c)) return;
+        goto open;
     }
     char msg[1024];
     const char *tok_dir = kite_test_data(c->tokenizer);
@@ -293,10 +333,15 @@ static void prepare_case(arch_case *c, json_t *jobs) {
             return;
         }
     }
+open:
     open_model(&c->model, c->gguf, c->error, sizeof c->error);
     if (!c->model) return;
     kite_model_info info;
     kite_model_get_info(c->model, &info);
+    if (c->shape) { /* the library's writer sizes the vocabulary by the tokenizer and picks BOS as the converter does */
+        c->spec.n_vocab = info.n_vocab;
+        c->spec.add_bos = info.add_bos;
+    }
     if (info.n_vocab != c->spec.n_vocab) {
         set_error(c->error, sizeof c->error, "kite reads %d vocabulary rows from %s, the file has %d", info.n_vocab,
                   c->gguf, c->spec.n_vocab);

@@ -36,7 +36,6 @@
 #include "quant/quantize.h"
 #include "quant/quantize_model.h"
 #include "quant/types.h"
-#include "random_model.h"
 
 static llama_lib g_lib;
 static char g_dir[256];        /* scratch folder */
@@ -606,29 +605,30 @@ static void test_hf_folder_matches_converter(void **state) {
     p.type = "Q8_0";
     if (kite_quantize(folder, out, &p, err, sizeof err)) fail_msg("%s", err);
     assert_same_model(out, ref, "TinyStories-656K folder -> Q8_0", NULL);
-    /* byte-level BPE tokenizers (Llama-3: q/k permuted, rope_freqs; Qwen3: pairs of merges, padded
-     * rows): the folder and the GGUF tests/oracle/random_model.c writes of the same weights, the file
-     * test_oracle checks against llama.cpp */
-    static const struct { const char *arch, *tokenizer; } cases[] = {{"llama", "llama3"}, {"qwen3", "qwen3"}};
+    /* byte-level BPE tokenizers (Llama-3: q/k permuted; Qwen3: pairs of merges; Gemma 3: norms as w + 1): the
+     * folder and the f32 GGUF kite_write_random_model writes of the same weights */
+    static const struct { const char *shape, *tokenizer; } cases[] = {
+        {"tiny", "llama3"}, {"tiny-qwen3", "qwen3"}, {"tiny-gemma3", "qwen3"}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        oracle_spec spec;
-        assert_true(oracle_default_spec(cases[c].arch, &spec));
-        char tok_dir[512], hf[600], gguf[600], what[64];
-        snprintf(tok_dir, sizeof tok_dir, "%s/models/tokenizers/%s", data_dir(), cases[c].tokenizer);
-        snprintf(hf, sizeof hf, "%s/hf-%s", g_dir, cases[c].arch);
-        snprintf(gguf, sizeof gguf, "%s/oracle-%s.gguf", g_dir, cases[c].arch);
-        assert_int_equal(mkdir(hf, 0755), 0);
-        oracle_vocab *v = NULL;
-        if (oracle_vocab_load(&v, &spec, tok_dir, err, sizeof err) || oracle_write_model(&spec, v, tok_dir, gguf, hf, err, sizeof err))
-            fail_msg("%s", err);
-        oracle_vocab_free(v);
+        char tok[600], hf[600], gguf[600], what[64];
+        snprintf(tok, sizeof tok, "%s/models/tokenizers/%s/tokenizer.json", data_dir(), cases[c].tokenizer);
+        snprintf(hf, sizeof hf, "%s/hf-%s", g_dir, cases[c].shape);
+        snprintf(gguf, sizeof gguf, "%s/random-%s.gguf", g_dir, cases[c].shape);
+        kite_random_model_params rp = {.shape = cases[c].shape, .type = "f32", .tokenizer_path = tok, .seed = 1, .hf_dir = hf};
+        if (kite_write_random_model(gguf, &rp, err, sizeof err)) fail_msg("%s", err);
         p.type = "F32";
-        if (kite_quantize(hf, out, &p, err, sizeof err)) fail_msg("%s: %s", cases[c].arch, err);
-        snprintf(what, sizeof what, "%s folder -> F32", cases[c].arch);
-        /* The oracle writes add_bos_token / add_eos_token always; the converter (and kite) only where
-           tokenizer_config.json or the post-processor says (these say nothing: llama.cpp's defaults for
-           the pre-tokenizer apply, the same values). */
-        static const char *const defaults[] = {"tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token", NULL};
+        if (kite_quantize(hf, out, &p, err, sizeof err)) fail_msg("%s: %s", cases[c].shape, err);
+        snprintf(what, sizeof what, "%s folder -> F32", cases[c].shape);
+        /* The writer spells out keys the converter leaves at llama.cpp's defaults for these folders (the same values:
+           add_bos/add_eos from the pre-tokenizer, key/value length and rope dimensions from head_dim, the vocabulary
+           size from the tokens). */
+        char kl[64], vl[64], rd[64], vs[64];
+        const char *arch = c == 0 ? "llama" : c == 1 ? "qwen3" : "gemma3";
+        snprintf(kl, sizeof kl, "%s.attention.key_length", arch);
+        snprintf(vl, sizeof vl, "%s.attention.value_length", arch);
+        snprintf(rd, sizeof rd, "%s.rope.dimension_count", arch);
+        snprintf(vs, sizeof vs, "%s.vocab_size", arch);
+        const char *const defaults[] = {"tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token", kl, vl, rd, vs, NULL};
         assert_same_model(out, gguf, what, defaults);
         unlink(gguf);
     }

@@ -2,11 +2,9 @@
 kite_unit_test(test_quant ${CMAKE_CURRENT_LIST_DIR}/test_quant.c)
 # kite quantize against llama.cpp's own quantizer (libllama / libggml-base of the npm oracle, dlopen'ed;
 # the test fails when tests/oracle/node_modules is missing) and its llamacpp_probs.mjs runner.
-# tests/oracle/random_model.c writes Hugging Face folders and their GGUF for the conversion test.
-kite_unit_test(test_quantize ${CMAKE_CURRENT_LIST_DIR}/test_quantize.c ${CMAKE_CURRENT_LIST_DIR}/llama_lib.c
-               ${PROJECT_SOURCE_DIR}/tests/oracle/random_model.c)
+# kite_write_random_model writes Hugging Face folders and their GGUF for the conversion test.
+kite_unit_test(test_quantize ${CMAKE_CURRENT_LIST_DIR}/test_quantize.c ${CMAKE_CURRENT_LIST_DIR}/llama_lib.c)
 target_link_libraries(test_quantize PRIVATE ${CMAKE_DL_LIBS} PkgConfig::JANSSON)
-target_include_directories(test_quantize PRIVATE ${PROJECT_SOURCE_DIR}/tests/oracle)
 set_tests_properties(test_quantize PROPERTIES ENVIRONMENT
   "${KITE_TEST_ENV};KITE_NODE=${KITE_NODE_EXECUTABLE};KITE_LLAMA_LIB_DIR=${PROJECT_SOURCE_DIR}/tests/oracle/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64")
 # bench/quantize_vs_llamacpp.c: kite_quantize vs llama_model_quantize timings (not a test).
