@@ -41,7 +41,7 @@ static void head_step(float *M, int32_t hk, int32_t hv, const float *q, const fl
 
 void kite_ref_dn_steps(const kite_dn_head *r) {
     for (int32_t t = 0; t < r->n; t++)
-        head_step(r->M, r->hk, r->hv, r->q + t * r->qk_stride, r->k + t * r->qk_stride, r->v + t * r->v_stride,
+        head_step(r->M, r->hk, r->hv, r->q ? r->q + t * r->qk_stride : NULL, r->k + t * r->qk_stride, r->v + t * r->v_stride,
                   r->g[t * r->gb_stride], r->beta[t * r->gb_stride], r->o ? r->o + t * r->o_stride : NULL);
 }
 
@@ -65,7 +65,7 @@ void kite_ref_dn_chunked(const kite_dn_head *r, float *work) {
     const int64_t qs = r->qk_stride, vs = r->v_stride, gs = r->gb_stride;
     for (int32_t c0 = 0; c0 < n; c0 += C) {
         const int32_t L = n - c0 < C ? n - c0 : C;
-        const float *q = r->q + c0 * qs, *k = r->k + c0 * qs, *v = r->v + c0 * vs;
+        const float *q = r->q ? r->q + c0 * qs : NULL, *k = r->k + c0 * qs, *v = r->v + c0 * vs;
         const float *g = r->g + c0 * gs, *beta = r->beta + c0 * gs;
         float *o = r->o ? r->o + c0 * r->o_stride : NULL;
         for (int32_t t = 0; t < L; t++) {
