@@ -317,7 +317,13 @@ static void test_tile_edges(void **state) {
     rng_state = 2718;
     static const uint32_t types[] = {KITE_TYPE_Q4_0, KITE_TYPE_Q8_0, KITE_TYPE_Q5_0, KITE_TYPE_Q4_1, KITE_TYPE_Q5_1};
     static const int32_t ns[] = {4, 5, 9, 12, 13, 17, 23, 24, 25, 33, 40};
-    for (int amx = 1; amx >= 0; amx--) {
+#if defined(__x86_64__)
+    const bool have_amx = kite_avx512_amx_set(true);
+#else
+    const bool have_amx = false;
+#endif
+    /* Without AMX (other CPUs, qemu) both passes would run the same VNNI code: one pass then. */
+    for (int amx = have_amx ? 1 : 0; amx >= 0; amx--) {
 #if defined(__x86_64__)
         kite_avx512_amx_set(amx != 0);
 #endif
