@@ -43,7 +43,8 @@ expect_level() {
   [ "$got" = "$want" ] || fail "$* with KITE_CPU=${cpu:-(unset)} picked '$got', expected '$want'"
 }
 
-# run_tests BUILD "LEVELS" KITE_CPU EMULATOR...: test_kernels, test_trellis and test_golden under the emulator.
+# run_tests BUILD "LEVELS" KITE_CPU EMULATOR...: test_kernels, test_trellis, test_deltanet_kernels and test_golden
+# under the emulator.
 run_tests() {
   local build=$1 levels=$2 cpu=$3 log got t0=$SECONDS
   shift 3
@@ -59,6 +60,8 @@ run_tests() {
   [ "$got" = "$levels" ] || fail "test_kernels under $* tested the sets '$got', expected '$levels'"
   echo "   test_trellis under: $* (KITE_CPU=${cpu:-(unset)})"
   "${envs[@]}" "$@" "$build/tests/test_trellis" || fail "test_trellis under $*"
+  echo "   test_deltanet_kernels under: $* (KITE_CPU=${cpu:-(unset)})"
+  "${envs[@]}" "$@" "$build/tests/test_deltanet_kernels" || fail "test_deltanet_kernels under $*"
   echo "   test_golden under: $* (KITE_CPU=${cpu:-(unset)})"
   "${envs[@]}" "$@" "$build/tests/test_golden" || fail "test_golden under $*"
   echo "   ($((SECONDS - t0)) s)"
@@ -67,7 +70,7 @@ run_tests() {
 start=$SECONDS
 echo "-- x86-64 build (build-qemu-x86, gcc, Release, -Werror)"
 CC=gcc cmake -S . -B build-qemu-x86 -DCMAKE_BUILD_TYPE=Release -DKITE_BUILD_TESTS=ON -DKITE_WERROR=ON -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
-cmake --build build-qemu-x86 -j"$JOBS" --target test_kernels test_trellis test_golden >/dev/null
+cmake --build build-qemu-x86 -j"$JOBS" --target test_kernels test_trellis test_deltanet_kernels test_golden >/dev/null
 
 echo "-- x86-64 AVX2, no AVX-512: ${X86_AVX2[*]}"
 expect_level build-qemu-x86 avx2 "" "${X86_AVX2[@]}"
@@ -84,7 +87,7 @@ run_tests build-qemu-x86 "ref" "" "${X86_SSE[@]}"
 echo "-- aarch64 cross build (build-aarch64, aarch64-linux-gnu-gcc, Release, -Werror)"
 cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" -DCMAKE_BUILD_TYPE=Release -DKITE_BUILD_TESTS=ON \
   -DKITE_WERROR=ON -DKITE_TEST_DATA="$KITE_TEST_DATA" >/dev/null
-cmake --build build-aarch64 -j"$JOBS" --target test_kernels test_trellis test_golden >/dev/null
+cmake --build build-aarch64 -j"$JOBS" --target test_kernels test_trellis test_deltanet_kernels test_golden >/dev/null
 
 echo "-- aarch64 NEON dotprod: ${ARM_DOTPROD[*]}"
 expect_level build-aarch64 neon-dotprod "" "${ARM_DOTPROD[@]}"

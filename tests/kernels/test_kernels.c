@@ -398,7 +398,12 @@ static void test_amx_threads(void **state) {
 #endif
     const kite_kernel_set *best = kite_kernels_for(KITE_CPU_AVX512), *ref = kite_kernels_for(KITE_CPU_REF);
     if (!best) best = kite_kernels_for(KITE_CPU_AVX2);
-    assert_non_null(best);
+    if (!best) {
+        /* An x86 CPU without AVX2 (qemu's Nehalem in CI) has neither tiles: only the KITE_AMX check applies. */
+        assert_false(amx);
+        print_message("no AVX2 or AVX-512 on this CPU: no tiles to run on threads\n");
+        return;
+    }
     static const uint32_t types[] = {KITE_TYPE_Q4_0, KITE_TYPE_Q8_0, KITE_TYPE_Q5_0, KITE_TYPE_Q4_1, KITE_TYPE_Q5_1};
     enum { ROWS = 53, COLS = 9 * 32, NMAX = 40, JOBS = 3 };
     static const int32_t ns[JOBS] = {40, 25, 24};
