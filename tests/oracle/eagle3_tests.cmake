@@ -16,20 +16,20 @@ if(NOT EXISTS ${KITE_LLAMA_HEADERS}/gguf.h AND EXISTS ${KITE_LLAMA_BUNDLE})
   file(REMOVE_RECURSE ${KITE_LLAMA_HEADERS}/src.git)
 endif()
 if(EXISTS ${KITE_LLAMA_HEADERS}/gguf.h)
-  kite_unit_test(test_eagle3_llamacpp ${CMAKE_CURRENT_LIST_DIR}/test_eagle3_llamacpp.c ${CMAKE_CURRENT_LIST_DIR}/llama_api.c)
-  target_include_directories(test_eagle3_llamacpp PRIVATE ${KITE_LLAMA_HEADERS})
-  target_compile_definitions(test_eagle3_llamacpp PRIVATE KITE_LLAMA_LIB_DIR="${KITE_LLAMA_BIN_DIR}")
-  target_link_libraries(test_eagle3_llamacpp PRIVATE ${CMAKE_DL_LIBS})
+  # kite_llamacpp_test(name): tests/oracle/name.c with llama_api.c (opens libllama) and llama_compare.c (what
+  # the comparisons share).
+  function(kite_llamacpp_test name)
+    kite_unit_test(${name} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/${name}.c ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/llama_api.c
+                   ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/llama_compare.c)
+    target_include_directories(${name} PRIVATE ${KITE_LLAMA_HEADERS})
+    target_compile_definitions(${name} PRIVATE KITE_LLAMA_LIB_DIR="${KITE_LLAMA_BIN_DIR}")
+    target_link_libraries(${name} PRIVATE ${CMAKE_DL_LIBS})
+  endfunction()
+  kite_llamacpp_test(test_eagle3_llamacpp)
   # DFlash block drafting against llama.cpp's (test_dflash_llamacpp.c), the same way.
-  kite_unit_test(test_dflash_llamacpp ${CMAKE_CURRENT_LIST_DIR}/test_dflash_llamacpp.c ${CMAKE_CURRENT_LIST_DIR}/llama_api.c)
-  target_include_directories(test_dflash_llamacpp PRIVATE ${KITE_LLAMA_HEADERS})
-  target_compile_definitions(test_dflash_llamacpp PRIVATE KITE_LLAMA_LIB_DIR="${KITE_LLAMA_BIN_DIR}")
-  target_link_libraries(test_dflash_llamacpp PRIVATE ${CMAKE_DL_LIBS})
+  kite_llamacpp_test(test_dflash_llamacpp)
   # MTP drafting (Qwen3.5's next-n block) against llama.cpp's draft-mtp (test_mtp_llamacpp.c), the same way.
-  kite_unit_test(test_mtp_llamacpp ${CMAKE_CURRENT_LIST_DIR}/test_mtp_llamacpp.c ${CMAKE_CURRENT_LIST_DIR}/llama_api.c)
-  target_include_directories(test_mtp_llamacpp PRIVATE ${KITE_LLAMA_HEADERS})
-  target_compile_definitions(test_mtp_llamacpp PRIVATE KITE_LLAMA_LIB_DIR="${KITE_LLAMA_BIN_DIR}")
-  target_link_libraries(test_mtp_llamacpp PRIVATE ${CMAKE_DL_LIBS})
+  kite_llamacpp_test(test_mtp_llamacpp)
   # bench/eagle3_vs_llamacpp.c: one head step against one target token in both engines (not a test).
   add_executable(eagle3_vs_llamacpp ${PROJECT_SOURCE_DIR}/bench/eagle3_vs_llamacpp.c ${CMAKE_CURRENT_LIST_DIR}/llama_api.c)
   target_include_directories(eagle3_vs_llamacpp PRIVATE ${KITE_LLAMA_HEADERS} ${CMAKE_CURRENT_LIST_DIR})

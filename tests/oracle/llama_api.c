@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void quiet(enum ggml_log_level level, const char *text, void *user) {
@@ -53,3 +54,35 @@ int llama_api_open(llama_api *api, const char *dir, char *why, size_t why_size) 
     return 0;
 }
 
+
+struct llama_context_params llama_api_exact_context(const llama_api *api) {
+    struct llama_context_params cp = api->context_default_params();
+    cp.n_ctx = 256, cp.n_batch = 256, cp.n_ubatch = 256, cp.n_threads = 1, cp.n_threads_batch = 1;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = cp.type_v = GGML_TYPE_F32;
+    return cp;
+}
+
+struct llama_batch llama_api_batch(int32_t n, bool tokens, int32_t embd) {
+    struct llama_batch b = {0};
+    b.n_tokens = n;
+    b.token = tokens ? calloc((size_t)n, sizeof *b.token) : NULL;
+    b.embd = embd > 0 ? calloc((size_t)n * (size_t)embd, sizeof(float)) : NULL;
+    b.pos = calloc((size_t)n, sizeof *b.pos);
+    b.n_seq_id = calloc((size_t)n, sizeof *b.n_seq_id);
+    b.seq_id = calloc((size_t)n, sizeof *b.seq_id);
+    b.logits = calloc((size_t)n, sizeof *b.logits);
+    static llama_seq_id seq0 = 0;
+    for (int32_t i = 0; i < n; i++) b.n_seq_id[i] = 1, b.seq_id[i] = &seq0;
+    return b;
+}
+
+void llama_api_batch_free(struct llama_batch *b) {
+    free(b->token); free(b->embd); free(b->pos); free(b->n_seq_id); free(b->seq_id); free(b->logits);
+}
+
+int32_t llama_api_argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++) if (x[i] > x[best]) best = i;
+    return best;
+}

@@ -25,22 +25,13 @@
  * (the Markov-biased rows' argmaxes) equals kite's, and the confidence head's values within 1e-5
  * (observed 1.5e-7); control: the Markov head moves drafts off the unbiased argmax. (The functions of
  * llama.cpp's src/llama-ext.h are looked up by their mangled names, as in test_eagle3_llamacpp.) */
-#include <dlfcn.h>
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <cmocka.h>
 
-#include "llama_api.h"
-
-#include "engine/engine.h"
-#include "kite.h"
+#include "llama_compare.h"
 #include "spec/dflash.h"
 
 enum { MAX_PROMPT = 64, MAX_BLOCK = 16 };
@@ -56,31 +47,15 @@ static const char *const SHAPES[N_DRAFTERS] = {"dflash", "dflash-b8-causal", "df
 
 static int setup(void **state) {
     (void)state;
-    char why[512];
-    if (llama_api_open(&L, KITE_LLAMA_LIB_DIR, why, sizeof why)) {
-        fprintf(stderr, "%s\n", why);
-        return -1;
-    }
-    snprintf(g_dir, sizeof g_dir, "/tmp/kite-dflash-llamacpp-XXXXXX");
-    if (!mkdtemp(g_dir)) return -1;
+    if (compare_open(&L, "dflash", g_dir)) return -1;
     snprintf(g_target_path, sizeof g_target_path, "%s/target.gguf", g_dir);
-    char err[512];
+    const struct llama_model_params lmp = L.model_default_params();
     kite_random_model_params rp = {.shape = "tiny-l4", .type = "f32", .seed = 5};
-    if (kite_write_random_model(g_target_path, &rp, err, sizeof err)) { fprintf(stderr, "%s\n", err); return -1; }
-    kite_model_params mp = kite_model_default_params();
-    mp.n_threads = 1;
-    struct llama_model_params lmp = L.model_default_params();
-    lmp.n_gpu_layers = 0;
-    if (kite_model_open(&g_target, g_target_path, &mp, err, sizeof err)) { fprintf(stderr, "kite: %s\n", err); return -1; }
-    l_target = L.model_load(g_target_path, lmp);
-    if (!l_target) { fprintf(stderr, "llama.cpp could not load the random target\n"); return -1; }
+    if (compare_load(&L, g_target_path, &rp, lmp, &g_target, &l_target)) return -1;
     for (int d = 0; d < N_DRAFTERS; d++) {
         snprintf(g_drafter_path[d], sizeof g_drafter_path[d], "%s/drafter%d.gguf", g_dir, d);
         rp.shape = SHAPES[d], rp.target_path = g_target_path, rp.seed = 6 + (uint64_t)d;
-        if (kite_write_random_model(g_drafter_path[d], &rp, err, sizeof err)) { fprintf(stderr, "%s\n", err); return -1; }
-        if (kite_model_open(&g_drafter[d], g_drafter_path[d], &mp, err, sizeof err)) { fprintf(stderr, "kite: %s\n", err); return -1; }
-        l_drafter[d] = L.model_load(g_drafter_path[d], lmp);
-        if (!l_drafter[d]) { fprintf(stderr, "llama.cpp could not load the random DFlash drafter %s\n", SHAPES[d]); return -1; }
+        if (compare_load(&L, g_drafter_path[d], &rp, lmp, &g_drafter[d], &l_drafter[d])) return -1;
     }
     return 0;
 }
@@ -99,84 +74,87 @@ static int teardown(void **state) {
     return 0;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++) if (x[i] > x[best]) best = i;
-    return best;
-}
+/* How a drafter context returns its nextn embeddings (llama_set_embeddings_nextn's two flags). */
+typedef enum { NEXTN_OFF, NEXTN_UNMASKED, NEXTN_ON } nextn_mode;
 
-static struct llama_batch make_batch(int32_t n, int32_t embd) {
-    struct llama_batch b = {0};
-    b.n_tokens = n;
-    b.token = embd ? NULL : calloc((size_t)n, sizeof *b.token);
-    b.embd = embd ? calloc((size_t)n * (size_t)embd, sizeof(float)) : NULL;
-    b.pos = calloc((size_t)n, sizeof *b.pos);
-    b.n_seq_id = calloc((size_t)n, sizeof *b.n_seq_id);
-    b.seq_id = calloc((size_t)n, sizeof *b.seq_id);
-    b.logits = calloc((size_t)n, sizeof *b.logits);
-    static llama_seq_id seq0 = 0;
-    for (int32_t i = 0; i < n; i++) b.n_seq_id[i] = 1, b.seq_id[i] = &seq0;
-    return b;
-}
-
-static void free_batch(struct llama_batch *b) {
-    free(b->token); free(b->embd); free(b->pos); free(b->n_seq_id); free(b->seq_id); free(b->logits);
-}
-
-/* llama.cpp's greedy DFlash block: root (the target's greedy token after the prompt), the target
- * features ([N][n_ids * dim]), the drafted tokens ([B - 1]) and the block's logits ([B - 1][V]). */
-static void llama_draft(int d, const int32_t *prompt, int32_t N, int32_t *root, float *features, int32_t *drafted, float *logits) {
+/* llama.cpp's target and drafter d contexts as common/speculative.cpp's draft-dflash drives them, up to
+ * the block: the target decodes the prompt with the inputs of the drafter's layers extracted (root: its
+ * greedy token after the prompt); the drafter (causal attention as its shape says) decodes one embedding
+ * batch of the concatenated features at positions 0 .. N-1 (the KV injection; copied to features [N][F]
+ * when given), then the token batch [root, mask x (B-1)] at N .. N+B-1, with logits at every row when
+ * block_logits. The caller reads the drafter's outputs and frees both contexts. */
+static void llama_block(int d, const int32_t *prompt, int32_t N, nextn_mode nextn, bool block_logits, int32_t *root, float *features,
+                        struct llama_context **tgt_out, struct llama_context **dft_out) {
     const kite_dflash *h = g_drafter[d]->dflash;
-    const int32_t V = g_target->n_vocab, dim = g_target->weights.hp.dim, n_layer = g_target->weights.hp.n_layers;
-    const int32_t B = kite_dflash_block_size(h);
-    int32_t n_ids_k = 0;
-    const int32_t *kids = kite_dflash_target_layers(h, &n_ids_k);
+    const int32_t V = g_target->n_vocab, dim = g_target->weights.hp.dim, B = kite_dflash_block_size(h);
     const uint32_t n_ids = L.target_layer_ids_n(l_drafter[d]);
-    assert_int_equal(n_ids, n_ids_k);
     const int32_t *ids = L.target_layer_ids(l_drafter[d]);
-    for (uint32_t k = 0; k < n_ids; k++) assert_int_equal(ids[k], kids[k]);
-    struct llama_context_params cp = L.context_default_params();
-    cp.n_ctx = 256, cp.n_batch = 256, cp.n_ubatch = 256, cp.n_threads = 1, cp.n_threads_batch = 1;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.type_k = cp.type_v = GGML_TYPE_F32;
+    struct llama_context_params cp = llama_api_exact_context(&L);
     struct llama_context *tgt = L.init_from_model(l_target, cp);
     assert_non_null(tgt);
-    for (uint32_t k = 0; k < n_ids; k++) {
-        assert_true(ids[k] < n_layer);
-        L.set_layer_inp(tgt, (uint32_t)ids[k], true);
-    }
+    for (uint32_t k = 0; k < n_ids; k++) L.set_layer_inp(tgt, (uint32_t)ids[k], true);
     cp.ctx_other = tgt;
     struct llama_context *dft = L.init_from_model(l_drafter[d], cp);
     assert_non_null(dft);
-    bool causal = !strcmp(SHAPES[d] + strlen(SHAPES[d]) - 6, "causal");
-    L.set_causal_attn(dft, causal);
+    L.set_causal_attn(dft, strstr(SHAPES[d], "causal") != NULL);
+    if (nextn != NEXTN_OFF) L.set_nextn(dft, true, nextn == NEXTN_ON);
 
-    struct llama_batch b = make_batch(N, 0);
+    struct llama_batch b = llama_api_batch(N, true, 0);
     for (int32_t i = 0; i < N; i++) b.token[i] = prompt[i], b.pos[i] = i, b.logits[i] = i == N - 1;
     assert_int_equal(L.decode(tgt, b), 0);
-    *root = argmax(L.get_logits_ith(tgt, -1), V);
-    free_batch(&b);
+    *root = llama_api_argmax(L.get_logits_ith(tgt, -1), V);
+    llama_api_batch_free(&b);
     const int32_t F = (int32_t)n_ids * dim;
-    b = make_batch(N, F);
+    b = llama_api_batch(N, false, F);
     for (uint32_t k = 0; k < n_ids; k++) {
         const float *layer = L.get_layer_inp(tgt, (uint32_t)ids[k]);
         assert_non_null(layer);
         for (int32_t i = 0; i < N; i++)
             memcpy(b.embd + (size_t)i * F + (size_t)k * dim, layer + (size_t)i * dim, sizeof(float) * (size_t)dim);
     }
-    memcpy(features, b.embd, sizeof(float) * (size_t)N * (size_t)F);
+    if (features) memcpy(features, b.embd, sizeof(float) * (size_t)N * (size_t)F);
     for (int32_t i = 0; i < N; i++) b.pos[i] = i, b.logits[i] = 0;
     assert_int_equal(L.decode(dft, b), 0); /* the injection */
-    free_batch(&b);
-    b = make_batch(B, 0);
-    for (int32_t i = 0; i < B; i++) b.token[i] = i == 0 ? *root : kite_dflash_mask_token(h), b.pos[i] = N + i, b.logits[i] = 1;
+    llama_api_batch_free(&b);
+    b = llama_api_batch(B, true, 0);
+    for (int32_t i = 0; i < B; i++) b.token[i] = i == 0 ? *root : kite_dflash_mask_token(h), b.pos[i] = N + i, b.logits[i] = block_logits;
     assert_int_equal(L.decode(dft, b), 0);
+    llama_api_batch_free(&b);
+    *tgt_out = tgt, *dft_out = dft;
+}
+
+/* kite's session after the prompt, drafter d given as a plain draft model (recognised as DFlash) with
+ * budget n, and its greedy draft of n from root (n + 1 nodes, checked). */
+static kite_session *kite_block(int d, const int32_t *prompt, int32_t N, int32_t root, int32_t n, kite_draft_tree *t) {
+    kite_spec_params spec = kite_spec_default_params();
+    spec.drafter = KITE_DRAFT_MODEL, spec.draft_model = g_drafter[d], spec.budget = n, spec.tree_width = 1;
+    kite_session *s = compare_session(g_target, &spec, prompt, N);
+    compare_greedy_draft(s, root, n, t);
+    return s;
+}
+
+/* llama.cpp's greedy DFlash block: root (the target's greedy token after the prompt), the target
+ * features ([N][n_ids * dim]), the drafted tokens ([B - 1]) and the block's logits ([B - 1][V]);
+ * greedy drafts are the rows' argmaxes. */
+static void llama_draft(int d, const int32_t *prompt, int32_t N, int32_t *root, float *features, int32_t *drafted, float *logits) {
+    const kite_dflash *h = g_drafter[d]->dflash;
+    const int32_t V = g_target->n_vocab, n_layer = g_target->weights.hp.n_layers, B = kite_dflash_block_size(h);
+    int32_t n_ids_k = 0;
+    const int32_t *kids = kite_dflash_target_layers(h, &n_ids_k);
+    const uint32_t n_ids = L.target_layer_ids_n(l_drafter[d]);
+    assert_int_equal(n_ids, n_ids_k);
+    const int32_t *ids = L.target_layer_ids(l_drafter[d]);
+    for (uint32_t k = 0; k < n_ids; k++) {
+        assert_int_equal(ids[k], kids[k]);
+        assert_true(ids[k] < n_layer);
+    }
+    struct llama_context *tgt, *dft;
+    llama_block(d, prompt, N, NEXTN_OFF, true, root, features, &tgt, &dft);
     for (int32_t i = 1; i < B; i++) {
         const float *lg = L.get_logits_ith(dft, i);
         memcpy(logits + (size_t)(i - 1) * V, lg, sizeof(float) * (size_t)V);
-        drafted[i - 1] = argmax(lg, V);
+        drafted[i - 1] = llama_api_argmax(lg, V);
     }
-    free_batch(&b);
     L.free_ctx(dft);
     L.free_ctx(tgt);
 }
@@ -185,48 +163,20 @@ static void llama_draft(int d, const int32_t *prompt, int32_t N, int32_t *root, 
  * the block's logits [B - 1][V]. */
 static void kite_draft(int d, const int32_t *prompt, int32_t N, int32_t root, float *features, int32_t *drafted, float *logits) {
     const int32_t B = kite_dflash_block_size(g_drafter[d]->dflash);
-    char err[512];
-    kite_session_params sp = kite_session_default_params();
-    sp.n_ctx = 256, sp.n_threads = 1, sp.kv_type = KITE_KV_F32;
-    kite_session *s = NULL;
-    if (kite_session_open(&s, g_target, &sp, err, sizeof err)) fail_msg("%s", err);
-    kite_spec_params spec = kite_spec_default_params();
-    spec.drafter = KITE_DRAFT_MODEL, spec.draft_model = g_drafter[d], spec.budget = B - 1, spec.tree_width = 1; /* recognised */
-    if (kite_session_set_spec(s, &spec, err, sizeof err)) fail_msg("%s", err);
-    assert_int_equal(s->spec.params.drafter, KITE_DRAFT_DFLASH);
-    if (kite_prompt(s, prompt, (size_t)N, err, sizeof err)) fail_msg("%s", err);
+    kite_draft_tree t;
+    kite_session *s = kite_block(d, prompt, N, root, B - 1, &t);
+    assert_int_equal(s->spec.params.drafter, KITE_DRAFT_DFLASH); /* recognised */
     if (features) {
         assert_int_equal(s->features.pos0, 0);
         assert_int_equal(s->features.n, N);
         memcpy(features, s->features.rows, sizeof(float) * (size_t)N * (size_t)s->features.width);
     }
-    kite_gen_params gp = kite_gen_default_params();
-    gp.temperature = 0.0f;
-    kite_draft_tree t;
-    kite_error e = {0};
-    if (kite_spec_draft(&s->spec, s, root, B - 1, &gp, &t, &e)) fail_msg("%s", e.msg);
-    assert_int_equal(t.n, B);
-    for (int32_t j = 1; j < B; j++) {
-        assert_int_equal(t.parent[j], j - 1);
-        drafted[j - 1] = t.token[j];
-    }
+    compare_chain(&t, B - 1, drafted);
     int32_t rows = 0;
     const float *lg = kite_dflash_last_logits(s->spec.dflash, &rows);
     assert_int_equal(rows, B);
     memcpy(logits, lg, sizeof(float) * (size_t)(B - 1) * (size_t)g_target->n_vocab);
     kite_session_free(s);
-}
-
-static float max_abs_diff(const float *a, const float *b, size_t n, float *spread) {
-    float dd = 0, lo = INFINITY, hi = -INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        float x = fabsf(a[i] - b[i]);
-        if (x > dd) dd = x;
-        if (b[i] < lo) lo = b[i];
-        if (b[i] > hi) hi = b[i];
-    }
-    *spread = hi - lo;
-    return dd;
 }
 
 static void test_blocks_match_llamacpp(void **state) {
@@ -247,11 +197,11 @@ static void test_blocks_match_llamacpp(void **state) {
             int32_t root, dl[MAX_BLOCK], dk[MAX_BLOCK];
             llama_draft(d, prompt, N, &root, fl, dl, ll);
             kite_draft(d, prompt, N, root, fk, dk, lk);
-            float spread, fd = max_abs_diff(fk, fl, (size_t)N * (size_t)n_ids * (size_t)dim, &spread);
+            float spread, fd = compare_max_abs_diff(fk, fl, (size_t)N * (size_t)n_ids * (size_t)dim, &spread);
             if (fd > worst_f) worst_f = fd;
             if (fd > FEATURE_BOUND) fail_msg("%s, prompt of %d: target features differ by %g from llama.cpp's", SHAPES[d], N, (double)fd);
             for (int32_t i = 0; i < B - 1; i++) {
-                float dd = max_abs_diff(lk + (size_t)i * V, ll + (size_t)i * V, (size_t)V, &spread);
+                float dd = compare_max_abs_diff(lk + (size_t)i * V, ll + (size_t)i * V, (size_t)V, &spread);
                 if (dd > worst) worst = dd;
                 if (dd > LOGIT_BOUND)
                     fail_msg("%s, prompt of %d: block row %d logits differ by %g (spread %g) from llama.cpp's", SHAPES[d], N, i + 1,
@@ -261,7 +211,7 @@ static void test_blocks_match_llamacpp(void **state) {
             if (c == 1) { /* negative control: another root */
                 int32_t other[MAX_BLOCK];
                 kite_draft(d, prompt, N, (root + 1) % V, NULL, other, lk);
-                float dd = max_abs_diff(lk, ll, (size_t)V, &spread);
+                float dd = compare_max_abs_diff(lk, ll, (size_t)V, &spread);
                 if (!(dd > LOGIT_BOUND)) fail_msg("negative control: another root's logits within %g of llama.cpp's", (double)dd);
             }
         }
@@ -279,52 +229,21 @@ static void test_blocks_match_llamacpp(void **state) {
  * the best-scored successor of the previous choice. lattice: [B][n_embd]; drafted: [B - 1]. */
 static void llama_draft2(int d, const int32_t *prompt, int32_t N, int32_t *root, float *lattice, int32_t *drafted) {
     const kite_dflash *h = g_drafter[d]->dflash;
-    const int32_t V = g_target->n_vocab, dim = g_target->weights.hp.dim;
+    const int32_t dim = g_target->weights.hp.dim;
     const int32_t B = kite_dflash_block_size(h), K = L.dflash_selector_top_k(l_drafter[d]);
     assert_int_equal(K, kite_dflash_selector_top_k(h));
-    const uint32_t n_ids = L.target_layer_ids_n(l_drafter[d]);
-    const int32_t *ids = L.target_layer_ids(l_drafter[d]);
-    struct llama_context_params cp = L.context_default_params();
-    cp.n_ctx = 256, cp.n_batch = 256, cp.n_ubatch = 256, cp.n_threads = 1, cp.n_threads_batch = 1;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.type_k = cp.type_v = GGML_TYPE_F32;
-    struct llama_context *tgt = L.init_from_model(l_target, cp);
-    assert_non_null(tgt);
-    for (uint32_t k = 0; k < n_ids; k++) L.set_layer_inp(tgt, (uint32_t)ids[k], true);
-    cp.ctx_other = tgt;
-    struct llama_context *dft = L.init_from_model(l_drafter[d], cp);
-    assert_non_null(dft);
-    L.set_causal_attn(dft, strstr(SHAPES[d], "causal") != NULL);
-    L.set_nextn(dft, true, false); /* DFlash-2 reads its lattice, never the raw logits */
-
-    struct llama_batch b = make_batch(N, 0);
-    for (int32_t i = 0; i < N; i++) b.token[i] = prompt[i], b.pos[i] = i, b.logits[i] = i == N - 1;
-    assert_int_equal(L.decode(tgt, b), 0);
-    *root = argmax(L.get_logits_ith(tgt, -1), V);
-    free_batch(&b);
-    const int32_t F = (int32_t)n_ids * dim;
-    b = make_batch(N, F);
-    for (uint32_t k = 0; k < n_ids; k++) {
-        const float *layer = L.get_layer_inp(tgt, (uint32_t)ids[k]);
-        for (int32_t i = 0; i < N; i++)
-            memcpy(b.embd + (size_t)i * F + (size_t)k * dim, layer + (size_t)i * dim, sizeof(float) * (size_t)dim);
-    }
-    for (int32_t i = 0; i < N; i++) b.pos[i] = i, b.logits[i] = 0;
-    assert_int_equal(L.decode(dft, b), 0);
-    free_batch(&b);
-    b = make_batch(B, 0);
-    for (int32_t i = 0; i < B; i++) b.token[i] = i == 0 ? *root : kite_dflash_mask_token(h), b.pos[i] = N + i, b.logits[i] = 0;
-    assert_int_equal(L.decode(dft, b), 0);
+    struct llama_context *tgt, *dft;
+    /* DFlash-2 reads its lattice, never the raw logits */
+    llama_block(d, prompt, N, NEXTN_UNMASKED, false, root, NULL, &tgt, &dft);
     const float *lat = L.get_nextn(dft);
     assert_non_null(lat);
     memcpy(lattice, lat, sizeof(float) * (size_t)B * (size_t)dim);
     int32_t pred = 0; /* common_speculative_impl_draft_dflash::draft's walk */
     for (int32_t i = 1; i < B; i++) {
         const float *row = lattice + (size_t)i * dim, *scores = row + K + (size_t)pred * K;
-        pred = argmax(scores, K);
+        pred = llama_api_argmax(scores, K);
         drafted[i - 1] = (int32_t)row[pred];
     }
-    free_batch(&b);
     L.free_ctx(dft);
     L.free_ctx(tgt);
 }
@@ -334,25 +253,9 @@ static float *g_last_logits; /* kite's last DFlash-2 block logits [B - 1][V] */
 /* kite's greedy chain of B - 1 and its lattice ([B][K][K]) and candidates ([B][K]). */
 static void kite_draft2(int d, const int32_t *prompt, int32_t N, int32_t root, int32_t *drafted, float *lattice, int32_t *cand) {
     const int32_t B = kite_dflash_block_size(g_drafter[d]->dflash);
-    char err[512];
-    kite_session_params sp = kite_session_default_params();
-    sp.n_ctx = 256, sp.n_threads = 1, sp.kv_type = KITE_KV_F32;
-    kite_session *s = NULL;
-    if (kite_session_open(&s, g_target, &sp, err, sizeof err)) fail_msg("%s", err);
-    kite_spec_params spec = kite_spec_default_params();
-    spec.drafter = KITE_DRAFT_MODEL, spec.draft_model = g_drafter[d], spec.budget = B - 1, spec.tree_width = 1;
-    if (kite_session_set_spec(s, &spec, err, sizeof err)) fail_msg("%s", err);
-    if (kite_prompt(s, prompt, (size_t)N, err, sizeof err)) fail_msg("%s", err);
-    kite_gen_params gp = kite_gen_default_params();
-    gp.temperature = 0.0f;
     kite_draft_tree t;
-    kite_error e = {0};
-    if (kite_spec_draft(&s->spec, s, root, B - 1, &gp, &t, &e)) fail_msg("%s", e.msg);
-    assert_int_equal(t.n, B);
-    for (int32_t j = 1; j < B; j++) {
-        assert_int_equal(t.parent[j], j - 1);
-        drafted[j - 1] = t.token[j];
-    }
+    kite_session *s = kite_block(d, prompt, N, root, B - 1, &t);
+    compare_chain(&t, B - 1, drafted);
     const int32_t *c = NULL;
     int32_t rows = 0, K = 0;
     const float *lat = kite_dflash_last_lattice(s->spec.dflash, &c, &rows, &K);
@@ -425,7 +328,7 @@ static void test_dflash2_matches_llamacpp(void **state) {
                     float x = fabsf(row[K + jl] - g_last_logits[(size_t)(i - 1) * g_target->n_vocab + (int32_t)row[jl]]);
                     if (x > pair) pair = x;
                 }
-                if (dl[i - 1] != argmax(g_last_logits + (size_t)(i - 1) * g_target->n_vocab, g_target->n_vocab)) off_argmax++;
+                if (dl[i - 1] != llama_api_argmax(g_last_logits + (size_t)(i - 1) * g_target->n_vocab, g_target->n_vocab)) off_argmax++;
             }
             for (int32_t i = 1; i < B; i++)
                 for (int32_t q = 0; q < K + K * K; q++) {
@@ -464,46 +367,15 @@ static int32_t llama_draft_dspark(int d, const int32_t *prompt, int32_t N, int32
     const kite_dflash *h = g_drafter[d]->dflash;
     const int32_t V = g_target->n_vocab, dim = g_target->weights.hp.dim, B = kite_dflash_block_size(h);
     const bool anchor = kite_dflash_from_anchor(h);
-    const uint32_t n_ids = L.target_layer_ids_n(l_drafter[d]);
-    const int32_t *ids = L.target_layer_ids(l_drafter[d]);
-    struct llama_context_params cp = L.context_default_params();
-    cp.n_ctx = 256, cp.n_batch = 256, cp.n_ubatch = 256, cp.n_threads = 1, cp.n_threads_batch = 1;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.type_k = cp.type_v = GGML_TYPE_F32;
-    struct llama_context *tgt = L.init_from_model(l_target, cp);
-    assert_non_null(tgt);
-    for (uint32_t k = 0; k < n_ids; k++) L.set_layer_inp(tgt, (uint32_t)ids[k], true);
-    cp.ctx_other = tgt;
-    struct llama_context *dft = L.init_from_model(l_drafter[d], cp);
-    assert_non_null(dft);
-    L.set_causal_attn(dft, strstr(SHAPES[d], "causal") != NULL);
-    L.set_nextn(dft, true, true);
-    struct llama_batch b = make_batch(N, 0);
-    for (int32_t i = 0; i < N; i++) b.token[i] = prompt[i], b.pos[i] = i, b.logits[i] = i == N - 1;
-    assert_int_equal(L.decode(tgt, b), 0);
-    *root = argmax(L.get_logits_ith(tgt, -1), V);
-    free_batch(&b);
-    const int32_t F = (int32_t)n_ids * dim;
-    b = make_batch(N, F);
-    for (uint32_t k = 0; k < n_ids; k++) {
-        const float *layer = L.get_layer_inp(tgt, (uint32_t)ids[k]);
-        for (int32_t i = 0; i < N; i++)
-            memcpy(b.embd + (size_t)i * F + (size_t)k * dim, layer + (size_t)i * dim, sizeof(float) * (size_t)dim);
-    }
-    for (int32_t i = 0; i < N; i++) b.pos[i] = i, b.logits[i] = 0;
-    assert_int_equal(L.decode(dft, b), 0);
-    free_batch(&b);
-    b = make_batch(B, 0);
-    for (int32_t i = 0; i < B; i++) b.token[i] = i == 0 ? *root : kite_dflash_mask_token(h), b.pos[i] = N + i, b.logits[i] = 1;
-    assert_int_equal(L.decode(dft, b), 0);
+    struct llama_context *tgt, *dft;
+    llama_block(d, prompt, N, NEXTN_ON, true, root, NULL, &tgt, &dft);
     const float *nextn = L.get_nextn(dft);
     assert_non_null(nextn);
     int32_t n = 0;
     for (int32_t i = anchor ? 0 : 1; i < B; i++, n++) {
-        drafted[n] = argmax(L.get_logits_ith(dft, i), V);
+        drafted[n] = llama_api_argmax(L.get_logits_ith(dft, i), V);
         conf[n] = nextn[(size_t)i * dim];
     }
-    free_batch(&b);
     L.free_ctx(dft);
     L.free_ctx(tgt);
     return n;
@@ -525,21 +397,8 @@ static void test_dspark_matches_llamacpp(void **state) {
             int32_t root, dl[MAX_BLOCK];
             float cl[MAX_BLOCK];
             assert_int_equal(llama_draft_dspark(d, prompt, N, &root, dl, cl), n_draft);
-            char err[512];
-            kite_session_params sp = kite_session_default_params();
-            sp.n_ctx = 256, sp.n_threads = 1, sp.kv_type = KITE_KV_F32;
-            kite_session *s = NULL;
-            if (kite_session_open(&s, g_target, &sp, err, sizeof err)) fail_msg("%s", err);
-            kite_spec_params spec = kite_spec_default_params();
-            spec.drafter = KITE_DRAFT_MODEL, spec.draft_model = g_drafter[d], spec.budget = n_draft, spec.tree_width = 1;
-            if (kite_session_set_spec(s, &spec, err, sizeof err)) fail_msg("%s", err);
-            if (kite_prompt(s, prompt, (size_t)N, err, sizeof err)) fail_msg("%s", err);
-            kite_gen_params gp = kite_gen_default_params();
-            gp.temperature = 0.0f;
             kite_draft_tree t;
-            kite_error e = {0};
-            if (kite_spec_draft(&s->spec, s, root, n_draft, &gp, &t, &e)) fail_msg("%s", e.msg);
-            assert_int_equal(t.n, n_draft + 1);
+            kite_session *s = kite_block(d, prompt, N, root, n_draft, &t);
             const float *ck = kite_dflash_last_confidence(s->spec.dflash);
             int32_t rows = 0;
             const float *lg = kite_dflash_last_logits(s->spec.dflash, &rows);
@@ -548,7 +407,7 @@ static void test_dspark_matches_llamacpp(void **state) {
                 float x = fabsf(ck[j] - cl[j]);
                 if (x > worst) worst = x;
                 if (x > CONF_BOUND) fail_msg("%s, prompt of %d: confidence %d kite %g, llama.cpp %g", SHAPES[d], N, j, (double)ck[j], (double)cl[j]);
-                if (argmax(lg + (size_t)j * g_target->n_vocab, g_target->n_vocab) != dl[j]) off_argmax++;
+                if (llama_api_argmax(lg + (size_t)j * g_target->n_vocab, g_target->n_vocab) != dl[j]) off_argmax++;
             }
             kite_session_free(s);
         }

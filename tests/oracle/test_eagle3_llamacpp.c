@@ -13,27 +13,13 @@
  * difference is 1.7e-4). Negative control: kite's logits of the first step drafted from another root are outside
  * the bound. (The functions of llama.cpp's src/llama-ext.h are C++ declarations: looked up by their
  * mangled names, whose signatures are plain C types.) */
-#include <dlfcn.h>
-#include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <cmocka.h>
 
-#include "llama_api.h"
-
-#include "engine/engine.h"
-#include "kite.h"
+#include "llama_compare.h"
 #include "spec/eagle3.h"
-
-#ifndef KITE_LLAMA_LIB_DIR
-#error "KITE_LLAMA_LIB_DIR must name node-llama-cpp's prebuilt library folder"
-#endif
 
 enum { N_DRAFT = 8, MAX_PROMPT = 64 };
 static const float BOUND = 2e-5f;
@@ -45,32 +31,14 @@ static struct llama_model *l_target, *l_head;
 
 static int setup(void **state) {
     (void)state;
-    char why[512];
-    if (llama_api_open(&L, KITE_LLAMA_LIB_DIR, why, sizeof why)) {
-        fprintf(stderr, "%s\n", why);
-        return -1;
-    }
-    snprintf(g_dir, sizeof g_dir, "/tmp/kite-eagle3-llamacpp-XXXXXX");
-    if (!mkdtemp(g_dir)) return -1;
+    if (compare_open(&L, "eagle3", g_dir)) return -1;
     snprintf(g_target_path, sizeof g_target_path, "%s/target.gguf", g_dir);
     snprintf(g_head_path, sizeof g_head_path, "%s/head.gguf", g_dir);
-    char err[512];
+    const struct llama_model_params lmp = L.model_default_params();
     kite_random_model_params rp = {.shape = "tiny-l4", .type = "f32", .seed = 5};
-    if (kite_write_random_model(g_target_path, &rp, err, sizeof err)) { fprintf(stderr, "%s\n", err); return -1; }
+    if (compare_load(&L, g_target_path, &rp, lmp, &g_target, &l_target)) return -1;
     rp.shape = "eagle3", rp.target_path = g_target_path, rp.seed = 6;
-    if (kite_write_random_model(g_head_path, &rp, err, sizeof err)) { fprintf(stderr, "%s\n", err); return -1; }
-    kite_model_params mp = kite_model_default_params();
-    mp.n_threads = 1;
-    if (kite_model_open(&g_target, g_target_path, &mp, err, sizeof err) || kite_model_open(&g_head, g_head_path, &mp, err, sizeof err)) {
-        fprintf(stderr, "kite: %s\n", err);
-        return -1;
-    }
-    struct llama_model_params lmp = L.model_default_params();
-    lmp.n_gpu_layers = 0;
-    l_target = L.model_load(g_target_path, lmp);
-    l_head = L.model_load(g_head_path, lmp);
-    if (!l_target || !l_head) { fprintf(stderr, "llama.cpp could not load the random target or head\n"); return -1; }
-    return 0;
+    return compare_load(&L, g_head_path, &rp, lmp, &g_head, &l_head);
 }
 
 static int teardown(void **state) {
@@ -85,42 +53,14 @@ static int teardown(void **state) {
     return 0;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++) if (x[i] > x[best]) best = i;
-    return best;
-}
-
-static struct llama_batch make_batch(int32_t n, int32_t embd) {
-    struct llama_batch b = {0};
-    b.n_tokens = n;
-    b.token = calloc((size_t)n, sizeof *b.token);
-    b.embd = embd ? calloc((size_t)n * (size_t)embd, sizeof(float)) : NULL;
-    b.pos = calloc((size_t)n, sizeof *b.pos);
-    b.n_seq_id = calloc((size_t)n, sizeof *b.n_seq_id);
-    b.seq_id = calloc((size_t)n, sizeof *b.seq_id);
-    b.logits = calloc((size_t)n, sizeof *b.logits);
-    static llama_seq_id seq0 = 0;
-    for (int32_t i = 0; i < n; i++) b.n_seq_id[i] = 1, b.seq_id[i] = &seq0;
-    return b;
-}
-
-static void free_batch(struct llama_batch *b) {
-    free(b->token); free(b->embd); free(b->pos); free(b->n_seq_id); free(b->seq_id); free(b->logits);
-}
-
 /* llama.cpp's greedy EAGLE-3 chain: root (the target's greedy token after the prompt), the drafted
  * tokens, and the head's logits at each step ([N_DRAFT][V]). */
 static void llama_draft(const int32_t *prompt, int32_t N, int32_t *root, int32_t *drafted, float *logits) {
     const int32_t V = g_target->n_vocab, dim = g_target->weights.hp.dim, n_layer = g_target->weights.hp.n_layers;
     assert_int_equal(L.target_layer_ids_n(l_head), 3);
     const int32_t *ids = L.target_layer_ids(l_head);
-    struct llama_context_params cp = L.context_default_params();
-    cp.n_ctx = 256, cp.n_batch = 256, cp.n_ubatch = 256, cp.n_threads = 1, cp.n_threads_batch = 1;
-    /* f32 caches on both sides (kite keeps the head's in f32; an f16 cache has llama.cpp round the
-     * queries to f16, ~1e-3 of the features); flash attention (on by default on CPU) rounds them too. */
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.type_k = cp.type_v = GGML_TYPE_F32;
+    /* f32 caches on both sides (kite keeps the head's in f32) */
+    struct llama_context_params cp = llama_api_exact_context(&L);
     struct llama_context *tgt = L.init_from_model(l_target, cp);
     assert_non_null(tgt);
     for (int k = 0; k < 3; k++) {
@@ -132,10 +72,10 @@ static void llama_draft(const int32_t *prompt, int32_t N, int32_t *root, int32_t
     assert_non_null(dft);
     L.set_nextn(dft, true, true);
 
-    struct llama_batch b = make_batch(N, 0);
+    struct llama_batch b = llama_api_batch(N, true, 0);
     for (int32_t i = 0; i < N; i++) b.token[i] = prompt[i], b.pos[i] = i, b.logits[i] = i == N - 1;
     assert_int_equal(L.decode(tgt, b), 0);
-    *root = argmax(L.get_logits_ith(tgt, -1), V);
+    *root = llama_api_argmax(L.get_logits_ith(tgt, -1), V);
     float *features = malloc(sizeof(float) * (size_t)N * 3 * (size_t)dim);
     for (int k = 0; k < 3; k++) {
         const float *layer = ids[k] < n_layer ? L.get_layer_inp(tgt, (uint32_t)ids[k]) : L.get_nextn(tgt);
@@ -143,7 +83,7 @@ static void llama_draft(const int32_t *prompt, int32_t N, int32_t *root, int32_t
         for (int32_t i = 0; i < N; i++)
             memcpy(features + ((size_t)i * 3 + (size_t)k) * dim, layer + (size_t)i * dim, sizeof(float) * (size_t)dim);
     }
-    free_batch(&b);
+    llama_api_batch_free(&b);
     struct llama_batch enc = {0};
     enc.n_tokens = N;
     enc.embd = features;
@@ -152,26 +92,26 @@ static void llama_draft(const int32_t *prompt, int32_t N, int32_t *root, int32_t
     float *g = malloc(sizeof(float) * (size_t)N * (size_t)hd);
     memcpy(g, L.get_nextn(dft), sizeof(float) * (size_t)N * (size_t)hd);
     if (N > 1) {
-        b = make_batch(N - 1, hd);
+        b = llama_api_batch(N - 1, true, hd);
         for (int32_t p = 0; p < N - 1; p++) {
             b.token[p] = prompt[p + 1], b.pos[p] = p, b.logits[p] = 0;
             memcpy(b.embd + (size_t)p * hd, g + (size_t)p * hd, sizeof(float) * (size_t)hd);
         }
         assert_int_equal(L.decode(dft, b), 0);
-        free_batch(&b);
+        llama_api_batch_free(&b);
     }
-    b = make_batch(1, hd);
+    b = llama_api_batch(1, true, hd);
     b.token[0] = *root, b.pos[0] = N - 1, b.logits[0] = 1;
     memcpy(b.embd, g + (size_t)(N - 1) * hd, sizeof(float) * (size_t)hd);
     for (int step = 0; step < N_DRAFT; step++) {
         assert_int_equal(L.decode(dft, b), 0);
         const float *lg = L.get_logits_ith(dft, 0);
         memcpy(logits + (size_t)step * V, lg, sizeof(float) * (size_t)V);
-        drafted[step] = argmax(lg, V);
+        drafted[step] = llama_api_argmax(lg, V);
         b.token[0] = drafted[step], b.pos[0] = N + step;
         memcpy(b.embd, L.get_nextn_ith(dft, 0), sizeof(float) * (size_t)hd);
     }
-    free_batch(&b);
+    llama_api_batch_free(&b);
     free(g);
     free(features);
     L.free_ctx(dft);
@@ -180,39 +120,14 @@ static void llama_draft(const int32_t *prompt, int32_t N, int32_t *root, int32_t
 
 /* kite's greedy chain from the same prompt and root; logits [N_DRAFT][V]. */
 static void kite_draft(const int32_t *prompt, int32_t N, int32_t root, int32_t *drafted, float *logits) {
-    char err[512];
-    kite_session_params sp = kite_session_default_params();
-    sp.n_ctx = 256, sp.n_threads = 1, sp.kv_type = KITE_KV_F32;
-    kite_session *s = NULL;
-    if (kite_session_open(&s, g_target, &sp, err, sizeof err)) fail_msg("%s", err);
     kite_spec_params spec = kite_spec_default_params();
     spec.drafter = KITE_DRAFT_EAGLE3, spec.draft_model = g_head, spec.budget = N_DRAFT, spec.tree_width = 1;
-    if (kite_session_set_spec(s, &spec, err, sizeof err)) fail_msg("%s", err);
-    if (kite_prompt(s, prompt, (size_t)N, err, sizeof err)) fail_msg("%s", err);
-    kite_gen_params gp = kite_gen_default_params();
-    gp.temperature = 0.0f;
+    kite_session *s = compare_session(g_target, &spec, prompt, N);
     kite_draft_tree t;
-    kite_error e = {0};
-    if (kite_spec_draft(&s->spec, s, root, N_DRAFT, &gp, &t, &e)) fail_msg("%s", e.msg);
-    assert_int_equal(t.n, N_DRAFT + 1);
-    for (int32_t j = 1; j <= N_DRAFT; j++) {
-        assert_int_equal(t.parent[j], j - 1);
-        drafted[j - 1] = t.token[j];
-    }
+    compare_greedy_draft(s, root, N_DRAFT, &t);
+    compare_chain(&t, N_DRAFT, drafted);
     memcpy(logits, s->spec.draft_logits, sizeof(float) * (size_t)N_DRAFT * (size_t)g_target->n_vocab);
     kite_session_free(s);
-}
-
-static float max_abs_diff(const float *a, const float *b, int32_t n, float *spread) {
-    float d = 0, lo = INFINITY, hi = -INFINITY;
-    for (int32_t i = 0; i < n; i++) {
-        float x = fabsf(a[i] - b[i]);
-        if (x > d) d = x;
-        if (b[i] < lo) lo = b[i];
-        if (b[i] > hi) hi = b[i];
-    }
-    *spread = hi - lo;
-    return d;
 }
 
 static void test_drafts_match_llamacpp(void **state) {
@@ -229,7 +144,7 @@ static void test_drafts_match_llamacpp(void **state) {
         llama_draft(prompt, N, &root, dl, ll);
         kite_draft(prompt, N, root, dk, lk);
         for (int step = 0; step < N_DRAFT; step++) {
-            float spread, d = max_abs_diff(lk + (size_t)step * V, ll + (size_t)step * V, V, &spread);
+            float spread, d = compare_max_abs_diff(lk + (size_t)step * V, ll + (size_t)step * V, (size_t)V, &spread);
             if (d > worst) worst = d;
             if (d > BOUND)
                 fail_msg("prompt of %d: step %d logits differ by %g (spread %g) from llama.cpp's", N, step, (double)d, (double)spread);
@@ -238,7 +153,7 @@ static void test_drafts_match_llamacpp(void **state) {
         if (c == 1) { /* negative control: another root */
             int32_t other[N_DRAFT];
             kite_draft(prompt, N, (root + 1) % V, other, lk);
-            float spread, d = max_abs_diff(lk, ll, V, &spread);
+            float spread, d = compare_max_abs_diff(lk, ll, (size_t)V, &spread);
             if (!(d > BOUND)) fail_msg("negative control: another root's logits within %g of llama.cpp's", (double)d);
         }
     }

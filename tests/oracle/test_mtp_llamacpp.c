@@ -12,20 +12,12 @@
  * the head over the same rows without row 0 (x[0], zeros) is far outside the bound (0.01-0.4). (The functions of
  * llama.cpp's src/llama-ext.h are looked up by their mangled names, as in test_dflash_llamacpp.) */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <cmocka.h>
 
-#include "llama_api.h"
-
-#include "engine/engine.h"
-#include "kite.h"
+#include "llama_compare.h"
 #include "spec/mtp.h"
 #include "spec/spec.h"
 
@@ -39,26 +31,12 @@ static struct llama_model *l_model;
 
 static int setup(void **state) {
     (void)state;
-    char why[512];
-    if (llama_api_open(&L, KITE_LLAMA_LIB_DIR, why, sizeof why)) {
-        fprintf(stderr, "%s\n", why);
-        return -1;
-    }
-    snprintf(g_dir, sizeof g_dir, "/tmp/kite-mtp-llamacpp-XXXXXX");
-    if (!mkdtemp(g_dir)) return -1;
+    if (compare_open(&L, "mtp", g_dir)) return -1;
     snprintf(g_path, sizeof g_path, "%s/mtp.gguf", g_dir);
-    char err[512];
-    kite_random_model_params rp = {.shape = "tiny-qwen35-mtp", .type = "f32", .seed = 5};
-    if (kite_write_random_model(g_path, &rp, err, sizeof err)) { fprintf(stderr, "%s\n", err); return -1; }
-    kite_model_params mp = kite_model_default_params();
-    mp.n_threads = 1;
-    if (kite_model_open(&g_model, g_path, &mp, err, sizeof err)) { fprintf(stderr, "kite: %s\n", err); return -1; }
     struct llama_model_params lmp = L.model_default_params();
-    lmp.n_gpu_layers = 0;
     lmp.load_mtp = true;
-    l_model = L.model_load(g_path, lmp);
-    if (!l_model) { fprintf(stderr, "llama.cpp could not load the random MTP model\n"); return -1; }
-    return 0;
+    const kite_random_model_params rp = {.shape = "tiny-qwen35-mtp", .type = "f32", .seed = 5};
+    return compare_load(&L, g_path, &rp, lmp, &g_model, &l_model);
 }
 
 static int teardown(void **state) {
@@ -70,39 +48,12 @@ static int teardown(void **state) {
     return 0;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++) if (x[i] > x[best]) best = i;
-    return best;
-}
-
-static struct llama_batch make_batch(int32_t n, int32_t embd) {
-    struct llama_batch b = {0};
-    b.n_tokens = n;
-    b.token = calloc((size_t)n, sizeof *b.token);
-    b.embd = embd ? calloc((size_t)n * (size_t)embd, sizeof(float)) : NULL;
-    b.pos = calloc((size_t)n, sizeof *b.pos);
-    b.n_seq_id = calloc((size_t)n, sizeof *b.n_seq_id);
-    b.seq_id = calloc((size_t)n, sizeof *b.seq_id);
-    b.logits = calloc((size_t)n, sizeof *b.logits);
-    static llama_seq_id seq0 = 0;
-    for (int32_t i = 0; i < n; i++) b.n_seq_id[i] = 1, b.seq_id[i] = &seq0;
-    return b;
-}
-
-static void free_batch(struct llama_batch *b) {
-    free(b->token); free(b->embd); free(b->pos); free(b->n_seq_id); free(b->seq_id); free(b->logits);
-}
-
 /* llama.cpp's greedy MTP chain of DEPTH after the prompt; root: the target's greedy token; logits0: the
  * first step's logits [V]. */
 static float *g_h; /* llama.cpp's target h_nextn of the last prompt [N][D] */
 static void llama_draft(const int32_t *prompt, int32_t N, int32_t *root, int32_t *drafted, float *logits0) {
     const int32_t V = g_model->n_vocab, D = g_model->weights.hp.dim;
-    struct llama_context_params cp = L.context_default_params();
-    cp.n_ctx = 256, cp.n_batch = 256, cp.n_ubatch = 256, cp.n_threads = 1, cp.n_threads_batch = 1;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.type_k = cp.type_v = GGML_TYPE_F32;
+    struct llama_context_params cp = llama_api_exact_context(&L);
     struct llama_context *tgt = L.init_from_model(l_model, cp);
     assert_non_null(tgt);
     cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
@@ -112,24 +63,24 @@ static void llama_draft(const int32_t *prompt, int32_t N, int32_t *root, int32_t
     L.set_nextn(tgt, true, false);
     L.set_nextn(dft, true, true);
 
-    struct llama_batch b = make_batch(N, 0);
+    struct llama_batch b = llama_api_batch(N, true, 0);
     for (int32_t i = 0; i < N; i++) b.token[i] = prompt[i], b.pos[i] = i, b.logits[i] = 1;
     assert_int_equal(L.decode(tgt, b), 0);
-    *root = argmax(L.get_logits_ith(tgt, N - 1), V);
-    free_batch(&b);
+    *root = llama_api_argmax(L.get_logits_ith(tgt, N - 1), V);
+    llama_api_batch_free(&b);
     const float *h = L.get_nextn(tgt);
     assert_non_null(h);
     free(g_h);
     g_h = malloc(sizeof(float) * (size_t)N * (size_t)D);
     memcpy(g_h, h, sizeof(float) * (size_t)N * (size_t)D);
-    b = make_batch(N, D); /* the catch-up: row k takes h of row k - 1 (zeros for row 0) */
+    b = llama_api_batch(N, true, D); /* the catch-up: row k takes h of row k - 1 (zeros for row 0) */
     for (int32_t i = 0; i < N; i++) b.token[i] = prompt[i], b.pos[i] = i, b.logits[i] = 0;
     memcpy(b.embd + D, h, sizeof(float) * (size_t)(N - 1) * (size_t)D);
     float *last_h = malloc(sizeof(float) * (size_t)D);
     memcpy(last_h, h + (size_t)(N - 1) * D, sizeof(float) * (size_t)D);
     assert_int_equal(L.decode(dft, b), 0);
-    free_batch(&b);
-    b = make_batch(1, D);
+    llama_api_batch_free(&b);
+    b = llama_api_batch(1, true, D);
     int32_t tok = *root;
     for (int32_t d = 0; d < DEPTH; d++) {
         b.token[0] = tok, b.pos[0] = N + d, b.logits[0] = 1;
@@ -137,10 +88,10 @@ static void llama_draft(const int32_t *prompt, int32_t N, int32_t *root, int32_t
         assert_int_equal(L.decode(dft, b), 0);
         const float *lg = L.get_logits_ith(dft, 0);
         if (d == 0) memcpy(logits0, lg, sizeof(float) * (size_t)V);
-        drafted[d] = tok = argmax(lg, V);
+        drafted[d] = tok = llama_api_argmax(lg, V);
         memcpy(last_h, L.get_nextn_ith(dft, 0), sizeof(float) * (size_t)D);
     }
-    free_batch(&b);
+    llama_api_batch_free(&b);
     free(last_h);
     L.free_ctx(dft);
     L.free_ctx(tgt);
@@ -148,25 +99,12 @@ static void llama_draft(const int32_t *prompt, int32_t N, int32_t *root, int32_t
 
 /* kite's greedy chain of DEPTH from the same prompt and root; logits0: the first step's logits [V]. */
 static void kite_draft(const int32_t *prompt, int32_t N, int32_t root, int32_t *drafted, float *logits0) {
-    char err[512];
-    kite_session_params sp = kite_session_default_params();
-    sp.n_ctx = 256, sp.n_threads = 1, sp.kv_type = KITE_KV_F32;
-    kite_session *s = NULL;
-    if (kite_session_open(&s, g_model, &sp, err, sizeof err)) fail_msg("%s", err);
     kite_spec_params spec = kite_spec_default_params();
     spec.drafter = KITE_DRAFT_MTP, spec.budget = DEPTH, spec.tree_width = 1;
-    if (kite_session_set_spec(s, &spec, err, sizeof err)) fail_msg("%s", err);
-    if (kite_prompt(s, prompt, (size_t)N, err, sizeof err)) fail_msg("%s", err);
-    kite_gen_params gp = kite_gen_default_params();
-    gp.temperature = 0.0f;
+    kite_session *s = compare_session(g_model, &spec, prompt, N);
     kite_draft_tree t;
-    kite_error e = {0};
-    if (kite_spec_draft(&s->spec, s, root, DEPTH, &gp, &t, &e)) fail_msg("%s", e.msg);
-    assert_int_equal(t.n, DEPTH + 1);
-    for (int32_t j = 1; j <= DEPTH; j++) {
-        assert_int_equal(t.parent[j], j - 1);
-        drafted[j - 1] = t.token[j];
-    }
+    compare_greedy_draft(s, root, DEPTH, &t);
+    compare_chain(&t, DEPTH, drafted);
     if (logits0) memcpy(logits0, s->spec.draft_logits, sizeof(float) * (size_t)g_model->n_vocab);
     kite_session_free(s);
 }
@@ -197,9 +135,7 @@ static void test_drafts_match_llamacpp(void **state) {
             for (int32_t i = 0; i < N; i++) tok[i] = prompt[i];
             tok[N] = root;
             memcpy(hin + D, g_h, sizeof(float) * (size_t)N * D);
-            float lo = INFINITY, hi = -INFINITY;
-            for (int32_t i = 0; i < V; i++) lo = ll[i] < lo ? ll[i] : lo, hi = ll[i] > hi ? ll[i] : hi;
-            spread_l = hi - lo;
+            spread_l = compare_spread(ll, (size_t)V);
             for (int pass = 0; pass < 2; pass++) {
                 if (kite_mtp_run_new(&r, &g_model->weights, 256, &e)) fail_msg("%s", e.msg);
                 kite_mtp_run_rows(r, NULL, tok + pass, hin + (size_t)pass * D, N + 1 - pass, 0, lg, NULL);
@@ -215,13 +151,7 @@ static void test_drafts_match_llamacpp(void **state) {
                (double)head_rel, (double)short_rel);
         if (head_rel > LOGIT_BOUND) fail_msg("prompt of %d: the head on llama.cpp's rows differs by %g", N, (double)head_rel);
         if (short_rel < 10 * LOGIT_BOUND) fail_msg("prompt of %d: the control without row 0 is within the bound", N);
-        float dd = 0, lo = INFINITY, hi = -INFINITY;
-        for (int32_t i = 0; i < V; i++) {
-            if (fabsf(lk[i] - ll[i]) > dd) dd = fabsf(lk[i] - ll[i]);
-            if (ll[i] < lo) lo = ll[i];
-            if (ll[i] > hi) hi = ll[i];
-        }
-        float rel = dd / (hi - lo);
+        float spread, rel = compare_max_abs_diff(lk, ll, (size_t)V, &spread) / spread;
         if (rel > worst) worst = rel;
         printf("prompt of %d, root %d: llama.cpp drafts %d %d %d %d, kite %d %d %d %d; first-step logits differ by %.3g of their spread\n",
                N, root, dl[0], dl[1], dl[2], dl[3], dk[0], dk[1], dk[2], dk[3], (double)rel);

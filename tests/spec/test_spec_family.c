@@ -13,60 +13,33 @@
  * attention, conv layers; each conv layer's rows ring over 3 - 1 + 64 positions, so the same runs check that a
  * drafted node's taps read its ancestors' rows, that commits move conv rows, and that truncating, copying and
  * saving past the ring's slack stay exact. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <cmocka.h>
 
-#include "kite.h"
+#include "spec_harness.h"
 
-enum { GEN = 40, N_PROMPT = 100, MAX_GEN = 64, MAX_BUDGET = 12, N_CTX = 512 };
+enum { GEN = 40, N_PROMPT = 100, MAX_GEN = 64, N_CTX = 512 };
 
 static const char *g_shape = "tiny-gemma3";
-static char g_dir[64];
 static char g_target_path[128], g_draft_path[128];
 static kite_model *g_target, *g_draft;
 static int32_t g_prompt[N_PROMPT];
 
-static kite_model *open_model(const char *path) {
-    char err[512];
-    kite_model_params mp = kite_model_default_params();
-    mp.n_threads = 1;
-    kite_model *m = NULL;
-    if (kite_model_open(&m, path, &mp, err, sizeof err)) {
-        fprintf(stderr, "cannot open %s: %s\n", path, err);
-        return NULL;
-    }
-    return m;
-}
-
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/kite-spec-family-XXXXXX");
-    if (!mkdtemp(g_dir)) return -1;
-    snprintf(g_target_path, sizeof g_target_path, "%s/target.gguf", g_dir);
-    snprintf(g_draft_path, sizeof g_draft_path, "%s/draft.gguf", g_dir);
-    char err[512];
-    kite_random_model_params rp = {.shape = g_shape, .type = "f32", .seed = 7};
-    if (kite_write_random_model(g_target_path, &rp, err, sizeof err)) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
-    rp.type = "q8_0";
-    if (kite_write_random_model(g_draft_path, &rp, err, sizeof err)) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
-    g_target = open_model(g_target_path);
-    g_draft = open_model(g_draft_path);
+    if (spec_make_dir("family")) return -1;
+    spec_path(g_target_path, "target.gguf");
+    spec_path(g_draft_path, "draft.gguf");
+    if (spec_write_model(g_target_path, g_shape, "f32", 7, NULL) || spec_write_model(g_draft_path, g_shape, "q8_0", 7, NULL)) return -1;
+    g_target = spec_open_model(g_target_path);
+    g_draft = spec_open_model(g_draft_path);
     if (!g_target || !g_draft) return -1;
     /* A prompt with a repeated phrase, so the n-gram drafter has something to propose. */
     for (int i = 0; i < N_PROMPT; i++) g_prompt[i] = 3 + (int32_t)((i % 10) * 37 + (i / 10) * 5) % 500;
+    spec_h.target = g_target, spec_h.n_ctx = N_CTX, spec_h.prompt = g_prompt, spec_h.n_prompt = N_PROMPT;
+    spec_h.gen = GEN, spec_h.seed = 4242;
     return 0;
 }
 
@@ -74,111 +47,50 @@ static int teardown(void **state) {
     (void)state;
     kite_model_free(g_target);
     kite_model_free(g_draft);
-    unlink(g_target_path);
-    unlink(g_draft_path);
-    rmdir(g_dir);
+    spec_remove_dir();
     return 0;
 }
 
-typedef struct run_result {
-    int32_t ids[MAX_GEN];
-    int n;
-    kite_stats stats;
-} run_result;
-
-static bool collect(int32_t id, const char *text, size_t len, void *user) {
-    (void)text, (void)len;
-    run_result *r = user;
-    if (r->n < MAX_GEN) r->ids[r->n] = id;
-    r->n++;
-    return true;
-}
-
-static kite_gen_params gen_config(int which) {
-    kite_gen_params gp = kite_gen_default_params();
-    gp.max_tokens = GEN;
-    gp.ignore_eos = true;
-    gp.seed = 4242 + (uint64_t)which;
-    gp.top_k = 0, gp.top_p = 1.0f, gp.min_p = 0.0f;
-    if (which == 1) gp.temperature = 0.8f, gp.top_k = 40, gp.top_p = 0.9f;
-    else if (which == 2) gp.temperature = 1.0f;
-    else gp.temperature = 0.0f;
-    return gp;
-}
-
 /* The prompt fed in pieces of `chunk` tokens (0: all at once), then one generate call. */
-static void generate(const kite_spec_params *spec, const kite_gen_params *gp, int chunk, run_result *r) {
-    memset(r, 0, sizeof *r);
-    kite_session_params sp = kite_session_default_params();
-    sp.n_ctx = N_CTX;
-    sp.n_threads = 1;
-    kite_session *s = NULL;
-    char err[512];
-    if (kite_session_open(&s, g_target, &sp, err, sizeof err)) fail_msg("session: %s", err);
-    if (spec && kite_session_set_spec(s, spec, err, sizeof err)) fail_msg("kite_session_set_spec: %s", err);
+static void generate(const kite_spec_params *spec, const kite_gen_params *gp, int chunk, spec_run *r) {
+    kite_session *s = spec_session_with(spec);
     for (int at = 0; at < N_PROMPT;) {
         int n = chunk > 0 && N_PROMPT - at > chunk ? chunk : N_PROMPT - at;
-        if (kite_prompt(s, g_prompt + at, (size_t)n, err, sizeof err)) fail_msg("kite_prompt: %s", err);
+        spec_prompt_with(s, g_prompt + at, n);
         at += n;
     }
-    if (kite_generate(s, gp, collect, r, err, sizeof err)) fail_msg("kite_generate: %s", err);
-    kite_session_stats(s, &r->stats);
+    spec_gen(s, gp, r);
     kite_session_free(s);
-}
-
-static void assert_same(const run_result *want, const run_result *got, const char *what) {
-    int at = 0;
-    while (at < want->n && at < got->n && want->ids[at] == got->ids[at]) at++;
-    if (want->n != got->n || at < want->n)
-        fail_msg("%s: %d tokens vs plain %d, first difference at %d", what, got->n, want->n, at);
 }
 
 static void test_plain_chunking_invariant(void **state) {
     (void)state;
     static const int chunks[] = {1, 3, 7, 13};
     for (int cfg = 0; cfg < 3; cfg++) {
-        kite_gen_params gp = gen_config(cfg);
-        run_result whole, split;
+        kite_gen_params gp = spec_gen_config(cfg);
+        spec_run whole, split;
         generate(NULL, &gp, 0, &whole);
         assert_int_equal(whole.n, GEN);
         for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
             generate(NULL, &gp, chunks[c], &split);
             char what[96];
             snprintf(what, sizeof what, "cfg %d prompt in chunks of %d", cfg, chunks[c]);
-            assert_same(&whole, &split, what);
+            spec_assert_same(&whole, &split, what);
         }
     }
 }
 
 static void test_speculation_exact(void **state) {
     (void)state;
-    int64_t drafted = 0, accepted = 0, runs = 0;
-    for (int cfg = 0; cfg < 3; cfg++) {
-        kite_gen_params gp = gen_config(cfg);
-        run_result plain, got;
-        generate(NULL, &gp, 0, &plain);
-        assert_int_equal(plain.n, GEN);
-        for (int32_t b = 1; b <= MAX_BUDGET; b += (b < 4 ? 1 : 4)) {
-            for (int d = 0; d < 2; d++) {
-                for (int32_t w = 1; w <= 3; w += 2) {
-                    kite_spec_params sp = kite_spec_default_params();
-                    sp.drafter = d == 0 ? KITE_DRAFT_NGRAM : KITE_DRAFT_MODEL;
-                    sp.draft_model = d == 0 ? NULL : g_draft;
-                    sp.budget = b;
-                    sp.tree_width = w;
-                    generate(&sp, &gp, 0, &got);
-                    char what[128];
-                    snprintf(what, sizeof what, "cfg %d %s budget %d width %d", cfg, d == 0 ? "ngram" : "draft model", b, w);
-                    assert_same(&plain, &got, what);
-                    if (d == 1) assert_true(got.stats.drafted > 0);
-                    drafted += got.stats.drafted, accepted += got.stats.accepted, runs++;
-                }
-            }
-        }
-    }
+    static const int32_t budgets[] = {1, 2, 3, 4, 8, 12}, widths[] = {1, 3};
+    const spec_sweep_drafter drafters[2] = {{.name = "ngram", .kind = KITE_DRAFT_NGRAM, .check = SPEC_CHECK_NONE},
+                                            {.name = "draft model", .kind = KITE_DRAFT_MODEL, .model = g_draft, .check = SPEC_CHECK_SOME}};
+    spec_sweep sw = {.label = g_shape, .n_configs = 3, .config = spec_gen_config, .drafters = drafters, .n_drafters = 2,
+                     .budgets = budgets, .n_budgets = 6, .widths = widths, .n_widths = 2};
+    spec_sweep_run(&sw);
     print_message("%s: %lld speculative runs identical to plain, %lld of %lld drafted tokens accepted\n", g_shape,
-                  (long long)runs, (long long)accepted, (long long)drafted);
-    assert_true(accepted > 0);
+                  (long long)sw.runs, (long long)sw.accepted, (long long)sw.drafted);
+    assert_true(sw.accepted > 0);
 }
 
 /* The rings keep memory to the window: a session of 32768 positions holds the global layers' rows for
@@ -214,7 +126,7 @@ static void test_ring_memory_bounded(void **state) {
 
 /* Rewinding past what a ring still holds (truncate, copy_prefix), and saving and loading a session
  * whose rings have wrapped, give the same continuation as a fresh session fed the same tokens. */
-static void fresh_continuation(int32_t n_prefix, const int32_t *history, run_result *r) {
+static void fresh_continuation(int32_t n_prefix, const int32_t *history, spec_run *r) {
     memset(r, 0, sizeof *r);
     kite_session_params sp = kite_session_default_params();
     sp.n_ctx = N_CTX;
@@ -222,9 +134,9 @@ static void fresh_continuation(int32_t n_prefix, const int32_t *history, run_res
     char err[512];
     if (kite_session_open(&s, g_target, &sp, err, sizeof err)) fail_msg("session: %s", err);
     if (kite_prompt(s, history, (size_t)n_prefix, err, sizeof err)) fail_msg("kite_prompt: %s", err);
-    kite_gen_params gp = gen_config(0);
+    kite_gen_params gp = spec_gen_config(0);
     gp.max_tokens = 20;
-    if (kite_generate(s, &gp, collect, r, err, sizeof err)) fail_msg("kite_generate: %s", err);
+    if (kite_generate(s, &gp, spec_collect, r, err, sizeof err)) fail_msg("kite_generate: %s", err);
     kite_session_free(s);
 }
 
@@ -236,11 +148,11 @@ static void test_rewind_copy_save(void **state) {
     char err[512];
     if (kite_session_open(&a, g_target, &sp, err, sizeof err) || kite_session_open(&b, g_target, &sp, err, sizeof err))
         fail_msg("session: %s", err);
-    kite_gen_params gp = gen_config(0);
+    kite_gen_params gp = spec_gen_config(0);
     gp.max_tokens = 20;
-    run_result r;
+    spec_run r;
     memset(&r, 0, sizeof r);
-    if (kite_prompt(a, g_prompt, N_PROMPT, err, sizeof err) || kite_generate(a, &gp, collect, &r, err, sizeof err))
+    if (kite_prompt(a, g_prompt, N_PROMPT, err, sizeof err) || kite_generate(a, &gp, spec_collect, &r, err, sizeof err))
         fail_msg("a: %s", err);
     int32_t n_hist = 0;
     const int32_t *hist = kite_session_tokens(a, &n_hist);
@@ -249,44 +161,44 @@ static void test_rewind_copy_save(void **state) {
     memcpy(history, hist, sizeof(int32_t) * (size_t)n_hist);
     static const int32_t cuts[] = {110, 90, 30, 5};
     for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
-        run_result want, got;
+        spec_run want, got;
         fresh_continuation(cuts[c], history, &want);
         /* copy_prefix from a (whose rings hold only its last 71 positions) into b */
         if (kite_session_copy_prefix(b, a, cuts[c] - 1, err, sizeof err)) fail_msg("copy_prefix %d: %s", cuts[c], err);
         memset(&got, 0, sizeof got);
         if (kite_prompt(b, history + cuts[c] - 1, 1, err, sizeof err)) fail_msg("b: %s", err);
-        if (kite_generate(b, &gp, collect, &got, err, sizeof err)) fail_msg("b generate: %s", err);
+        if (kite_generate(b, &gp, spec_collect, &got, err, sizeof err)) fail_msg("b generate: %s", err);
         char what[64];
         snprintf(what, sizeof what, "copy_prefix to %d", cuts[c]);
-        assert_same(&want, &got, what);
+        spec_assert_same(&want, &got, what);
     }
     /* save a (wrapped rings; its last generated token fed first, as a file holds only run tokens), load
      * into b, continue both */
     int32_t fed = 23;
     if (kite_prompt(a, &fed, 1, err, sizeof err)) fail_msg("a: %s", err);
-    char path[160];
-    snprintf(path, sizeof path, "%s/session.bin", g_dir);
+    char path[128];
+    spec_path(path, "session.bin");
     if (kite_session_save(a, path, err, sizeof err)) fail_msg("save: %s", err);
     if (kite_session_load(b, path, err, sizeof err)) fail_msg("load: %s", err);
     unlink(path);
-    run_result ra, rb;
+    spec_run ra, rb;
     memset(&ra, 0, sizeof ra);
     memset(&rb, 0, sizeof rb);
     int32_t next = 17;
-    if (kite_prompt(a, &next, 1, err, sizeof err) || kite_generate(a, &gp, collect, &ra, err, sizeof err)) fail_msg("a: %s", err);
-    if (kite_prompt(b, &next, 1, err, sizeof err) || kite_generate(b, &gp, collect, &rb, err, sizeof err)) fail_msg("b: %s", err);
-    assert_same(&ra, &rb, "saved and loaded");
+    if (kite_prompt(a, &next, 1, err, sizeof err) || kite_generate(a, &gp, spec_collect, &ra, err, sizeof err)) fail_msg("a: %s", err);
+    if (kite_prompt(b, &next, 1, err, sizeof err) || kite_generate(b, &gp, spec_collect, &rb, err, sizeof err)) fail_msg("b: %s", err);
+    spec_assert_same(&ra, &rb, "saved and loaded");
     /* truncate a far back (its rings lost that window: it runs the prefix again) */
     for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
-        run_result want, got;
+        spec_run want, got;
         fresh_continuation(cuts[c], history, &want);
         if (kite_session_truncate(a, cuts[c] - 1, err, sizeof err)) fail_msg("truncate %d: %s", cuts[c], err);
         memset(&got, 0, sizeof got);
         if (kite_prompt(a, history + cuts[c] - 1, 1, err, sizeof err)) fail_msg("a: %s", err);
-        if (kite_generate(a, &gp, collect, &got, err, sizeof err)) fail_msg("a generate: %s", err);
+        if (kite_generate(a, &gp, spec_collect, &got, err, sizeof err)) fail_msg("a generate: %s", err);
         char what[64];
         snprintf(what, sizeof what, "truncate to %d", cuts[c]);
-        assert_same(&want, &got, what);
+        spec_assert_same(&want, &got, what);
     }
     kite_session_free(a);
     kite_session_free(b);
@@ -305,17 +217,17 @@ static void test_rewind_within_pass(void **state) {
     if (kite_prompt(a, g_prompt, N_PROMPT, err, sizeof err)) fail_msg("a: %s", err);
     static const int32_t cuts[] = {80, 65, 99};
     for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
-        run_result want, got;
+        spec_run want, got;
         fresh_continuation(cuts[c], g_prompt, &want);
         if (kite_session_truncate(a, cuts[c] - 1, err, sizeof err)) fail_msg("truncate %d: %s", cuts[c], err);
         if (kite_prompt(a, g_prompt + cuts[c] - 1, 1, err, sizeof err)) fail_msg("a: %s", err);
         memset(&got, 0, sizeof got);
-        kite_gen_params gp = gen_config(0);
+        kite_gen_params gp = spec_gen_config(0);
         gp.max_tokens = 20;
-        if (kite_generate(a, &gp, collect, &got, err, sizeof err)) fail_msg("a generate: %s", err);
+        if (kite_generate(a, &gp, spec_collect, &got, err, sizeof err)) fail_msg("a generate: %s", err);
         char what[64];
         snprintf(what, sizeof what, "truncate within the pass to %d", cuts[c]);
-        assert_same(&want, &got, what);
+        spec_assert_same(&want, &got, what);
         /* back to the whole prompt for the next cut */
         if (kite_session_truncate(a, 0, err, sizeof err) || kite_prompt(a, g_prompt, N_PROMPT, err, sizeof err)) fail_msg("a: %s", err);
     }

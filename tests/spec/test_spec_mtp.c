@@ -16,64 +16,36 @@
  *   - bad input: a Qwen3.5 model without next-n layers is refused with a clear message and the session
  *     then decodes exactly as plain. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <cmocka.h>
 
-#include "engine/engine.h"
 #include "io/gguf.h"
 #include "io/mmap.h"
-#include "kite.h"
 #include "quant/types.h"
 #include "spec/mtp.h"
 #include "spec/spec.h"
+#include "spec_harness.h"
 
-enum { GEN = 40, N_PROMPT = 24, MAX_GEN = 320, N_CTX = 256 };
+enum { GEN = 40, N_PROMPT = 24, N_CTX = 256 };
 
-static char g_dir[64];
 static char g_mtp_path[128], g_plain_path[128];
 static kite_model *g_mtp, *g_plain;
 static int32_t g_prompt[N_PROMPT];
 
-static kite_model *open_model(const char *path) {
-    char err[512];
-    kite_model_params mp = kite_model_default_params();
-    mp.n_threads = 1;
-    kite_model *m = NULL;
-    if (kite_model_open(&m, path, &mp, err, sizeof err)) {
-        fprintf(stderr, "cannot open %s: %s\n", path, err);
-        return NULL;
-    }
-    return m;
-}
-
-static int write_model(const char *path, const char *shape) {
-    char err[512];
-    kite_random_model_params rp = {.shape = shape, .type = "f32", .seed = 11};
-    if (kite_write_random_model(path, &rp, err, sizeof err)) {
-        fprintf(stderr, "%s: %s\n", path, err);
-        return -1;
-    }
-    return 0;
-}
-
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/kite-spec-mtp-XXXXXX");
-    if (!mkdtemp(g_dir)) return -1;
-    snprintf(g_mtp_path, sizeof g_mtp_path, "%s/mtp.gguf", g_dir);
-    snprintf(g_plain_path, sizeof g_plain_path, "%s/plain.gguf", g_dir);
-    if (write_model(g_mtp_path, "tiny-qwen35-mtp") || write_model(g_plain_path, "tiny-qwen35")) return -1;
-    g_mtp = open_model(g_mtp_path);
-    g_plain = open_model(g_plain_path);
+    if (spec_make_dir("mtp")) return -1;
+    spec_path(g_mtp_path, "mtp.gguf");
+    spec_path(g_plain_path, "plain.gguf");
+    if (spec_write_model(g_mtp_path, "tiny-qwen35-mtp", "f32", 11, NULL) || spec_write_model(g_plain_path, "tiny-qwen35", "f32", 11, NULL))
+        return -1;
+    g_mtp = spec_open_model(g_mtp_path);
+    g_plain = spec_open_model(g_plain_path);
     if (!g_mtp || !g_plain) return -1;
     for (int i = 0; i < N_PROMPT; i++) g_prompt[i] = 3 + (int32_t)((i % 8) * 37 + (i / 8) * 5) % 500;
+    spec_h.target = g_mtp, spec_h.n_ctx = N_CTX, spec_h.prompt = g_prompt, spec_h.n_prompt = N_PROMPT;
+    spec_h.gen = GEN, spec_h.seed = 777;
     return 0;
 }
 
@@ -81,9 +53,7 @@ static int teardown(void **state) {
     (void)state;
     kite_model_free(g_mtp);
     kite_model_free(g_plain);
-    unlink(g_mtp_path);
-    unlink(g_plain_path);
-    rmdir(g_dir);
+    spec_remove_dir();
     return 0;
 }
 
@@ -288,111 +258,40 @@ static void test_head_matches_reference(void **state) {
 
 /* ---- exactness --------------------------------------------------------------------------------- */
 
-typedef struct run_result {
-    int32_t ids[MAX_GEN];
-    int n;
-    kite_stats stats;
-} run_result;
-
-static bool collect(int32_t id, const char *text, size_t len, void *user) {
-    (void)text, (void)len;
-    run_result *r = user;
-    if (r->n < MAX_GEN) r->ids[r->n] = id;
-    r->n++;
-    return true;
-}
-
+/* The harness's configurations 0..2, and 3: T 4 (flat distributions: the shared noise decides, drafts are accepted). */
 static kite_gen_params gen_config(int which) {
-    kite_gen_params gp = kite_gen_default_params();
-    gp.max_tokens = GEN;
-    gp.ignore_eos = true;
-    gp.seed = 777 + (uint64_t)which;
-    gp.top_k = 0, gp.top_p = 1.0f, gp.min_p = 0.0f;
-    if (which == 1) gp.temperature = 0.8f, gp.top_k = 40, gp.top_p = 0.9f;
-    else if (which == 2) gp.temperature = 1.0f;
-    else if (which == 3) gp.temperature = 4.0f; /* flat distributions: the shared noise decides, drafts are accepted */
-    else gp.temperature = 0.0f;
+    kite_gen_params gp = spec_gen_config(which);
+    if (which == 3) gp.temperature = 4.0f;
     return gp;
 }
 
-static kite_session *open_session(kite_model *m) {
-    kite_session_params sp = kite_session_default_params();
-    sp.n_ctx = N_CTX;
-    sp.n_threads = 1;
-    kite_session *s = NULL;
-    char err[512];
-    if (kite_session_open(&s, m, &sp, err, sizeof err)) fail_msg("session: %s", err);
-    return s;
+/* The prompt fed to s, then one generation. */
+static void gen(kite_session *s, const kite_gen_params *gp, spec_run *r) {
+    spec_prompt(s);
+    spec_gen(s, gp, r);
 }
 
-static void gen(kite_session *s, const kite_gen_params *gp, run_result *r) {
-    memset(r, 0, sizeof *r);
-    char err[512];
-    if (kite_prompt(s, g_prompt, N_PROMPT, err, sizeof err)) fail_msg("kite_prompt: %s", err);
-    if (kite_generate(s, gp, collect, r, err, sizeof err)) fail_msg("kite_generate: %s", err);
-    kite_session_stats(s, &r->stats);
-}
-
-static void assert_same(const run_result *want, const run_result *got, const char *what) {
-    int at = 0;
-    while (at < want->n && at < got->n && want->ids[at] == got->ids[at]) at++;
-    if (want->n != got->n || at < want->n) fail_msg("%s: %d tokens vs plain %d, first difference at %d", what, got->n, want->n, at);
-}
-
-static kite_spec_params spec_of(int32_t budget, int32_t width) {
-    kite_spec_params sp = kite_spec_default_params();
-    sp.drafter = KITE_DRAFT_MTP;
-    sp.budget = budget;
-    sp.tree_width = width;
-    return sp;
-}
+static kite_spec_params spec_of(int32_t budget, int32_t width) { return spec_params(KITE_DRAFT_MTP, NULL, budget, width); }
 
 static void test_exact_with_mtp(void **state) {
     (void)state;
     static const int32_t budgets[] = {1, 3, 8, 16, 32, 0}, widths[] = {1, 3};
-    int64_t accepted_total = 0;
-    for (int cfg = 0; cfg < 4; cfg++) {
-        kite_gen_params gp = gen_config(cfg);
-        run_result plain;
-        kite_session *s = open_session(g_mtp);
-        gen(s, &gp, &plain);
-        kite_session_free(s);
-        assert_int_equal(plain.n, GEN);
-        int64_t accepted_cfg = 0;
-        for (int b = 0; b < 6; b++)
-            for (int w = 0; w < 2; w++) {
-                s = open_session(g_mtp);
-                kite_spec_params sp = spec_of(budgets[b], widths[w]);
-                char err[512];
-                if (kite_session_set_spec(s, &sp, err, sizeof err)) fail_msg("kite_session_set_spec: %s", err);
-                run_result got;
-                gen(s, &gp, &got);
-                char what[96];
-                snprintf(what, sizeof what, "MTP config %d budget %d width %d", cfg, budgets[b], widths[w]);
-                assert_same(&plain, &got, what);
-                if (budgets[b] > 0 &&
-                    (got.stats.target_passes < 1 || got.stats.drafted < (int64_t)budgets[b] * (got.stats.target_passes - 1)))
-                    fail_msg("%s: only %lld tokens drafted in %lld passes", what, (long long)got.stats.drafted,
-                             (long long)got.stats.target_passes);
-                accepted_cfg += got.stats.accepted;
-                kite_session_free(s);
-            }
-        printf("MTP config %d (T %.1f): %lld drafted tokens accepted over all budgets and widths\n", cfg, (double)gp.temperature,
-               (long long)accepted_cfg);
-        accepted_total += accepted_cfg;
-        if (cfg == 3 && accepted_cfg == 0) fail_msg("T 4: no drafted token was accepted");
-    }
-    assert_true(accepted_total > 0);
+    const spec_sweep_drafter mtp = {.name = "head", .kind = KITE_DRAFT_MTP, .check = SPEC_CHECK_BUDGET};
+    spec_sweep sw = {.label = "MTP", .n_configs = 4, .config = gen_config, .drafters = &mtp, .n_drafters = 1, .budgets = budgets,
+                     .n_budgets = 6, .widths = widths, .n_widths = 2};
+    spec_sweep_run(&sw);
+    for (int cfg = 0; cfg < 4; cfg++)
+        printf("MTP config %d (T %.1f): %lld drafted tokens accepted over all budgets and widths\n", cfg,
+               (double)gen_config(cfg).temperature, (long long)sw.accepted_by_config[cfg]);
+    if (sw.accepted_by_config[3] == 0) fail_msg("T 4: no drafted token was accepted");
+    assert_true(sw.accepted > 0);
 }
 
 /* ---- the head's cache ----------------------------------------------------------------------------- */
 
 static void draft_now(kite_session *s, bool rebuild, kite_draft_tree *t, float *logits) {
-    kite_error e = {0};
     if (rebuild) kite_mtp_run_reset(s->spec.mtp);
-    int32_t root = s->gen.cur_id;
-    kite_gen_params gp = gen_config(1);
-    if (kite_spec_draft(&s->spec, s, root, 12, &gp, t, &e)) fail_msg("draft: %s", e.msg);
+    spec_draft_now(s, gen_config, t);
     memcpy(logits, s->spec.draft_logits, sizeof(float) * (size_t)t->n * (size_t)g_mtp->n_vocab);
 }
 
@@ -416,31 +315,15 @@ static void test_cache_in_step(void **state) {
     assert_non_null(a);
     assert_non_null(b);
     for (int truncated = 0; truncated < 2; truncated++) {
-        kite_session *s = open_session(g_mtp);
         kite_spec_params sp = spec_of(6, 2);
-        char err[256];
-        if (kite_session_set_spec(s, &sp, err, sizeof err)) fail_msg("kite_session_set_spec: %s", err);
-        kite_gen_params gp = gen_config(3); /* T 4: drafts are accepted, so the cache follows accepted paths */
-        run_result r;
-        gen(s, &gp, &r);
-        assert_true(r.stats.accepted > 0);
-        if (truncated) {
-            if (kite_session_truncate(s, N_PROMPT + 9, err, sizeof err)) fail_msg("truncate: %s", err);
-            if (kite_prompt(s, g_prompt + 3, 5, err, sizeof err)) fail_msg("kite_prompt: %s", err);
-            gp.max_tokens = 11;
-            memset(&r, 0, sizeof r);
-            if (kite_generate(s, &gp, collect, &r, err, sizeof err)) fail_msg("kite_generate: %s", err);
-        }
-        s->gen.cur_id = r.ids[r.n - 1]; /* the root: the last emitted token */
+        kite_stats first;
+        /* T 4: drafts are accepted, so the cache follows accepted paths */
+        kite_session *s = spec_session_to_draft_from(&sp, gen_config(3), truncated, &first);
+        assert_true(first.accepted > 0);
         kite_draft_tree kept, rebuilt;
         draft_now(s, false, &kept, a);
         draft_now(s, true, &rebuilt, b);
-        assert_int_equal(kept.n, 13);
-        assert_int_equal(kept.n, rebuilt.n);
-        for (int32_t j = 0; j < kept.n; j++) {
-            assert_int_equal(kept.token[j], rebuilt.token[j]);
-            assert_int_equal(kept.parent[j], rebuilt.parent[j]);
-        }
+        spec_assert_same_tree(&kept, &rebuilt, 13);
         float worst = 0;
         for (int32_t j = 0; j < kept.n; j++)
             if (kept.fed[j]) worst = fmaxf(worst, rel_diff(a + (size_t)j * V, b + (size_t)j * V, V));
@@ -473,18 +356,18 @@ static void test_refused_without_nextn(void **state) {
     (void)state;
     assert_null(g_plain->weights.mtp);
     kite_gen_params gp = gen_config(1);
-    run_result plain, got;
-    kite_session *s = open_session(g_plain);
+    spec_run plain, got;
+    kite_session *s = spec_open_session_on(g_plain);
     gen(s, &gp, &plain);
     kite_session_free(s);
-    s = open_session(g_plain);
+    s = spec_open_session_on(g_plain);
     kite_spec_params sp = spec_of(4, 1);
     char err[512] = "";
     assert_int_equal(kite_session_set_spec(s, &sp, err, sizeof err), KITE_ERR_INVALID_ARG);
     printf("refused: %s\n", err);
     assert_non_null(strstr(err, "no next-n (MTP) layers"));
     gen(s, &gp, &got);
-    assert_same(&plain, &got, "after the refused MTP drafter");
+    spec_assert_same(&plain, &got, "after the refused MTP drafter");
     assert_int_equal(got.stats.drafted, 0);
     kite_session_free(s);
 }

@@ -1,3 +1,4 @@
+# spec_harness.c: the set-up, runs and checks the drafter and family tests share.
 # Speculative decoding: output identical to plain decoding for every drafter and budget (public API),
 # the verification walk and the rejection verifier (internal), and the CLI.
 kite_unit_test(test_spec_exact ${CMAKE_CURRENT_LIST_DIR}/test_spec_exact.c)
@@ -5,7 +6,7 @@ kite_unit_test(test_spec_internal ${CMAKE_CURRENT_LIST_DIR}/test_spec_internal.c
 kite_script_test(test_spec_cli spec/test_spec_cli.py)
 # Each family's layer structure: speculation exact on its tiny-ARCH random model (one executable,
 # the shape as argument; add a family with one kite_spec_family_test line).
-add_executable(test_spec_family ${CMAKE_CURRENT_LIST_DIR}/test_spec_family.c)
+add_executable(test_spec_family ${CMAKE_CURRENT_LIST_DIR}/test_spec_family.c ${CMAKE_CURRENT_LIST_DIR}/spec_harness.c)
 target_link_libraries(test_spec_family PRIVATE kite_internal PkgConfig::CMOCKA)
 function(kite_spec_family_test name shape)
   add_test(NAME ${name} COMMAND test_spec_family ${shape} ${ARGN} WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
@@ -33,14 +34,14 @@ add_test(NAME test_tree_commit_exact COMMAND test_tree_commit_exact tiny tiny-ge
 set_tests_properties(test_tree_commit_exact PROPERTIES ENVIRONMENT "${KITE_TEST_ENV}" TIMEOUT 600)
 # EAGLE-3 heads: capture identical under speculation, exactness with the head drafting, its cache in step,
 # bad heads refused (random tiny target and head written by kite_write_random_model).
-kite_unit_test(test_spec_eagle3 ${CMAKE_CURRENT_LIST_DIR}/test_spec_eagle3.c)
+kite_unit_test(test_spec_eagle3 ${CMAKE_CURRENT_LIST_DIR}/test_spec_eagle3.c ${CMAKE_CURRENT_LIST_DIR}/spec_harness.c)
 # DFlash block drafters: exactness with the drafter (blocks 16/32, causal, trees, budgets to 32, penalties),
 # its injected cache in step, bad drafters refused (random tiny target and drafters by kite_write_random_model).
-kite_unit_test(test_spec_dflash ${CMAKE_CURRENT_LIST_DIR}/test_spec_dflash.c)
+kite_unit_test(test_spec_dflash ${CMAKE_CURRENT_LIST_DIR}/test_spec_dflash.c ${CMAKE_CURRENT_LIST_DIR}/spec_harness.c)
 # The MTP drafter (Qwen3.5's next-n block): the head against a double reference from llama.cpp's graph_mtp,
 # exactness with it drafting (greedy and sampled, chains and trees, budgets to 32), a model without next-n
 # layers refused (random tiny-qwen35-mtp / tiny-qwen35 written by kite_write_random_model).
-kite_unit_test(test_spec_mtp ${CMAKE_CURRENT_LIST_DIR}/test_spec_mtp.c)
+kite_unit_test(test_spec_mtp ${CMAKE_CURRENT_LIST_DIR}/test_spec_mtp.c ${CMAKE_CURRENT_LIST_DIR}/spec_harness.c)
 # DFlash-2 drafters (gated convolutions, candidate selector): exactness (greedy, seeded, chains, trees,
 # budgets 1..32), acceptance on the drafter's own walk, drafts that follow the lattice, bad files refused.
-kite_unit_test(test_spec_dflash2 ${CMAKE_CURRENT_LIST_DIR}/test_spec_dflash2.c)
+kite_unit_test(test_spec_dflash2 ${CMAKE_CURRENT_LIST_DIR}/test_spec_dflash2.c ${CMAKE_CURRENT_LIST_DIR}/spec_harness.c)
