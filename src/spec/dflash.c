@@ -77,26 +77,9 @@ struct kite_dflash {
 
 /* ---- loading ----------------------------------------------------------------------------------------- */
 
-bool kite_dflash_file_is_drafter(const char *path) {
-    kite_mapped_file f;
-    kite_error e = {0};
-    if (kite_map_file(&f, path, &e)) return false;
-    bool yes = false;
-    kite_gguf *g = NULL;
-    if (f.size >= 4 && memcmp(f.data, "GGUF", 4) == 0 && !kite_gguf_open(&g, f.data, f.size, &e)) {
-        kite_gguf_str a;
-        yes = kite_gguf_get_str(g, "general.architecture", &a) && a.len == 6 && memcmp(a.ptr, "dflash", 6) == 0;
-        kite_gguf_free(g);
-    }
-    kite_unmap_file(&f);
-    return yes;
-}
+bool kite_dflash_file_is_drafter(const char *path) { return kite_head_file_has_arch(path, "dflash"); }
 
-static bool get_u32(const kite_gguf *g, const char *suffix, uint32_t *v) {
-    char key[96];
-    snprintf(key, sizeof key, "dflash.%s", suffix);
-    return kite_gguf_get_u32(g, key, v);
-}
+static bool get_u32(const kite_gguf *g, const char *suffix, uint32_t *v) { return kite_head_get_u32(g, "dflash", suffix, v); }
 
 static int open_drafter(kite_dflash *h, const char *path, const void *data, size_t size, kite_error *e);
 
@@ -304,19 +287,7 @@ static int open_drafter(kite_dflash *h, const char *path, const void *data, size
         if (st) goto fail;
     }
     const kite_gguf_tensor *t;
-    if ((st = kite_head_find(&hf, "token_embd.weight", D, 0, false, &t, e))) goto fail;
-    if (t) h->tok_embd = kite_head_as_tensor(t), h->has_embd = true;
-    if ((st = kite_head_find(&hf, "output.weight", D, 0, false, &t, e))) goto fail;
-    if (t) {
-        kite_tensor k = kite_head_as_tensor(t);
-        if ((st = h->ks->pack(&k, h->arena.base ? &h->arena : NULL, &h->output, e))) goto fail;
-        h->has_output = true;
-    }
-    if (h->has_embd && h->has_output && h->tok_embd.ne[1] != h->output.rows) {
-        st = kite_fail(e, KITE_ERR_FORMAT, "DFlash drafter %s: its embedding has %lld tokens, its output %lld", path,
-                       (long long)h->tok_embd.ne[1], (long long)h->output.rows);
-        goto fail;
-    }
+    if ((st = kite_head_load_embd_output(&hf, path, D, &h->tok_embd, &h->has_embd, &h->output, &h->has_output, e))) goto fail;
     {
         const kite_gguf_tensor *fc = kite_gguf_find_tensor(g, "fc.weight");
         if (fc && fc->ne[0] != F) {
@@ -409,9 +380,7 @@ static int open_drafter(kite_dflash *h, const char *path, const void *data, size
             goto fail;
         }
     }
-    h->inv_freq = malloc(sizeof(float) * head_dim / 2);
-    if (!h->inv_freq) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
-    for (uint32_t i = 0; i < head_dim / 2; i++) h->inv_freq[i] = powf(h->rope_theta, -2.0f * (float)i / (float)head_dim);
+    if ((st = kite_head_inv_freq(h->rope_theta, head_dim, &h->inv_freq, e))) goto fail;
     return KITE_OK;
 fail:;
     char inner[sizeof e->msg];

@@ -45,29 +45,10 @@ struct kite_eagle3 {
 
 /* ---- loading ----------------------------------------------------------------------------------------- */
 
-bool kite_eagle3_file_is_head(const char *path) {
-    kite_mapped_file f;
-    kite_error e = {0};
-    if (kite_map_file(&f, path, &e)) return false;
-    bool yes = false;
-    kite_gguf *g = NULL;
-    if (f.size >= 4 && memcmp(f.data, "GGUF", 4) == 0 && !kite_gguf_open(&g, f.data, f.size, &e)) {
-        kite_gguf_str a;
-        yes = kite_gguf_get_str(g, "general.architecture", &a) && a.len == 6 && memcmp(a.ptr, "eagle3", 6) == 0;
-        kite_gguf_free(g);
-    }
-    kite_unmap_file(&f);
-    return yes;
-}
+bool kite_eagle3_file_is_head(const char *path) { return kite_head_file_has_arch(path, "eagle3"); }
 
 static kite_head_file head_file(kite_eagle3 *h) {
     return (kite_head_file){.what = "EAGLE-3 head", .g = h->g, .ks = h->ks, .arena = &h->arena};
-}
-
-static int find(kite_eagle3 *h, const char *name, int64_t cols, int64_t rows, bool required, const kite_gguf_tensor **out,
-                kite_error *e) {
-    kite_head_file f = head_file(h);
-    return kite_head_find(&f, name, cols, rows, required, out, e);
 }
 
 static int load_matrix(kite_eagle3 *h, const char *name, int64_t cols, int64_t rows, kite_packed_matrix *m, kite_error *e) {
@@ -89,11 +70,7 @@ static int load_vector(kite_eagle3 *h, const char *name, int64_t n, float **out,
     return kite_head_load_vector(&f, name, n, out, e);
 }
 
-static bool get_u32(const kite_gguf *g, const char *suffix, uint32_t *v) {
-    char key[96];
-    snprintf(key, sizeof key, "eagle3.%s", suffix);
-    return kite_gguf_get_u32(g, key, v);
-}
+static bool get_u32(const kite_gguf *g, const char *suffix, uint32_t *v) { return kite_head_get_u32(g, "eagle3", suffix, v); }
 
 static int open_head(kite_eagle3 *h, const char *path, const void *data, size_t size, kite_error *e);
 
@@ -186,21 +163,9 @@ static int open_head(kite_eagle3 *h, const char *path, const void *data, size_t 
         return kite_fail(e, KITE_ERR_UNSUPPORTED, "EAGLE-3 head %s: a reduced draft vocabulary (d2t) is not supported yet", path);
     }
     int64_t D = dim, q_dim = (int64_t)n_heads * head_dim, kv_dim = (int64_t)n_kv * head_dim, F = 3 * (int64_t)tdim;
-    const kite_gguf_tensor *t;
+    const kite_head_file hf = head_file(h);
     if ((st = size_arena(h, e))) goto fail;
-    if ((st = find(h, "token_embd.weight", D, 0, false, &t, e))) goto fail;
-    if (t) h->tok_embd = kite_head_as_tensor(t), h->has_embd = true;
-    if ((st = find(h, "output.weight", D, 0, false, &t, e))) goto fail;
-    if (t) {
-        kite_tensor k = kite_head_as_tensor(t);
-        if ((st = h->ks->pack(&k, h->arena.base ? &h->arena : NULL, &h->output, e))) goto fail;
-        h->has_output = true;
-    }
-    if (h->has_embd && h->has_output && h->tok_embd.ne[1] != h->output.rows) {
-        st = kite_fail(e, KITE_ERR_FORMAT, "EAGLE-3 head %s: its embedding has %lld tokens, its output %lld", path,
-                       (long long)h->tok_embd.ne[1], (long long)h->output.rows);
-        goto fail;
-    }
+    if ((st = kite_head_load_embd_output(&hf, path, D, &h->tok_embd, &h->has_embd, &h->output, &h->has_output, e))) goto fail;
     if ((st = load_matrix(h, "fc.weight", F, D, &h->fc, e))) goto fail;
     if ((st = load_matrix(h, "blk.0.attn_q.weight", 2 * D, q_dim, &h->wq, e))) goto fail;
     if ((st = load_matrix(h, "blk.0.attn_k.weight", 2 * D, kv_dim, &h->wk, e))) goto fail;
@@ -214,9 +179,7 @@ static int open_head(kite_eagle3 *h, const char *path, const void *data, size_t 
     if ((st = load_vector(h, "blk.0.ffn_norm.weight", D, &h->ffn_norm, e))) goto fail;
     if ((st = load_vector(h, "output_norm.weight", D, &h->output_norm, e))) goto fail;
     if (h->norm_before_fc && (st = load_vector(h, "enc.output_norm.weight", F, &h->enc_norm, e))) goto fail;
-    h->inv_freq = malloc(sizeof(float) * head_dim / 2);
-    if (!h->inv_freq) { st = kite_fail(e, KITE_ERR_NOMEM, "out of memory"); goto fail; }
-    for (uint32_t i = 0; i < head_dim / 2; i++) h->inv_freq[i] = powf(h->rope_theta, -2.0f * (float)i / (float)head_dim);
+    if ((st = kite_head_inv_freq(h->rope_theta, head_dim, &h->inv_freq, e))) goto fail;
     return KITE_OK;
 fail:;
     char inner[sizeof e->msg];

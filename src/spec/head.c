@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/mmap.h"
 #include "quant/types.h"
 
 int kite_head_find(const kite_head_file *f, const char *name, int64_t cols, int64_t rows, bool required,
@@ -64,6 +65,53 @@ int kite_head_arena_init(const kite_head_file *f, const char *const *names, size
         total += b;
     }
     return total ? kite_weight_arena_init(arena, total, e) : KITE_OK;
+}
+
+bool kite_head_file_has_arch(const char *path, const char *arch) {
+    kite_mapped_file f;
+    kite_error e = {0};
+    if (kite_map_file(&f, path, &e)) return false;
+    bool yes = false;
+    kite_gguf *g = NULL;
+    if (f.size >= 4 && memcmp(f.data, "GGUF", 4) == 0 && !kite_gguf_open(&g, f.data, f.size, &e)) {
+        kite_gguf_str a;
+        const size_t n = strlen(arch);
+        yes = kite_gguf_get_str(g, "general.architecture", &a) && a.len == n && memcmp(a.ptr, arch, n) == 0;
+        kite_gguf_free(g);
+    }
+    kite_unmap_file(&f);
+    return yes;
+}
+
+bool kite_head_get_u32(const kite_gguf *g, const char *arch, const char *suffix, uint32_t *v) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return kite_gguf_get_u32(g, key, v);
+}
+
+int kite_head_load_embd_output(const kite_head_file *f, const char *path, int64_t dim, kite_tensor *tok_embd, bool *has_embd,
+                               kite_packed_matrix *output, bool *has_output, kite_error *e) {
+    const kite_gguf_tensor *t;
+    int st;
+    if ((st = kite_head_find(f, "token_embd.weight", dim, 0, false, &t, e))) return st;
+    if (t) *tok_embd = kite_head_as_tensor(t), *has_embd = true;
+    if ((st = kite_head_find(f, "output.weight", dim, 0, false, &t, e))) return st;
+    if (t) {
+        kite_tensor k = kite_head_as_tensor(t);
+        if ((st = f->ks->pack(&k, f->arena && f->arena->base ? f->arena : NULL, output, e))) return st;
+        *has_output = true;
+    }
+    if (*has_embd && *has_output && tok_embd->ne[1] != output->rows)
+        return kite_fail(e, KITE_ERR_FORMAT, "%s %s: its embedding has %lld tokens, its output %lld", f->what, path,
+                         (long long)tok_embd->ne[1], (long long)output->rows);
+    return KITE_OK;
+}
+
+int kite_head_inv_freq(float theta, uint32_t head_dim, float **out, kite_error *e) {
+    *out = malloc(sizeof(float) * (head_dim / 2 > 0 ? head_dim / 2 : 1));
+    if (!*out) return kite_fail(e, KITE_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < head_dim / 2; i++) (*out)[i] = powf(theta, -2.0f * (float)i / (float)head_dim);
+    return KITE_OK;
 }
 
 size_t kite_head_act_bytes(const kite_kernel_set *ks, const kite_packed_matrix *const *w, size_t n_w, int32_t n) {

@@ -35,6 +35,17 @@ int kite_head_load_vector(const kite_head_file *f, const char *name, int64_t n, 
 int kite_head_arena_init(const kite_head_file *f, const char *const *names, size_t n_names, kite_weight_arena *arena,
                          kite_error *e);
 
+/* Whether the file at path is a GGUF whose general.architecture is arch (false when it cannot be read). */
+bool kite_head_file_has_arch(const char *path, const char *arch);
+/* The u32 key "ARCH.suffix". */
+bool kite_head_get_u32(const kite_gguf *g, const char *arch, const char *suffix, uint32_t *v);
+/* The optional token_embd.weight [dim, *] (a view of the file) and output.weight [dim, *] (packed), each
+ * flagged when present; both present must cover the same vocabulary. path names the file in messages. */
+int kite_head_load_embd_output(const kite_head_file *f, const char *path, int64_t dim, kite_tensor *tok_embd, bool *has_embd,
+                               kite_packed_matrix *output, bool *has_output, kite_error *e);
+/* RoPE's inverse frequencies theta^(-2i / head_dim), i < head_dim / 2 (*out is the caller's, free()). */
+int kite_head_inv_freq(float theta, uint32_t head_dim, float **out, kite_error *e);
+
 /* Activation scratch for kite_head_mm: act_bytes for n rows against each matrix given. */
 size_t kite_head_act_bytes(const kite_kernel_set *ks, const kite_packed_matrix *const *w, size_t n_w, int32_t n);
 /* y[n][w.rows] = x[n][w.cols] W^T, split over the pool by row blocks when it is worth it. act: scratch

@@ -59,8 +59,7 @@ enum { N_CONFIGS = 4 };
 /* The harness's configurations 0..2, and 3: T 0.7 with penalties. */
 static kite_gen_params gen_config(int which) {
     kite_gen_params gp = spec_gen_config(which);
-    if (which == 3) gp.temperature = 0.7f, gp.repeat_penalty = 1.3f, gp.presence_penalty = 0.4f, gp.frequency_penalty = 0.2f,
-                    gp.penalty_last_n = 32;
+    if (which == 3) spec_add_penalties(&gp);
     return gp;
 }
 
