@@ -136,9 +136,11 @@ kite_gen_params spec_gen_config(int which) {
     return gp;
 }
 
-void spec_add_penalties(kite_gen_params *gp) {
-    gp->temperature = 0.7f, gp->repeat_penalty = 1.3f, gp->presence_penalty = 0.4f, gp->frequency_penalty = 0.2f;
-    gp->penalty_last_n = 32;
+kite_gen_params spec_gen_config_penalties(int which) {
+    kite_gen_params gp = spec_gen_config(which);
+    if (which == 3) gp.temperature = 0.7f, gp.repeat_penalty = 1.3f, gp.presence_penalty = 0.4f, gp.frequency_penalty = 0.2f,
+                    gp.penalty_last_n = 32;
+    return gp;
 }
 
 bool spec_collect(int32_t id, const char *text, size_t len, void *user) {

@@ -73,8 +73,9 @@ int spec_write_edited(const char *src, const char *dst, const spec_edit *ed);
  * change): spec_h.gen tokens, EOS ignored, seed spec_h.seed + k, no other truncation of the
  * distribution. */
 kite_gen_params spec_gen_config(int which);
-/* Sampling at T 0.7 with repeat (1.3 over the last 32), presence (0.4) and frequency (0.2) penalties. */
-void spec_add_penalties(kite_gen_params *gp);
+/* The same, and configuration 3: T 0.7 with repeat (1.3 over the last 32), presence (0.4) and frequency
+ * (0.2) penalties. */
+kite_gen_params spec_gen_config_penalties(int which);
 /* The token callback filling a spec_run. */
 bool spec_collect(int32_t id, const char *text, size_t len, void *user);
 /* A session on m (spec_h.n_ctx positions, one thread). */

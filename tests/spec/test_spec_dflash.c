@@ -69,13 +69,7 @@ static int teardown(void **state) {
     return 0;
 }
 
-enum { N_CONFIGS = 4 };
-/* The harness's configurations 0..2, and 3: T 0.7 with penalties. */
-static kite_gen_params gen_config(int which) {
-    kite_gen_params gp = spec_gen_config(which);
-    if (which == 3) spec_add_penalties(&gp);
-    return gp;
-}
+enum { N_CONFIGS = 4 }; /* greedy, T 0.8 top-k/top-p, T 1.0, penalties */
 
 static kite_spec_params spec_of(int drafter, int32_t budget, int32_t width) {
     return spec_params(KITE_DRAFT_DFLASH, g_drafter[drafter], budget, width);
@@ -95,16 +89,17 @@ static void test_exact_with_dflash(void **state) {
     for (int d = 0; d < N_DRAFTERS; d++)
         drafters[d] = (spec_sweep_drafter){.name = SHAPES[d], .kind = KITE_DRAFT_DFLASH, .model = g_drafter[d],
                                            .max_depth = kite_dflash_block_size(g_drafter[d]->dflash) - 1, .check = SPEC_CHECK_BUDGET};
-    spec_sweep sw = {.label = "DFlash", .n_configs = N_CONFIGS, .config = gen_config, .drafters = drafters, .n_drafters = N_DRAFTERS,
-                     .budgets = budgets, .n_budgets = 6, .widths = widths, .n_widths = 2, .skip_case = skip_short};
+    spec_sweep sw = {.label = "DFlash", .n_configs = N_CONFIGS, .config = spec_gen_config_penalties, .drafters = drafters,
+                     .n_drafters = N_DRAFTERS, .budgets = budgets, .n_budgets = 6, .widths = widths, .n_widths = 2,
+                     .skip_case = skip_short};
     spec_sweep_run(&sw);
     fprintf(stderr, "drafted tokens accepted over the exactness runs: %lld\n", (long long)sw.accepted);
     /* Rejection verification reads the drafter's distributions: identical to plain when greedy, and the
      * same tokens again for a seed when sampling. */
     kite_spec_params rejection = spec_of(B16, 6, 1);
-    spec_check_rejection(&rejection, gen_config, "DFlash");
+    spec_check_rejection(&rejection, spec_gen_config_penalties, "DFlash");
     /* The drafter passed as a plain draft model drafts as DFlash; the adaptive budget drafts with it. */
-    kite_gen_params gp = gen_config(1);
+    kite_gen_params gp = spec_gen_config_penalties(1);
     spec_run plain, got;
     spec_run_prompt(NULL, &gp, &plain);
     for (int adaptive = 0; adaptive < 2; adaptive++) {
@@ -125,14 +120,14 @@ static void test_exact_with_dflash(void **state) {
 static void test_long_context_and_deep_truncation(void **state) {
     (void)state;
     kite_spec_params sp = spec_of(B16, 8, 2);
-    spec_check_long_context(&sp, gen_config);
+    spec_check_long_context(&sp, spec_gen_config_penalties);
 }
 
 /* ---- the drafter's cache --------------------------------------------------------------------------- */
 
 static void draft_now(kite_session *s, bool rebuild, kite_draft_tree *t, float *logits) {
     if (rebuild) kite_dflash_run_reset(s->spec.dflash);
-    spec_draft_now(s, gen_config, t);
+    spec_draft_now(s, spec_gen_config_penalties, t);
     int32_t rows = 0;
     const float *lg = kite_dflash_last_logits(s->spec.dflash, &rows);
     assert_int_equal(rows, 13);
@@ -147,7 +142,7 @@ static void test_cache_in_step(void **state) {
     assert_non_null(b);
     for (int truncated = 0; truncated < 2; truncated++) {
         kite_spec_params sp = spec_of(B16, 6, 2);
-        kite_session *s = spec_session_to_draft_from(&sp, gen_config(1), truncated, NULL);
+        kite_session *s = spec_session_to_draft_from(&sp, spec_gen_config_penalties(1), truncated, NULL);
         kite_draft_tree kept, rebuilt;
         draft_now(s, false, &kept, a);
         draft_now(s, true, &rebuilt, b);
@@ -181,7 +176,7 @@ static void refused_then_plain(const char *path, const char *want1, const char *
     sp.draft_model = d;
     kite_session *s = spec_refused(&sp, want1, want2);
     assert_int_equal(s->spec.params.drafter, KITE_DRAFT_NONE);
-    kite_gen_params gp = gen_config(1);
+    kite_gen_params gp = spec_gen_config_penalties(1);
     spec_assert_plain_after(s, &gp, "after a refused drafter");
     kite_model_free(d);
 }
@@ -211,7 +206,7 @@ static void test_bad_drafters_refused(void **state) {
 static void test_batch_with_dflash(void **state) {
     (void)state;
     const kite_spec_params sp[3] = {spec_of(B16, 15, 1), spec_of(B16, 6, 1), spec_of(B16, 6, 3)};
-    spec_check_batch(sp, gen_config, 0, "DFlash");
+    spec_check_batch(sp, spec_gen_config_penalties, 0, "DFlash");
 }
 
 int main(void) {

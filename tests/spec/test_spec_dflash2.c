@@ -55,13 +55,7 @@ static int teardown(void **state) {
     return 0;
 }
 
-enum { N_CONFIGS = 4 };
-/* The harness's configurations 0..2, and 3: T 0.7 with penalties. */
-static kite_gen_params gen_config(int which) {
-    kite_gen_params gp = spec_gen_config(which);
-    if (which == 3) spec_add_penalties(&gp);
-    return gp;
-}
+enum { N_CONFIGS = 4 }; /* greedy, T 0.8 top-k/top-p, T 1.0, penalties */
 
 static kite_spec_params spec_of(int drafter, int32_t budget, int32_t width) {
     return spec_params(KITE_DRAFT_DFLASH, g_drafter[drafter], budget, width);
@@ -81,9 +75,9 @@ static void test_exact_with_dflash2(void **state) {
     for (int d = 0; d < N_DRAFTERS; d++)
         drafters[d] = (spec_sweep_drafter){.name = SHAPES[d], .kind = KITE_DRAFT_DFLASH, .model = g_drafter[d],
                                            .max_depth = kite_dflash_block_size(g_drafter[d]->dflash) - 1, .check = SPEC_CHECK_BUDGET};
-    spec_sweep sw = {.label = "DFlash-2", .n_configs = N_CONFIGS, .config = gen_config, .drafters = drafters, .n_drafters = N_DRAFTERS,
-                     .budgets = budgets, .n_budgets = sizeof budgets / sizeof budgets[0], .widths = widths, .n_widths = 2,
-                     .skip_case = skip_short};
+    spec_sweep sw = {.label = "DFlash-2", .n_configs = N_CONFIGS, .config = spec_gen_config_penalties, .drafters = drafters,
+                     .n_drafters = N_DRAFTERS, .budgets = budgets, .n_budgets = sizeof budgets / sizeof budgets[0],
+                     .widths = widths, .n_widths = 2, .skip_case = skip_short};
     spec_sweep_run(&sw);
     fprintf(stderr, "DFlash-2 exactness runs: %lld drafted, %lld accepted\n", (long long)sw.drafted, (long long)sw.accepted);
 }
@@ -101,7 +95,7 @@ static void test_accepted_on_repeated_walk(void **state) {
     kite_spec_params sp = spec_of(B16, BLK, 1);
     kite_session *s = spec_session_with(&sp);
     spec_prompt_with(s, ids, n);
-    kite_gen_params gp = gen_config(0);
+    kite_gen_params gp = spec_gen_config_penalties(0);
     kite_draft_tree t;
     kite_error e = {0};
     if (kite_spec_draft(&s->spec, s, 7, BLK, &gp, &t, &e)) fail_msg("%s", e.msg);
@@ -113,7 +107,7 @@ static void test_accepted_on_repeated_walk(void **state) {
     }
     int64_t accepted = 0;
     for (int cfg = 0; cfg < 2; cfg++) {
-        kite_gen_params g = gen_config(cfg == 0 ? 0 : 2);
+        kite_gen_params g = spec_gen_config_penalties(cfg == 0 ? 0 : 2);
         spec_run plain, got;
         spec_run_with(NULL, ids, n, &g, &plain);
         for (int w = 1; w <= 3; w += 2) {
@@ -145,7 +139,7 @@ static void test_drafts_follow_lattice(void **state) {
                 kite_spec_params sp = spec_of(d, budget, w);
                 kite_session *s = spec_session_with(&sp);
                 spec_prompt_with(s, g_prompt, N_PROMPT - 10 * cfg);
-                kite_gen_params gp = gen_config(cfg);
+                kite_gen_params gp = spec_gen_config_penalties(cfg);
                 kite_draft_tree t;
                 kite_error e = {0};
                 int32_t root = 11 + 5 * cfg;
