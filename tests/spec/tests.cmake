@@ -1,6 +1,6 @@
-# spec_harness.c: the set-up, runs and checks the drafter and family tests share.
 # Speculative decoding: output identical to plain decoding for every drafter and budget (public API),
-# the verification walk and the rejection verifier (internal), and the CLI.
+# the verification walk and the rejection verifier (internal), and the CLI. The family and drafter tests
+# below share spec_harness.c (models, runs compared with plain decoding, the drafters' common checks).
 kite_unit_test(test_spec_exact ${CMAKE_CURRENT_LIST_DIR}/test_spec_exact.c)
 kite_unit_test(test_spec_internal ${CMAKE_CURRENT_LIST_DIR}/test_spec_internal.c)
 kite_script_test(test_spec_cli spec/test_spec_cli.py)
