@@ -131,9 +131,9 @@ static const model_shape k_shapes[] = {
             .k_eq_v = true, .softcap = 30.0f}, 0},
     /* Tests: layers 0-1 local (window 8, head size 32, 2 KV heads), layer 2 global (head size 64, 1 KV head, k_eq_v,
      * proportional RoPE; base 1000 rather than the 31B's 1e6, so the pairs the divisors stop would turn by radians within
-     * a hundred positions), layer scalars 3, 0.25, 3 (far from 1, so ignoring them shows), soft-cap 5 (it bends the larger
-     * logits, so leaving it out shows); weights 4x the default deviation so greedy choices are not near-ties. */
-    {"tiny-gemma4", "gemma4", 128, 3, 4, 1, 64, 384, 0, 512, 1000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 4.0f, 0, 0, 0, 0, 0, 0, NULL, 0,
+     * a hundred positions), layer scalars 3, 0.25, 3 (far from 1, so ignoring them shows), soft-cap 5; weights 8x the default
+     * deviation so greedy choices are not near-ties and the logits (deviation about 1.8) reach where the soft-cap bends them. */
+    {"tiny-gemma4", "gemma4", 128, 3, 4, 1, 64, 384, 0, 512, 1000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0,
      {.head_dim_swa = 32, .n_kv_heads_swa = 2, .rope_theta_swa = 10000.0f, .partial_rotary_global = 0.25f, .k_eq_v = true,
       .softcap = 5.0f, .layer_scalar = {3.0f, 0.25f}}, 0},
     /* Tests: Muse Glimmer's pattern (three sliding layers with RoPE, then a full one without), window 8, the output
