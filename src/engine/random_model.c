@@ -794,8 +794,8 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
  * undoing what llama.cpp's converter does to a checkpoint: Llama's (and Muse Glimmer's) q/k rows permuted back
  * to rotate-half order, Gemma 3's norms (Muse Glimmer's layer norms, Qwen3.5's but the DeltaNet's output norm)
  * stored as w - 1, Qwen3.5's value heads in HF's grouped order and its decay as A_log, stacked experts split,
- * conv taps as [channels, 1, taps]. Tensors are F32, so kite gives the GGUF's logits for the folder when the GGUF
- * is f32 too. config.json has the family's model_type and architectures; tokenizer.json (and a
+ * conv taps as [channels, 1, taps]. Tensors are F32 (a shape's F16 embedding F16, as in its GGUF), so kite gives
+ * the GGUF's logits for the folder when the GGUF is f32 too. config.json has the family's model_type and architectures; tokenizer.json (and a
  * tokenizer_config.json beside it) are copied from params->tokenizer_path. */
 typedef struct hf_item {
     char name[112];
