@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "base/error.h"
+#include "base/fp16.h"
 #include "base/threadpool.h"
 #include "engine/random_model.h"
 #include "io/gguf.h"
@@ -46,13 +47,21 @@ typedef struct model_shape {
     int32_t full_attn_interval, dn_kernel, dn_n_k, dn_n_v, dn_head, n_rot;
     const char *layer_kinds; /* lfm2: one letter per layer, 'c' a short conv block, 'a' attention (NULL: all attend) */
     int32_t conv_taps;       /* lfm2: the conv's kernel length (shortconv.l_cache) */
-    struct { /* gemma4 / muse-glimmer (the pattern written per layer, as their converters do); zero elsewhere */
+    struct { /* features of one family or a few (designated initializers); zero elsewhere */
         int32_t head_dim_swa, n_kv_heads_swa; /* gemma4: local layers' head size and KV heads (global: head_dim, n_kv_heads) */
         float rope_theta_swa;                 /* gemma4: local layers' RoPE base */
         float partial_rotary_global;          /* gemma4: proportional RoPE fraction (rope_freqs.weight: 1, then 1e30) */
         bool k_eq_v;                          /* gemma4: global layers without attn_v */
-        float softcap, logit_scale;           /* final soft-cap; muse-glimmer's output multiplier */
-    } g4;
+        float softcap, logit_scale;           /* gemma4 / muse-glimmer: final soft-cap; muse-glimmer's output multiplier */
+        float layer_scalar[2];                /* gemma4: layer l's output scalar is layer_scalar[l % 2] (0: 1) */
+        float qk_scale;                       /* muse-glimmer: qk_scale_factor, which the converter writes as the GGUF's
+                                                 q_norm (k_norm 1); the HF folder has no q/k norms (0: 1) */
+        bool qkv_bias;                        /* qwen2: attn_{q,k,v}.bias */
+        bool f16_embd;                        /* qwen2: token_embd stored F16 in an f32 file and in the HF folder (untied) */
+        struct { float factor, low_freq, high_freq; int32_t orig_ctx; } llama3; /* llama: Llama-3 RoPE scaling as
+                                                 rope_freqs.weight divisors (config rope_scaling "llama3"); factor 0: none */
+        float rope_linear;                    /* gemma3: the global layers' linear RoPE scaling factor (0: none) */
+    } family;
     /* qwen35: next-n (MTP) blocks after the trunk, as llama.cpp's converter writes them (block_count = n_layers +
      * n_nextn, nextn_predict_layers = n_nextn): a gated full-attention block plus blk.L.nextn.{eh_proj, enorm, hnorm,
      * shared_head_norm}, the embedding and output borrowed from the trunk. 0: none. */
@@ -67,14 +76,25 @@ static const model_shape k_shapes[] = {
     {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     /* Tests: Qwen3 in miniature (QK-norm, head size 64 with dim 128, tied); weights 8x the default deviation. */
     {"tiny-qwen3", "qwen3", 128, 2, 4, 2, 64, 256, 0, 512, 1000000.0f, 1e-6f, true, true, 0, 0, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
+    /* Tests: Llama 3.2 in miniature (GQA 2:1, tied) with Llama-3 RoPE scaling (factor 8, low 1, high 4) over an original
+     * context of 256, so that the scaled pairs turn by visibly different angles within the first hundred positions;
+     * weights 8x the default deviation. */
+    {"tiny-llama3", "llama", 128, 2, 4, 2, 32, 384, 0, 2048, 500000.0f, 1e-5f, true, false, 0, 0, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0,
+     {.llama3 = {8.0f, 1.0f, 4.0f, 256}}, 0},
+    /* Tests: Qwen2 in miniature: q/k/v biases, 4 query heads on one KV head, untied output, F16 embeddings, 151936 rows as
+     * Qwen's configs have (the tokenizer's tokens, then padding); weights 8x the default deviation. */
+    {"tiny-qwen2", "qwen2", 64, 2, 4, 1, 16, 160, 151936, 512, 1000000.0f, 1e-6f, false, false, 0, 0, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0,
+     {.qkv_bias = true, .f16_embd = true}, 0},
     {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     {"tiny", "llama", 256, 2, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     /* tiny with 4 layers: an EAGLE-3 head for it reads layer inputs only (0, 2, 3), as llama.cpp's llama graph exposes. */
     {"tiny-l4", "llama", 256, 4, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, 0, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
     /* Gemma 3 1B: 26 layers, five sliding-window layers (window 512) for each global one. */
     {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, true, true, 512, 6, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
-    /* Tests: layers 0-1 local (window 8), layer 2 global. */
-    {"tiny-gemma3", "gemma3", 128, 3, 4, 2, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {0}, 0},
+    /* Tests: layers 0-1 local (window 8, RoPE base 10000), layer 2 global (base 1e6 with linear scaling 8, as Gemma 3
+     * 4B's); weights 8x the default deviation so greedy choices are not near-ties. */
+    {"tiny-gemma3", "gemma3", 128, 3, 4, 2, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0,
+     {.rope_linear = 8.0f}, 0},
     /* Qwen3-30B-A3B's layer (128 experts of 768, 8 per token, the dense feed_forward_length 6144 unused) with 4 of
      * its 48 layers: the real shape of every product for benchmarks, at 1/12 of the size (2.7B weights). */
     {"qwen3moe-a3b-4l", "qwen3moe", 2048, 4, 32, 4, 128, 6144, 151936, 40960, 1000000.0f, 1e-6f, false, true, 0, 0,
@@ -110,14 +130,17 @@ static const model_shape k_shapes[] = {
      0.0f, 0, 0, 0, 0, 0, 0, NULL, 0, {.head_dim_swa = 256, .n_kv_heads_swa = 16, .rope_theta_swa = 10000.0f, .partial_rotary_global = 0.25f,
             .k_eq_v = true, .softcap = 30.0f}, 0},
     /* Tests: layers 0-1 local (window 8, head size 32, 2 KV heads), layer 2 global (head size 64, 1 KV head, k_eq_v,
-     * proportional RoPE); weights 4x the default deviation so greedy choices are not near-ties. */
-    {"tiny-gemma4", "gemma4", 128, 3, 4, 1, 64, 384, 0, 512, 1000000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 4.0f, 0, 0, 0, 0, 0, 0, NULL, 0,
+     * proportional RoPE; base 1000 rather than the 31B's 1e6, so the pairs the divisors stop would turn by radians within
+     * a hundred positions), layer scalars 3, 0.25, 3 (far from 1, so ignoring them shows), soft-cap 5; weights 8x the default
+     * deviation so greedy choices are not near-ties and the logits (deviation about 1.8) reach where the soft-cap bends them. */
+    {"tiny-gemma4", "gemma4", 128, 3, 4, 1, 64, 384, 0, 512, 1000.0f, 1e-6f, true, true, 8, 3, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0,
      {.head_dim_swa = 32, .n_kv_heads_swa = 2, .rope_theta_swa = 10000.0f, .partial_rotary_global = 0.25f, .k_eq_v = true,
-      .softcap = 30.0f}, 0},
+      .softcap = 5.0f, .layer_scalar = {3.0f, 0.25f}}, 0},
     /* Tests: Muse Glimmer's pattern (three sliding layers with RoPE, then a full one without), window 8, the output
-     * gate, untied output with multiplier 0.5 and soft-cap 30; weights 8x the default deviation. */
+     * gate, qk_scale_factor 1.6, untied output with multiplier 0.5 and soft-cap 5 (the logits reach about 5, so it bends
+     * them and leaving it out shows); weights 8x the default deviation. */
     {"tiny-muse-glimmer", "muse-glimmer", 128, 4, 4, 2, 32, 384, 0, 512, 10000.0f, 1e-6f, false, true, 8, 4, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, NULL, 0,
-     {.softcap = 30.0f, .logit_scale = 0.5f}, 0},
+     {.softcap = 5.0f, .logit_scale = 0.5f, .qk_scale = 1.6f}, 0},
 };
 
 enum { TINY_DEFAULT_VOCAB = 512 };
@@ -139,11 +162,11 @@ static bool use_more_bits(int i_layer, int n_layers) {
     return i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2;
 }
 
-typedef enum tensor_role { ROLE_NORM, ROLE_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_FFN_DOWN, ROLE_MATRIX, ROLE_ROUTER, ROLE_CONV } tensor_role;
+typedef enum tensor_role { ROLE_NORM, ROLE_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_FFN_DOWN, ROLE_MATRIX, ROLE_ROUTER, ROLE_CONV, ROLE_BIAS } tensor_role;
 
 static uint32_t storage_type(model_type mt, tensor_role role, int layer, int n_layers, bool tied) {
-    /* llama-quantize keeps the MoE router (ffn_gate_inp) and LFM2's conv taps (rows of 3) in F32, as the norms. */
-    if (role == ROLE_NORM || role == ROLE_ROUTER || role == ROLE_CONV) return KITE_TYPE_F32;
+    /* llama-quantize keeps the MoE router (ffn_gate_inp), LFM2's conv taps (rows of 3) and biases in F32, as the norms. */
+    if (role == ROLE_NORM || role == ROLE_ROUTER || role == ROLE_CONV || role == ROLE_BIAS) return KITE_TYPE_F32;
     switch (mt) {
     case MT_F32: return KITE_TYPE_F32;
     case MT_F16: return KITE_TYPE_F16;
@@ -504,6 +527,10 @@ typedef struct tensor_plan {
     float norm_std;  /* > 0, norm weights only: norm_mean + values of this deviation rather than 1 (kite_random_model_extras) */
     float norm_mean; /* with norm_std */
     bool reversed;   /* each row's values in reverse order (the conv-reversed defect) */
+    bool llama3_freqs; /* rope_freqs.weight of Llama-3 scaling: each pair's frequency divisor (from shape) */
+    bool zero;       /* every value 0 (a defect); an -exp(A_log) tensor: A_log -inf before the -exp */
+    int32_t zero_odd_blocks; /* > 0: rows in odd blocks of this many are 0 (qwen35's gate rows of attn_q: a defect) */
+    const model_shape *shape;
 } tensor_plan;
 
 typedef struct quant_job {
@@ -529,8 +556,9 @@ static void quant_task(void *ctx, int64_t task, int thread) {
     }
 }
 
-static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, tensor_plan **out, int *n_out, kite_error *e) {
-    int cap = 4 + (s->n_layers + s->n_nextn) * 16, n = 0;
+static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, kite_random_defect defect, tensor_plan **out, int *n_out,
+                        kite_error *e) {
+    int cap = 4 + (s->n_layers + s->n_nextn) * 20, n = 0;
     tensor_plan *p = calloc((size_t)cap, sizeof *p);
     if (!p) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
     const bool gemma4 = strcmp(s->arch, "gemma4") == 0, glimmer = strcmp(s->arch, "muse-glimmer") == 0;
@@ -541,12 +569,14 @@ static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, te
         t->type = storage_type(mt, role, layer, s->n_layers, s->tied);                             \
         t->ne[0] = cols, t->ne[1] = rows, t->ne[2] = 1, t->n_dims = (rows) > 1 ? 2 : 1;            \
         t->scale = role == ROLE_NORM || s->weight_scale == 0.0f ? 1.0f : s->weight_scale;          \
+        t->shape = s;                                                                              \
     } while (0)
     ADD(ROLE_EMBD, 0, s->dim, n_vocab, "token_embd.weight");
+    if (s->family.f16_embd && mt == MT_F32) p[n - 1].type = KITE_TYPE_F16; /* as the converter keeps an F16 checkpoint's */
     for (int l = 0; l < s->n_layers; l++) {
         const bool local = s->sliding_window > 0 && s->swa_period > 0 && l % s->swa_period < s->swa_period - 1;
-        const int32_t hd = local && s->g4.head_dim_swa ? s->g4.head_dim_swa : s->head_dim;
-        const int32_t q_dim = s->n_heads * hd, kv_dim = (local && s->g4.n_kv_heads_swa ? s->g4.n_kv_heads_swa : s->n_kv_heads) * hd;
+        const int32_t hd = local && s->family.head_dim_swa ? s->family.head_dim_swa : s->head_dim;
+        const int32_t q_dim = s->n_heads * hd, kv_dim = (local && s->family.n_kv_heads_swa ? s->family.n_kv_heads_swa : s->n_kv_heads) * hd;
         if (s->full_attn_interval > 0) { /* qwen35 */
             ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.attn_norm.weight", l);
             ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.post_attention_norm.weight", l);
@@ -588,15 +618,26 @@ static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, te
         }
         ADD(ROLE_MATRIX, l, s->dim, q_dim, "blk.%d.attn_q.weight", l);
         ADD(ROLE_MATRIX, l, s->dim, kv_dim, "blk.%d.attn_k.weight", l);
-        if (!(s->g4.k_eq_v && !local)) ADD(ROLE_ATTN_V, l, s->dim, kv_dim, "blk.%d.attn_v.weight", l);
+        if (!(s->family.k_eq_v && !local)) ADD(ROLE_ATTN_V, l, s->dim, kv_dim, "blk.%d.attn_v.weight", l);
+        if (s->family.qkv_bias) { /* half as large as the projection's output for an input of unit RMS, so dropping them shows */
+            const float bias_scale = sqrtf((float)s->dim) / 2.0f;
+            ADD(ROLE_BIAS, l, q_dim, 1, "blk.%d.attn_q.bias", l);
+            p[n - 1].scale *= bias_scale;
+            ADD(ROLE_BIAS, l, kv_dim, 1, "blk.%d.attn_k.bias", l);
+            p[n - 1].scale *= bias_scale;
+            ADD(ROLE_BIAS, l, kv_dim, 1, "blk.%d.attn_v.bias", l);
+            p[n - 1].scale *= bias_scale;
+        }
         if (glimmer) ADD(ROLE_MATRIX, l, s->dim, q_dim, "blk.%d.attn_gate.weight", l);
         if (s->qk_norm) {
             ADD(ROLE_NORM, l, hd, 1, "blk.%d.attn_q_norm.weight", l);
+            if (glimmer) p[n - 1].constant = s->family.qk_scale > 0.0f ? s->family.qk_scale : 1.0f; /* the converter's, from qk_scale_factor */
             ADD(ROLE_NORM, l, hd, 1, "blk.%d.attn_k_norm.weight", l);
+            if (glimmer) p[n - 1].constant = 1.0f;
         }
-        if (gemma4) {
+        if (gemma4 && defect != KITE_RANDOM_DEFECT_NO_LAYER_SCALAR) {
             ADD(ROLE_NORM, l, 1, 1, "blk.%d.layer_output_scale.weight", l);
-            p[n - 1].constant = 1.0f;
+            p[n - 1].constant = s->family.layer_scalar[l % 2] != 0.0f ? s->family.layer_scalar[l % 2] : 1.0f;
         }
         ADD(ROLE_MATRIX, l, q_dim, s->dim, "blk.%d.attn_output.weight", l);
         ADD(ROLE_NORM, l, s->dim, 1, "blk.%d.ffn_norm.weight", l);
@@ -639,9 +680,12 @@ static int plan_tensors(const model_shape *s, int32_t n_vocab, model_type mt, te
     }
     ADD(ROLE_NORM, 0, s->dim, 1, "%s", s->layer_kinds ? "token_embd_norm.weight" : "output_norm.weight");
     if (!s->tied) ADD(ROLE_OUTPUT, 0, s->dim, n_vocab, "output.weight");
-    if (s->g4.partial_rotary_global > 0.0f) {
+    if (s->family.partial_rotary_global > 0.0f) {
         ADD(ROLE_NORM, 0, s->head_dim / 2, 1, "rope_freqs.weight");
-        p[n - 1].rotated = (int32_t)(s->head_dim * s->g4.partial_rotary_global / 2);
+        p[n - 1].rotated = (int32_t)(s->head_dim * s->family.partial_rotary_global / 2);
+    } else if (s->family.llama3.factor > 0.0f) {
+        ADD(ROLE_NORM, 0, s->head_dim / 2, 1, "rope_freqs.weight");
+        p[n - 1].llama3_freqs = true;
     }
 #undef ADD
     for (int i = 0; i < n; i++) {
@@ -678,7 +722,7 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
         for (int l = 0; l < s->n_layers && l < 64; l++) kv[l] = shape_layer_is_conv(s, l) ? 0 : s->n_kv_heads;
         kite_gguf_w_arr_i32(w, ARCH_KEY("attention.head_count_kv"), kv, (uint64_t)s->n_layers);
         kite_gguf_w_u32(w, ARCH_KEY("shortconv.l_cache"), (uint32_t)s->conv_taps);
-    } else if (!s->g4.n_kv_heads_swa) {
+    } else if (!s->family.n_kv_heads_swa) {
         kite_gguf_w_u32(w, ARCH_KEY("attention.head_count_kv"), (uint32_t)s->n_kv_heads);
     }
     kite_gguf_w_u32(w, ARCH_KEY("attention.key_length"), (uint32_t)s->head_dim);
@@ -703,6 +747,10 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
         kite_gguf_w_u32(w, ARCH_KEY("expert_feed_forward_length"), (uint32_t)s->expert_ffn_dim);
     }
     const bool per_layer = strcmp(s->arch, "gemma4") == 0 || strcmp(s->arch, "muse-glimmer") == 0;
+    if (s->family.rope_linear > 0.0f) { /* as Gemma3Model.set_gguf_parameters: the global layers' scaling */
+        kite_gguf_w_str(w, ARCH_KEY("rope.scaling.type"), "linear");
+        kite_gguf_w_f32(w, ARCH_KEY("rope.scaling.factor"), s->family.rope_linear);
+    }
     if (s->sliding_window > 0) {
         kite_gguf_w_u32(w, ARCH_KEY("attention.sliding_window"), (uint32_t)s->sliding_window);
         if (!per_layer) kite_gguf_w_u32(w, ARCH_KEY("attention.sliding_window_pattern"), (uint32_t)s->swa_period);
@@ -712,18 +760,18 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
         int32_t kv_heads[KITE_MAX_LAYER_PATTERN];
         for (int32_t l = 0; l < s->n_layers && l < KITE_MAX_LAYER_PATTERN; l++) {
             local[l] = s->sliding_window > 0 && s->swa_period > 0 && l % s->swa_period < s->swa_period - 1;
-            kv_heads[l] = local[l] && s->g4.n_kv_heads_swa ? s->g4.n_kv_heads_swa : s->n_kv_heads;
+            kv_heads[l] = local[l] && s->family.n_kv_heads_swa ? s->family.n_kv_heads_swa : s->n_kv_heads;
         }
         kite_gguf_w_arr_bool(w, ARCH_KEY("attention.sliding_window_pattern"), local, (uint64_t)s->n_layers);
-        if (s->g4.n_kv_heads_swa) kite_gguf_w_arr_i32(w, ARCH_KEY("attention.head_count_kv"), kv_heads, (uint64_t)s->n_layers);
-        if (s->g4.softcap > 0.0f) kite_gguf_w_f32(w, ARCH_KEY("final_logit_softcapping"), s->g4.softcap);
-        if (s->g4.logit_scale > 0.0f) kite_gguf_w_f32(w, ARCH_KEY("logit_scale"), s->g4.logit_scale);
+        if (s->family.n_kv_heads_swa) kite_gguf_w_arr_i32(w, ARCH_KEY("attention.head_count_kv"), kv_heads, (uint64_t)s->n_layers);
+        if (s->family.softcap > 0.0f) kite_gguf_w_f32(w, ARCH_KEY("final_logit_softcapping"), s->family.softcap);
+        if (s->family.logit_scale > 0.0f) kite_gguf_w_f32(w, ARCH_KEY("logit_scale"), s->family.logit_scale);
     }
-    if (s->g4.head_dim_swa) {
-        kite_gguf_w_u32(w, ARCH_KEY("attention.key_length_swa"), (uint32_t)s->g4.head_dim_swa);
-        kite_gguf_w_u32(w, ARCH_KEY("attention.value_length_swa"), (uint32_t)s->g4.head_dim_swa);
-        kite_gguf_w_u32(w, ARCH_KEY("rope.dimension_count_swa"), (uint32_t)s->g4.head_dim_swa);
-        kite_gguf_w_f32(w, ARCH_KEY("rope.freq_base_swa"), s->g4.rope_theta_swa);
+    if (s->family.head_dim_swa) {
+        kite_gguf_w_u32(w, ARCH_KEY("attention.key_length_swa"), (uint32_t)s->family.head_dim_swa);
+        kite_gguf_w_u32(w, ARCH_KEY("attention.value_length_swa"), (uint32_t)s->family.head_dim_swa);
+        kite_gguf_w_u32(w, ARCH_KEY("rope.dimension_count_swa"), (uint32_t)s->family.head_dim_swa);
+        kite_gguf_w_f32(w, ARCH_KEY("rope.freq_base_swa"), s->family.rope_theta_swa);
         kite_gguf_w_u32(w, ARCH_KEY("attention.shared_kv_layers"), 0);
         kite_gguf_w_u32(w, ARCH_KEY("embedding_length_per_layer_input"), 0);
     }
@@ -746,8 +794,8 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
  * undoing what llama.cpp's converter does to a checkpoint: Llama's (and Muse Glimmer's) q/k rows permuted back
  * to rotate-half order, Gemma 3's norms (Muse Glimmer's layer norms, Qwen3.5's but the DeltaNet's output norm)
  * stored as w - 1, Qwen3.5's value heads in HF's grouped order and its decay as A_log, stacked experts split,
- * conv taps as [channels, 1, taps]. Tensors are F32, so kite gives the GGUF's logits for the folder when the GGUF
- * is f32 too. config.json has the family's model_type and architectures; tokenizer.json (and a
+ * conv taps as [channels, 1, taps]. Tensors are F32 (a shape's F16 embedding F16, as in its GGUF), so kite gives
+ * the GGUF's logits for the folder when the GGUF is f32 too. config.json has the family's model_type and architectures; tokenizer.json (and a
  * tokenizer_config.json beside it) are copied from params->tokenizer_path. */
 typedef struct hf_item {
     char name[112];
@@ -761,6 +809,7 @@ typedef struct hf_item {
     int64_t v_start, v_head;
     bool minus_one;           /* the GGUF holds w + 1 */
     bool a_log;               /* the GGUF holds -exp(A_log): write the value before -exp */
+    bool f16;                 /* stored F16, as the GGUF's (the shape's F16 embedding) */
 } hf_item;
 
 /* The HF value head held in GGUF value head g (convert_hf_to_gguf.py's _reorder_v_heads: GGUF head j * n_k + kh
@@ -781,7 +830,8 @@ static const char *hf_suffix(const model_shape *s, const char *g, int *minus_one
     static const struct { const char *gguf, *hf, *lfm2; } k[] = {
         {"attn_norm.weight", "input_layernorm.weight", "operator_norm.weight"},
         {"attn_q.weight", "self_attn.q_proj.weight", NULL}, {"attn_k.weight", "self_attn.k_proj.weight", NULL},
-        {"attn_v.weight", "self_attn.v_proj.weight", NULL},
+        {"attn_v.weight", "self_attn.v_proj.weight", NULL}, {"attn_q.bias", "self_attn.q_proj.bias", NULL},
+        {"attn_k.bias", "self_attn.k_proj.bias", NULL}, {"attn_v.bias", "self_attn.v_proj.bias", NULL},
         {"attn_output.weight", "self_attn.o_proj.weight", "self_attn.out_proj.weight"},
         {"attn_q_norm.weight", "self_attn.q_norm.weight", "self_attn.q_layernorm.weight"},
         {"attn_k_norm.weight", "self_attn.k_norm.weight", "self_attn.k_layernorm.weight"},
@@ -852,7 +902,7 @@ static int hf_items(const model_shape *s, const tensor_plan *plan, int n_plan, h
             else h->n_dims = 2, h->shape[0] = h->rows, h->shape[1] = h->cols;
             if (permute && (strcmp(g, "attn_q.weight") == 0 || strcmp(g, "attn_k.weight") == 0)) {
                 const bool local = s->sliding_window > 0 && s->swa_period > 0 && layer % s->swa_period < s->swa_period - 1;
-                const int32_t hd = local && s->g4.head_dim_swa ? s->g4.head_dim_swa : s->head_dim;
+                const int32_t hd = local && s->family.head_dim_swa ? s->family.head_dim_swa : s->head_dim;
                 h->permute_heads = (int32_t)(h->rows / hd);
             }
             if (strcmp(g, "attn_qkv.weight") == 0 || strcmp(g, "ssm_conv1d.weight") == 0) h->v_reorder = 1, h->v_start = 2 * key_dim, h->v_head = s->dn_head;
@@ -861,11 +911,33 @@ static int hf_items(const model_shape *s, const tensor_plan *plan, int n_plan, h
             if (strcmp(g, "ssm_dt.bias") == 0 || strcmp(g, "ssm_a") == 0) h->v_reorder = 2, h->v_head = 1;
             if (strcmp(g, "ssm_out.weight") == 0) h->v_reorder = 2, h->v_head = s->dn_head;
             h->a_log = t->negexp;
+            h->f16 = t->type == KITE_TYPE_F16 && s->family.f16_embd && strcmp(g, "token_embd.weight") == 0;
         }
     }
     *out = items;
     *n_out = n;
     return KITE_OK;
+}
+
+/* convert_hf_to_gguf.py's Llama-3 rope factors (LlamaModel.generate_extra_tensors): per rotated pair, the divisor of
+ * its frequency (1 for short wavelengths, factor for long ones, a smooth blend between); the base frequencies in
+ * float32 as the converter's torch arange and power. */
+static void llama3_rope_divisors(const model_shape *s, float *out, int64_t half) {
+    const double low_wavelen = s->family.llama3.orig_ctx / (double)s->family.llama3.low_freq;
+    const double high_wavelen = s->family.llama3.orig_ctx / (double)s->family.llama3.high_freq;
+    for (int64_t i = 0; i < half; i++) {
+        const float freq = 1.0f / powf(s->rope_theta, (float)(2 * i) / (float)s->head_dim);
+        const double wavelen = 2.0 * M_PI / (double)freq;
+        if (wavelen < high_wavelen) {
+            out[i] = 1.0f;
+        } else if (wavelen > low_wavelen) {
+            out[i] = s->family.llama3.factor;
+        } else {
+            const double smooth = (s->family.llama3.orig_ctx / wavelen - s->family.llama3.low_freq) /
+                                  (double)(s->family.llama3.high_freq - s->family.llama3.low_freq);
+            out[i] = (float)(1.0 / ((1.0 - smooth) / s->family.llama3.factor + smooth));
+        }
+    }
 }
 
 /* Row r of a plan tensor as the GGUF holds it before quantization (negexp false: before -exp). */
@@ -885,9 +957,12 @@ static void plan_row(const tensor_plan *t, uint64_t seed, int64_t r, float *row,
         for (int64_t i = 0; i < cols; i++) row[i] = t->constant;
     if (t->rotated > 0)
         for (int64_t i = 0; i < cols; i++) row[i] = i < t->rotated ? 1.0f : 1e30f;
+    if (t->llama3_freqs) llama3_rope_divisors(t->shape, row, cols);
     if (t->scale != 1.0f)
         for (int64_t i = 0; i < cols; i++) row[i] *= t->scale;
-    if (t->negexp && negexp) /* a DeltaNet decay rate, stored as the converter stores it: -exp(A_log) */
+    if (t->zero || (t->zero_odd_blocks > 0 && r / t->zero_odd_blocks % 2 == 1))
+        for (int64_t i = 0; i < cols; i++) row[i] = t->negexp && !negexp ? -INFINITY : 0.0f; /* -exp(-inf) = 0 */
+    else if (t->negexp && negexp) /* a DeltaNet decay rate, stored as the converter stores it: -exp(A_log) */
         for (int64_t i = 0; i < cols; i++) row[i] = -expf(row[i]);
 }
 
@@ -914,11 +989,12 @@ static bool hf_layer_local(const model_shape *s, int32_t l) {
 }
 
 /* config.json as transformers' config class of the family spells it. */
-static int hf_write_config(const model_shape *s, int32_t n_vocab, const vocab *v, const char *dir, kite_error *e) {
+static int hf_write_config(const model_shape *s, int32_t n_vocab, const vocab *v, kite_random_defect defect, const char *dir,
+                           kite_error *e) {
     const bool gemma3 = hf_arch_is(s, "gemma3"), gemma4 = hf_arch_is(s, "gemma4"), glimmer = hf_arch_is(s, "muse-glimmer");
     const bool qwen35 = hf_arch_is(s, "qwen35"), lfm2 = s->layer_kinds != NULL;
     static const struct { const char *arch, *model_type, *cls; } k_classes[] = {
-        {"llama", "llama", "LlamaForCausalLM"}, {"qwen3", "qwen3", "Qwen3ForCausalLM"}, {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM"},
+        {"llama", "llama", "LlamaForCausalLM"}, {"qwen2", "qwen2", "Qwen2ForCausalLM"}, {"qwen3", "qwen3", "Qwen3ForCausalLM"}, {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM"},
         {"gemma3", "gemma3_text", "Gemma3ForCausalLM"}, {"gemma4", "gemma4_text", "Gemma4ForCausalLM"},
         {"muse-glimmer", "muse_glimmer", "MuseGlimmerForConditionalGeneration"}, {"qwen35", "qwen3_5_text", "Qwen3_5ForCausalLM"},
         {"lfm2", "lfm2", "Lfm2ForCausalLM"},
@@ -941,7 +1017,15 @@ static int hf_write_config(const model_shape *s, int32_t n_vocab, const vocab *v
     /* float -> double is exact, and jansson prints round-trip digits, so the reader gets the same float. */
     json_object_set_new(c, "rms_norm_eps", json_real((double)s->rms_eps));
     json_object_set_new(c, "rope_theta", json_real((double)s->rope_theta));
-    json_object_set_new(c, "rope_scaling", json_null());
+    if (s->family.llama3.factor > 0.0f)
+        json_object_set_new(c, "rope_scaling",
+                            json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", (double)s->family.llama3.factor,
+                                      "low_freq_factor", (double)s->family.llama3.low_freq, "high_freq_factor",
+                                      (double)s->family.llama3.high_freq, "original_max_position_embeddings", s->family.llama3.orig_ctx));
+    else if (s->family.rope_linear > 0.0f)
+        json_object_set_new(c, "rope_scaling", json_pack("{s:s, s:f}", "rope_type", "linear", "factor", (double)s->family.rope_linear));
+    else
+        json_object_set_new(c, "rope_scaling", json_null());
     json_object_set_new(c, "tie_word_embeddings", json_boolean(s->tied));
     if (v->bos >= 0) json_object_set_new(c, "bos_token_id", json_integer(v->bos));
     if (v->eos >= 0) json_object_set_new(c, "eos_token_id", json_integer(v->eos));
@@ -958,11 +1042,11 @@ static int hf_write_config(const model_shape *s, int32_t n_vocab, const vocab *v
         json_object_set_new(c, "hidden_activation", json_string("gelu_pytorch_tanh"));
         json_object_set_new(c, "sliding_window", json_integer(s->sliding_window));
         json_object_set_new(c, "global_head_dim", json_integer(s->head_dim));
-        json_object_set_new(c, "head_dim", json_integer(s->g4.head_dim_swa));
-        json_object_set_new(c, "num_key_value_heads", json_integer(s->g4.n_kv_heads_swa));
+        json_object_set_new(c, "head_dim", json_integer(s->family.head_dim_swa));
+        json_object_set_new(c, "num_key_value_heads", json_integer(s->family.n_kv_heads_swa));
         json_object_set_new(c, "num_global_key_value_heads", json_integer(s->n_kv_heads));
-        json_object_set_new(c, "attention_k_eq_v", json_boolean(s->g4.k_eq_v));
-        json_object_set_new(c, "final_logit_softcapping", json_real((double)s->g4.softcap));
+        json_object_set_new(c, "attention_k_eq_v", json_boolean(s->family.k_eq_v));
+        json_object_set_new(c, "final_logit_softcapping", s->family.softcap > 0.0f ? json_real((double)s->family.softcap) : json_null());
         json_object_set_new(c, "num_kv_shared_layers", json_integer(0));
         json_object_set_new(c, "hidden_size_per_layer_input", json_integer(0));
         json_object_set_new(c, "enable_moe_block", json_false());
@@ -970,15 +1054,19 @@ static int hf_write_config(const model_shape *s, int32_t n_vocab, const vocab *v
         json_object_del(c, "rope_theta");
         json_object_del(c, "rope_scaling");
         json_object_set_new(c, "rope_parameters",
-                            json_pack("{s:{s:s, s:f}, s:{s:s, s:f, s:f}}", "sliding_attention", "rope_type", "default", "rope_theta",
-                                      (double)s->g4.rope_theta_swa, "full_attention", "rope_type", "proportional",
-                                      "partial_rotary_factor", (double)s->g4.partial_rotary_global, "rope_theta", (double)s->rope_theta));
+                            s->family.partial_rotary_global > 0.0f
+                                ? json_pack("{s:{s:s, s:f}, s:{s:s, s:f, s:f}}", "sliding_attention", "rope_type", "default", "rope_theta",
+                                            (double)s->family.rope_theta_swa, "full_attention", "rope_type", "proportional",
+                                            "partial_rotary_factor", (double)s->family.partial_rotary_global, "rope_theta", (double)s->rope_theta)
+                                : json_pack("{s:{s:s, s:f}, s:{s:s, s:f}}", "sliding_attention", "rope_type", "default", "rope_theta",
+                                            (double)s->family.rope_theta_swa, "full_attention", "rope_type", "default", "rope_theta",
+                                            (double)s->rope_theta));
     } else if (glimmer) { /* the q/k norms the converter synthesizes from qk_scale_factor are 1 here */
         json_object_set_new(c, "hidden_act", json_string("silu"));
         json_object_set_new(c, "sliding_window", json_integer(s->sliding_window));
-        json_object_set_new(c, "final_logit_softcapping", json_real((double)s->g4.softcap));
-        json_object_set_new(c, "output_multiplier", json_real((double)(s->g4.logit_scale > 0.0f ? s->g4.logit_scale : 1.0f)));
-        json_object_set_new(c, "qk_scale_factor", json_real(1.0));
+        json_object_set_new(c, "final_logit_softcapping", s->family.softcap > 0.0f ? json_real((double)s->family.softcap) : json_null());
+        json_object_set_new(c, "output_multiplier", json_real((double)(s->family.logit_scale > 0.0f ? s->family.logit_scale : 1.0f)));
+        json_object_set_new(c, "qk_scale_factor", json_real((double)(s->family.qk_scale > 0.0f ? s->family.qk_scale : 1.0f)));
     } else {
         json_object_set_new(c, "hidden_act", json_string("silu"));
     }
@@ -1028,13 +1116,13 @@ static int hf_write_config(const model_shape *s, int32_t n_vocab, const vocab *v
         json_object_set_new(c, "num_experts", json_integer(s->n_experts));
         json_object_set_new(c, "num_experts_per_tok", json_integer(s->n_experts_used));
         json_object_set_new(c, "moe_intermediate_size", json_integer(s->expert_ffn_dim));
-        json_object_set_new(c, "norm_topk_prob", json_true());
+        json_object_set_new(c, "norm_topk_prob", json_boolean(defect != KITE_RANDOM_DEFECT_MOE_UNNORMALISED));
         json_object_set_new(c, "decoder_sparse_step", json_integer(1));
         json_object_set_new(c, "mlp_only_layers", json_array());
     }
-    if (hf_arch_is(s, "qwen3") || hf_arch_is(s, "qwen3moe")) {
+    if (hf_arch_is(s, "qwen2") || hf_arch_is(s, "qwen3") || hf_arch_is(s, "qwen3moe")) {
         json_object_set_new(c, "use_sliding_window", json_false());
-        json_object_set_new(c, "attention_bias", json_false());
+        json_object_set_new(c, "attention_bias", json_boolean(s->family.qkv_bias));
     }
     if (qwen35) { /* as published: the text model's config inside the vision-language one */
         json_t *outer = json_object();
@@ -1064,10 +1152,10 @@ static int hf_write_safetensors(const tensor_plan *plan, const hf_item *items, i
     int64_t max_cols = 0;
     for (int i = 0; i < n_items; i++) {
         const hf_item *t = &items[i];
-        uint64_t bytes = (uint64_t)t->rows * (uint64_t)t->cols * 4;
+        uint64_t bytes = (uint64_t)t->rows * (uint64_t)t->cols * (t->f16 ? 2 : 4);
         json_t *shape = json_array();
         for (int d = 0; d < t->n_dims; d++) json_array_append_new(shape, json_integer(t->shape[d]));
-        json_object_set_new(h, t->name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape, "data_offsets",
+        json_object_set_new(h, t->name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", t->f16 ? "F16" : "F32", "shape", shape, "data_offsets",
                                                   (json_int_t)offset, (json_int_t)(offset + bytes)));
         offset += bytes;
         if (t->cols > max_cols) max_cols = t->cols;
@@ -1075,8 +1163,9 @@ static int hf_write_safetensors(const tensor_plan *plan, const hf_item *items, i
     char *text = json_dumps(h, JSON_COMPACT);
     json_decref(h);
     float *src = malloc((size_t)max_cols * sizeof *src), *dst = malloc((size_t)max_cols * sizeof *dst);
-    if (!text || !src || !dst) {
-        free(text), free(src), free(dst);
+    uint16_t *half = malloc((size_t)max_cols * sizeof *half);
+    if (!text || !src || !dst || !half) {
+        free(text), free(src), free(dst), free(half);
         return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
     }
     size_t len = strlen(text), padded = (len + 7) / 8 * 8;
@@ -1105,16 +1194,21 @@ static int hf_write_safetensors(const tensor_plan *plan, const hf_item *items, i
                 float x = src[t->v_reorder == 2 ? hf_v_source(s, t->v_start, t->v_head, c) : c];
                 dst[c] = t->minus_one ? x - 1.0f : x;
             }
-            ok = fwrite(dst, sizeof *dst, (size_t)t->cols, f) == (size_t)t->cols;
+            if (t->f16) { /* rounded as the GGUF's F16 rows are */
+                for (int64_t c = 0; c < t->cols; c++) half[c] = kite_f32_to_fp16(dst[c]);
+                ok = fwrite(half, sizeof *half, (size_t)t->cols, f) == (size_t)t->cols;
+            } else {
+                ok = fwrite(dst, sizeof *dst, (size_t)t->cols, f) == (size_t)t->cols;
+            }
         }
     }
     if (f && fclose(f) != 0) ok = false;
-    free(text), free(src), free(dst);
+    free(text), free(src), free(dst), free(half);
     return ok ? KITE_OK : kite_fail(e, KITE_ERR_IO, "random model: writing %s failed", path);
 }
 
 static int write_hf_folder(const char *dir, const model_shape *s, const tensor_plan *plan, int n_plan, int32_t n_vocab,
-                           const vocab *v, const kite_random_model_params *params, kite_error *e) {
+                           const vocab *v, const kite_random_model_params *params, kite_random_defect defect, kite_error *e) {
     if (s->n_nextn > 0)
         return kite_fail(e, KITE_ERR_UNSUPPORTED, "random model: no Hugging Face folder for the next-n (MTP) blocks of %s", s->name);
     const char *tok = params->tokenizer_path;
@@ -1126,7 +1220,7 @@ static int write_hf_folder(const char *dir, const model_shape *s, const tensor_p
     hf_item *items = NULL;
     int n_items = 0, st;
     if ((st = hf_items(s, plan, n_plan, &items, &n_items, e))) return st;
-    if ((st = hf_write_config(s, n_vocab, v, dir, e)) || (st = hf_write_safetensors(plan, items, n_items, s, params->seed, dir, e))) goto done;
+    if ((st = hf_write_config(s, n_vocab, v, defect, dir, e)) || (st = hf_write_safetensors(plan, items, n_items, s, params->seed, dir, e))) goto done;
     char to[4096], from[4096];
     snprintf(to, sizeof to, "%s/tokenizer.json", dir);
     if ((st = hf_copy_file(tok, to, false, e))) goto done;
@@ -1156,6 +1250,14 @@ static void apply_extras(tensor_plan *plan, int n, const kite_random_model_extra
         }
         if (x->defect == KITE_RANDOM_DEFECT_UNIT_QK_NORM && qk) t->norm_std = 0.0f; /* back to 1 */
         if (x->defect == KITE_RANDOM_DEFECT_CONV_REVERSED && name_has(t->name, "shortconv.conv.")) t->reversed = true;
+        const bool qwen35 = t->shape->full_attn_interval > 0;
+        if ((x->defect == KITE_RANDOM_DEFECT_ZERO_QKV_BIAS && name_has(t->name, ".bias") && name_has(t->name, ".attn_")) ||
+            (x->defect == KITE_RANDOM_DEFECT_BETA_IGNORED && name_has(t->name, ".ssm_beta.")) ||
+            (x->defect == KITE_RANDOM_DEFECT_DECAY_IGNORED && name_has(t->name, ".ssm_a")) ||
+            (x->defect == KITE_RANDOM_DEFECT_NO_ATTN_GATE && !qwen35 && name_has(t->name, ".attn_gate.")))
+            t->zero = true;
+        if (x->defect == KITE_RANDOM_DEFECT_NO_OUTPUT_GATE && qwen35 && name_has(t->name, ".attn_q.weight"))
+            t->zero_odd_blocks = t->shape->head_dim; /* each head's rows are [q | gate] */
     }
 }
 
@@ -1181,7 +1283,7 @@ int kite_write_random_model_ex(const char *path, const kite_random_model_params 
     for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++)
         if (strcmp(params->shape, k_shapes[i].name) == 0) shape = &k_shapes[i];
     if (!shape)
-        return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, tiny-qwen3, llama-3.2-1b, tiny, tiny-l4, gemma3-1b, "
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, tiny-qwen3, tiny-llama3, tiny-qwen2, llama-3.2-1b, tiny, tiny-l4, gemma3-1b, "
                          "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, qwen3.5-0.8b, tiny-qwen35, lfm2-350m, tiny-lfm2, gemma4-31b-6l, tiny-gemma4, tiny-muse-glimmer, eagle3, dflash)",
                          params->shape),
                kite_error_export(&e, err, err_size);
@@ -1208,7 +1310,15 @@ int kite_write_random_model_ex(const char *path, const kite_random_model_params 
         goto done;
     }
     if ((st = vocab_pad(&v, n_vocab, &e))) goto done;
-    if ((st = plan_tensors(shape, n_vocab, k_types[type_index].type, &plan, &n_tensors, &e))) goto done;
+    /* the defects that live in the metadata (and in what the shape plans) */
+    const kite_random_defect defect = extras ? extras->defect : KITE_RANDOM_DEFECT_NONE;
+    model_shape eff = *shape;
+    if (defect == KITE_RANDOM_DEFECT_NO_ROPE_SCALING) eff.family.llama3.factor = 0.0f;
+    if (defect == KITE_RANDOM_DEFECT_WIDE_WINDOW) eff.sliding_window = 4096;
+    if (defect == KITE_RANDOM_DEFECT_NO_SOFTCAP) eff.family.softcap = 0.0f;
+    if (defect == KITE_RANDOM_DEFECT_NO_PROPORTIONAL_ROPE) eff.family.partial_rotary_global = 0.0f;
+    shape = &eff;
+    if ((st = plan_tensors(shape, n_vocab, k_types[type_index].type, defect, &plan, &n_tensors, &e))) goto done;
     if (extras) apply_extras(plan, n_tensors, extras);
 
     w = kite_gguf_writer_new();
@@ -1248,7 +1358,7 @@ int kite_write_random_model_ex(const char *path, const kite_random_model_params 
         report(params, (float)(0.9 * done_elems / total_elems)); /* the last tenth is writing the file */
     }
     if ((st = kite_gguf_writer_save(w, path, &e))) goto done;
-    if (params->hf_dir && (st = write_hf_folder(params->hf_dir, shape, plan, n_tensors, n_vocab, &v, params, &e))) goto done;
+    if (params->hf_dir && (st = write_hf_folder(params->hf_dir, shape, plan, n_tensors, n_vocab, &v, params, defect, &e))) goto done;
     report(params, 1.0f);
 done:
     free(scratch);

@@ -30,6 +30,18 @@ typedef enum kite_random_defect {
     KITE_RANDOM_DEFECT_NONE = 0,
     KITE_RANDOM_DEFECT_UNIT_QK_NORM, /* attn_q_norm / attn_k_norm weights all one (QK-norm weights ignored); needs norm_std */
     KITE_RANDOM_DEFECT_CONV_REVERSED, /* lfm2: every channel's conv taps in reverse order (newest tap on the oldest position) */
+    KITE_RANDOM_DEFECT_NO_ROPE_SCALING, /* llama: rope_freqs.weight left out (config.json rope_scaling null): Llama-3 scaling ignored */
+    KITE_RANDOM_DEFECT_ZERO_QKV_BIAS, /* qwen2: the q/k/v biases all zero (as if they were dropped) */
+    KITE_RANDOM_DEFECT_WIDE_WINDOW, /* sliding-window families: a window of 4096 (the window ignored, the pattern intact) */
+    KITE_RANDOM_DEFECT_MOE_UNNORMALISED, /* qwen3moe, the HF folder only: norm_topk_prob false (top-k weights not divided by
+                                            their sum, which llama.cpp always does for qwen3moe; a GGUF cannot say it) */
+    KITE_RANDOM_DEFECT_NO_OUTPUT_GATE, /* qwen35: the gate rows of attn_q zero (sigmoid 1/2 everywhere: no gating) */
+    KITE_RANDOM_DEFECT_BETA_IGNORED, /* qwen35: ssm_beta zero (beta 1/2 for every token and head) */
+    KITE_RANDOM_DEFECT_DECAY_IGNORED, /* qwen35: ssm_a zero (g = 0: the DeltaNet state never decays; A_log -inf in the folder) */
+    KITE_RANDOM_DEFECT_NO_ATTN_GATE, /* muse-glimmer: attn_gate zero (sigmoid 1/2 everywhere: after the post-norm, no gate) */
+    KITE_RANDOM_DEFECT_NO_SOFTCAP, /* muse-glimmer, gemma4: final_logit_softcapping left out */
+    KITE_RANDOM_DEFECT_NO_PROPORTIONAL_ROPE, /* gemma4: rope_freqs.weight left out (global layers rotate every pair) */
+    KITE_RANDOM_DEFECT_NO_LAYER_SCALAR, /* gemma4: layer_output_scale.weight left out (the layer scalars ignored) */
 } kite_random_defect;
 
 typedef struct kite_random_model_extras {

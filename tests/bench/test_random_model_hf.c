@@ -2,9 +2,10 @@
  *
  * For each family's tiny shape the writer puts the same weights in an f32 GGUF (llama.cpp's names and layouts)
  * and in a Hugging Face folder (transformers' names, with the converter's transforms undone: q/k permutation,
- * norms stored as w - 1, Qwen3.5's value-head order and A_log, split experts, 3-D conv taps). kite loads
- * either through a different reader (io/gguf.c vs io/safetensors.c + io/hf_config.c, each doing its own
- * conversion), so equal logits show the folder holds the model the GGUF holds. The bound, 2e-4, is the oracle
+ * norms stored as w - 1, Qwen3.5's value-head order and A_log, split experts, 3-D conv taps; and config.json
+ * spelling each family's features: Llama-3 and linear rope_scaling, q/k/v biases, an F16 embedding,
+ * qk_scale_factor, layer scalars). kite loads either through a different reader (io/gguf.c vs io/safetensors.c +
+ * io/hf_config.c, each doing its own conversion), so equal logits show the folder holds the model the GGUF holds. The bound, 2e-4, is the oracle
  * test's HF_LOGIT_BOUND (f32 rounding where the two paths order operations differently). A folder of another
  * seed must differ by far more (the control: the comparison can fail). */
 #include <math.h>
@@ -136,6 +137,8 @@ static void check_shape(const char *shape, const char *tokenizer) {
 #define QWEN3_TOK "models/tokenizers/qwen3/tokenizer.json"
 static void test_llama(void **s) { (void)s; check_shape("tiny", "models/tokenizers/llama3/tokenizer.json"); }
 static void test_qwen3(void **s) { (void)s; check_shape("tiny-qwen3", QWEN3_TOK); }
+static void test_llama3(void **s) { (void)s; check_shape("tiny-llama3", "models/tokenizers/llama3/tokenizer.json"); }
+static void test_qwen2(void **s) { (void)s; check_shape("tiny-qwen2", QWEN3_TOK); }
 static void test_qwen3moe(void **s) { (void)s; check_shape("tiny-qwen3moe", QWEN3_TOK); }
 static void test_gemma3(void **s) { (void)s; check_shape("tiny-gemma3", QWEN3_TOK); }
 static void test_gemma4(void **s) { (void)s; check_shape("tiny-gemma4", QWEN3_TOK); }
@@ -168,7 +171,7 @@ static void test_bad_args(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_llama),   cmocka_unit_test(test_qwen3), cmocka_unit_test(test_qwen3moe),
+        cmocka_unit_test(test_llama),   cmocka_unit_test(test_llama3), cmocka_unit_test(test_qwen2), cmocka_unit_test(test_qwen3), cmocka_unit_test(test_qwen3moe),
         cmocka_unit_test(test_gemma3),  cmocka_unit_test(test_gemma4), cmocka_unit_test(test_muse_glimmer),
         cmocka_unit_test(test_qwen35),  cmocka_unit_test(test_lfm2),  cmocka_unit_test(test_other_seed_differs),
         cmocka_unit_test(test_bad_args),

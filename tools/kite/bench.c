@@ -657,7 +657,8 @@ static const char GEN_USAGE[] =
     "  --shape S          real shapes for benchmarks: llama-1.1b (dim 2048, 16 layers, 32/8 heads, FFN\n"
     "                     8192, vocab 32000), qwen3-0.6b, llama-3.2-1b, gemma3-1b, qwen3.5-0.8b, lfm2-350m,\n"
     "                     qwen3moe-a3b-4l and gemma4-31b-6l (4 and 6 of their layers); small test shapes:\n"
-    "                     tiny (llama, dim 256, 2 layers; vocab of the tokenizer), tiny-l4, tiny-qwen3, tiny-gemma3,\n"
+    "                     tiny (llama, dim 256, 2 layers; vocab of the tokenizer), tiny-l4, tiny-qwen3, tiny-llama3\n"
+    "                     (Llama-3 RoPE scaling), tiny-qwen2 (q/k/v biases, F16 embeddings), tiny-gemma3,\n"
     "                     tiny-qwen3moe, tiny-qwen35, tiny-lfm2, tiny-gemma4, tiny-muse-glimmer; qwen3.5-0.8b-mtp and\n"
     "                     tiny-qwen35-mtp add Qwen3.5's next-n (MTP) block (for --draft mtp)\n"
     "  --type T           f32, f16, bf16, q8_0, q4_0 (every matrix), q4_k_m (llama.cpp's Q4_K_M recipe)\n"
@@ -709,7 +710,7 @@ int kite_cmd_gen_model(int argc, char **argv) {
             return bench_fail(2, "unknown option %s (see kite gen-model --help)", opt);
         }
     }
-    if (!p.shape) return bench_fail(2, "kite gen-model needs --shape (llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, tiny-qwen3, gemma3-1b, tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, qwen3.5-0.8b, tiny-qwen35, lfm2-350m, tiny-lfm2, gemma4-31b-6l, tiny-gemma4, tiny-muse-glimmer)");
+    if (!p.shape) return bench_fail(2, "kite gen-model needs --shape (llama-1.1b, qwen3-0.6b, llama-3.2-1b, tiny, tiny-qwen3, tiny-llama3, tiny-qwen2, gemma3-1b, tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, qwen3.5-0.8b, tiny-qwen35, lfm2-350m, tiny-lfm2, gemma4-31b-6l, tiny-gemma4, tiny-muse-glimmer)");
     if (!p.type && (!strcmp(p.shape, "eagle3") || !strncmp(p.shape, "dflash", 6))) p.type = "f32";
     if (!p.type) return bench_fail(2, "kite gen-model needs --type (f32, f16, bf16, q8_0, q4_0, q4_k_m)");
     if (!out) return bench_fail(2, "kite gen-model needs --out FILE");
