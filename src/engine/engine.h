@@ -31,7 +31,8 @@ struct kite_model {
     kite_spec_params learned_for;           /* drafter, draft model and oracle error rate it was learned with */
     double learned_accept[KITE_MAX_DRAFT];
     int32_t learned_observed[KITE_MAX_DRAFT];
-    double learned_draft_ms;                /* and its drafting cost per drafted token */
+    double learned_draft_ms;                /* and its drafting cost: per drafted token, or (DFlash) */
+    double learned_block_ms[KITE_N_BLOCK_POINTS], learned_block_scale; /* its block curve and the ratio to it */
     /* Grammar masks: the vocabulary's byte trie, built by the first kite_grammar_open (under vocab_lock). */
     pthread_mutex_t vocab_lock;
     struct kite_vocab_index *vocab_index;

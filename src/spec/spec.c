@@ -65,6 +65,38 @@ static double one_token_ms(kite_session *d) {
     return best;
 }
 
+/* Block rows of the DFlash cost curve: dense where a 16-row block's chains are chosen; a block of
+ * fewer rows takes its own size for the points past it. */
+static const int32_t BLOCK_ROW_POINTS[KITE_N_BLOCK_POINTS] = {2, 3, 5, 7, 9, 13, 17, 33, 64};
+
+/* The rows of the curve's point k for the state's block size. */
+static int32_t block_point_rows(const kite_spec_state *st, int k) {
+    return BLOCK_ROW_POINTS[k] < st->draft_block_rows ? BLOCK_ROW_POINTS[k] : st->draft_block_rows;
+}
+
+/* A DFlash block's time at each point (the best of three runs, in rounds over the points as
+ * measure_costs does), a point above a later one lowered to it. */
+static void measure_block_costs(kite_spec_state *st, kite_pool *pool) {
+    for (int k = 0; k < KITE_N_BLOCK_POINTS; k++) st->draft_block_ms[k] = INFINITY;
+    for (int round = 0; round < 3; round++)
+        for (int k = 0; k < KITE_N_BLOCK_POINTS; k++) {
+            if (k > 0 && block_point_rows(st, k) == block_point_rows(st, k - 1)) continue;
+            double t = kite_dflash_block_ms(st->dflash, pool, block_point_rows(st, k));
+            if (t < st->draft_block_ms[k]) st->draft_block_ms[k] = t;
+        }
+    for (int k = 1; k < KITE_N_BLOCK_POINTS; k++)
+        if (block_point_rows(st, k) == block_point_rows(st, k - 1)) st->draft_block_ms[k] = st->draft_block_ms[k - 1];
+    for (int k = KITE_N_BLOCK_POINTS - 2; k >= 0; k--)
+        if (st->draft_block_ms[k + 1] < st->draft_block_ms[k]) st->draft_block_ms[k] = st->draft_block_ms[k + 1];
+    st->draft_block_scale = 1.0;
+    char curve[512];
+    int at = 0;
+    for (int k = 0; k < KITE_N_BLOCK_POINTS && at < (int)sizeof curve; k++)
+        if (k == 0 || block_point_rows(st, k) != block_point_rows(st, k - 1))
+            at += snprintf(curve + at, sizeof curve - (size_t)at, "%s%d: %.3f", k ? ", " : "", block_point_rows(st, k), st->draft_block_ms[k]);
+    kite_log(KITE_LOG_INFO, "DFlash block cost (ms) by rows: %s", curve);
+}
+
 int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params *p, kite_error *e) {
     memset(st, 0, sizeof *st);
     if (p->drafter < KITE_DRAFT_NONE || p->drafter > KITE_DRAFT_MTP)
@@ -164,14 +196,15 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
         memcpy(st->accept_rate, m->learned_accept, sizeof st->accept_rate);
         memcpy(st->observed, m->learned_observed, sizeof st->observed);
         st->draft_ms_per_token = m->learned_draft_ms;
+        memcpy(st->draft_block_ms, m->learned_block_ms, sizeof st->draft_block_ms);
+        st->draft_block_scale = m->learned_block_scale;
         st->draft_cost_observed = 9; /* a measured estimate: moving averages from here */
     }
     pthread_mutex_unlock(&m->cost_lock);
     if (!learned && st->draft) st->draft_ms_per_token = one_token_ms(st->draft);
     if (!learned && st->eagle3) st->draft_ms_per_token = kite_eagle3_one_step_ms(st->eagle3, s->pool);
     if (!learned && st->mtp) st->draft_ms_per_token = kite_mtp_one_step_ms(st->mtp, s->pool);
-    if (!learned && st->dflash) /* per row of a full block (rows cost alike: the block is compute-bound) */
-        st->draft_ms_per_token = kite_dflash_block_ms(st->dflash, s->pool, st->draft_block_rows) / st->draft_block_rows;
+    if (!learned && st->dflash) measure_block_costs(st, s->pool);
     /* The target's hidden states are captured only while a learned drafter reads them (last: nothing
      * above may fail after the session changed). */
     const int32_t *layers = NULL;
@@ -195,6 +228,8 @@ void kite_spec_learned_store(const kite_spec_state *st, kite_model *m) {
     memcpy(m->learned_accept, st->accept_rate, sizeof m->learned_accept);
     memcpy(m->learned_observed, st->observed, sizeof m->learned_observed);
     m->learned_draft_ms = st->draft_ms_per_token;
+    memcpy(m->learned_block_ms, st->draft_block_ms, sizeof m->learned_block_ms);
+    m->learned_block_scale = st->draft_block_scale;
     pthread_mutex_unlock(&m->cost_lock);
 }
 
@@ -309,10 +344,25 @@ double kite_spec_pass_cost(kite_session *s, int32_t B) {
 
 /* ---- budget controller ---------------------------------------------------------------------------- */
 
-/* What a pass drafting k tokens costs in units of draft_ms_per_token: k tokens, or a DFlash block's rows. */
-static double drafting_units(const kite_spec_state *st, int32_t k) {
-    if (st->draft_block_rows <= 0) return k;
-    return k + 1 < st->draft_block_rows ? k + 1 : st->draft_block_rows;
+/* A DFlash block of the given rows by its measured curve (linear between the points), before scaling. */
+static double block_curve_at(const kite_spec_state *st, int32_t rows) {
+    for (int k = 0; k < KITE_N_BLOCK_POINTS; k++) {
+        const int32_t at = block_point_rows(st, k);
+        if (rows > at) continue;
+        if (k == 0 || rows == at) return st->draft_block_ms[k];
+        const int32_t before = block_point_rows(st, k - 1);
+        return st->draft_block_ms[k - 1] + (st->draft_block_ms[k] - st->draft_block_ms[k - 1]) * (rows - before) / (at - before);
+    }
+    return st->draft_block_ms[KITE_N_BLOCK_POINTS - 1];
+}
+
+/* The rows of the DFlash block that drafts k tokens. */
+static int32_t block_rows_for(const kite_spec_state *st, int32_t k) { return k + 1 < st->draft_block_rows ? k + 1 : st->draft_block_rows; }
+
+/* The estimated time of a pass drafting k tokens (k >= 1), in ms: a DFlash block, or k drafted tokens. */
+static double drafting_ms(const kite_spec_state *st, int32_t k) {
+    if (st->draft_block_rows <= 0) return st->draft_ms_per_token * k;
+    return st->draft_block_scale * block_curve_at(st, block_rows_for(st, k));
 }
 
 /* The chain length (0 = none) that maximises expected tokens per millisecond, and the smallest probe
@@ -336,7 +386,7 @@ static int32_t best_chain(const kite_spec_state *st, kite_session *s, int32_t ma
         if (st->observed[k - 1] > 0) deepest_rate = st->accept_rate[k - 1];
         reach *= st->observed[k - 1] > 0 ? st->accept_rate[k - 1] : deepest_rate;
         expected += reach;
-        double cost = curve_at(curve, k + 1) + st->draft_ms_per_token * drafting_units(st, k);
+        double cost = curve_at(curve, k + 1) + drafting_ms(st, k);
         double rate = expected / cost;
         if (rate > best_rate * 1.0001) { best_rate = rate; best_k = k; }
         if ((double)(k + 1) / cost > plain_rate * 1.0001) could_pay = true;
@@ -520,12 +570,17 @@ static void draft_logq(kite_spec_state *st, int32_t V, const kite_gen_params *gp
 }
 
 void kite_spec_observe_draft_cost(kite_spec_state *st, double ms, int32_t budget) {
-    const double units = budget < 1 ? 1.0 : drafting_units(st, budget);
-    const double ms_per_token = ms / units;
+    if (budget < 1) budget = 1;
     /* The first measurements replace the starting guess (a draft model's forward pass alone, which
      * misses the draft distributions and the choice of children: 30 us against 190 us per token for
-     * TinyStories-656K's Q8_0 draft). */
-    st->draft_ms_per_token += estimate_step(&st->draft_cost_observed, 0.0) * (ms_per_token - st->draft_ms_per_token);
+     * TinyStories-656K's Q8_0 draft). A DFlash pass scales its curve, whose shape stays as measured. */
+    const double step = estimate_step(&st->draft_cost_observed, 0.0);
+    if (st->draft_block_rows > 0) {
+        const double base = block_curve_at(st, block_rows_for(st, budget));
+        if (base > 0) st->draft_block_scale += step * (ms / base - st->draft_block_scale);
+    } else {
+        st->draft_ms_per_token += step * (ms / budget - st->draft_ms_per_token);
+    }
     st->choice_valid = false;
 }
 

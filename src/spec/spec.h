@@ -10,6 +10,11 @@
 struct kite_session;
 struct kite_gmask;
 
+/* Batch sizes at which the pass cost curve is measured (spec.c). */
+#define KITE_N_COST_POINTS 11
+/* Block rows at which a DFlash drafter's cost is measured (spec.c). */
+#define KITE_N_BLOCK_POINTS 9
+
 /* A tree of drafted tokens. Node 0 is the root: the last emitted token, not yet run by the target,
  * at absolute position pos0. A chain is a tree with one child per node. */
 typedef struct kite_draft_tree {
@@ -40,11 +45,17 @@ typedef struct kite_spec_state {
     /* Budget controller. */
     double accept_rate[KITE_MAX_DRAFT]; /* running estimate of P(node at depth d+1 accepted | parent accepted) */
     int32_t observed[KITE_MAX_DRAFT];   /* passes that informed accept_rate[d], while its step is 1/(n+2) */
-    double draft_ms_per_token;          /* running estimate of drafting cost: per drafted token, or per block row
-                                           when draft_block_rows > 0 */
+    double draft_ms_per_token;          /* running estimate of drafting cost per drafted token (not DFlash) */
     int32_t draft_block_rows;           /* > 0 (DFlash): a pass drafting k tokens runs one block of
                                            min(k + 1, draft_block_rows) rows, whatever the tree's shape */
-    int32_t draft_cost_observed;        /* drafting passes that informed it, while its step is 1/(n+1) */
+    /* DFlash: one block's time at KITE_BLOCK_ROW_POINTS rows (spec.c), measured when drafting starts,
+     * and the running ratio of drafting passes as observed to that curve. A block has a large part that
+     * does not depend on its rows (the drafter's weights are read once, new context rows injected): on
+     * the 1.1B shape at 2 threads (AVX-512) ~2.2 ms for 3 rows, 3.3 for 9, 5.9 for 16. A price per row
+     * put none of it on short blocks, and the controller chose 5-token chains where 8 decode faster. */
+    double draft_block_ms[KITE_N_BLOCK_POINTS];
+    double draft_block_scale;
+    int32_t draft_cost_observed;        /* drafting passes that informed the estimate, while its step is 1/(n+1) */
     int32_t plain_streak;               /* passes in a row the controller chose not to draft */
     int32_t probe_interval;             /* plain passes before the next one-token probe (KITE_PROBE_MIN or more,
                                            doubling to KITE_PROBE_MAX) */
@@ -138,8 +149,6 @@ int32_t kite_spec_rejection_step(kite_spec_state *st, const kite_gen_params *gp,
                                  const int32_t *history, size_t n_history, int64_t pos, int32_t draft_token,
                                  const float *draft_logq, bool *accepted);
 
-/* Batch sizes at which the pass cost curve is measured (spec.c). */
-#define KITE_N_COST_POINTS 11
 /* Plain passes between one-token probes while the controller does not draft (doubling from MIN, or
  * from where probes cost at most SHARE of plain decoding when that is later, to MAX). */
 #define KITE_PROBE_MIN 16

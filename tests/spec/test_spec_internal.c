@@ -674,6 +674,79 @@ static int32_t best_chain(double a, double c, int32_t max_k) {
     return best;
 }
 
+/* A DFlash-like drafter: one block of min(k + 1, 16) rows per pass, priced fixed + per_row per row,
+ * worked independently like best_chain. */
+static int32_t best_block_chain(double a, double fixed, double per_row, int32_t max_k) {
+    int32_t best = 0;
+    double best_rate = 1.0 / cost_at(1), expected = 1, reach = 1;
+    for (int32_t k = 1; k <= max_k; k++) {
+        reach *= a;
+        expected += reach;
+        double rate = expected / (cost_at(k + 1) + fixed + per_row * (k + 1 < 16 ? k + 1 : 16));
+        if (rate > best_rate * 1.0001) best_rate = rate, best = k;
+    }
+    return best;
+}
+
+/* The rows of spec.c's DFlash curve points for a block of 16 (BLOCK_ROW_POINTS, clipped). */
+static const int32_t BLOCK_POINT_ROWS16[KITE_N_BLOCK_POINTS] = {2, 3, 5, 7, 9, 13, 16, 16, 16};
+
+static void set_block_line(kite_spec_state *st, double fixed, double per_row) {
+    st->draft_block_rows = 16, st->draft_block_scale = 1.0;
+    for (int k = 0; k < KITE_N_BLOCK_POINTS; k++) st->draft_block_ms[k] = fixed + per_row * BLOCK_POINT_ROWS16[k];
+}
+
+/* A DFlash block's cost with a part that does not depend on its rows: the choice follows the whole
+ * measured curve (a fixed part paid once per pass favours longer chains), and an observed pass scales
+ * the curve. */
+static void test_budget_block_cost(void **state) {
+    (void)state;
+    kite_spec_params sp = kite_spec_default_params();
+    sp.drafter = KITE_DRAFT_NGRAM;
+    kite_session *s = session_with(&sp);
+    set_costs(s);
+    kite_spec_state *st = &s->spec;
+    static const double fixed[] = {0.0, 0.1, 0.3, 0.6};
+    int32_t prev = 0;
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.85, st->observed[d] = 100;
+        set_block_line(st, fixed[i], 0.02);
+        st->plain_streak = 0, st->explore_count = 0;
+        kite_spec_estimates_changed(st);
+        int32_t want = best_block_chain(0.85, fixed[i], 0.02, KITE_MAX_DRAFT);
+        assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), want);
+        assert_true(want >= prev);
+        prev = want;
+    }
+    assert_true(best_block_chain(0.85, 0.6, 0.02, KITE_MAX_DRAFT) > best_block_chain(0.85, 0.0, 0.02, KITE_MAX_DRAFT));
+    /* between the points the curve is linear: a kinked curve (rows 9 -> 13 twice as steep) is followed */
+    set_block_line(st, 0.3, 0.02);
+    for (int k = 5; k < KITE_N_BLOCK_POINTS; k++) st->draft_block_ms[k] += 0.02 * (BLOCK_POINT_ROWS16[k] - 9);
+    kite_spec_estimates_changed(st);
+    {
+        int32_t want = 0;
+        double best_rate = 1.0 / cost_at(1), expected = 1, reach = 1;
+        for (int32_t k = 1; k <= KITE_MAX_DRAFT; k++) {
+            int32_t rows = k + 1 < 16 ? k + 1 : 16;
+            reach *= 0.85, expected += reach;
+            double rate = expected / (cost_at(k + 1) + 0.3 + 0.02 * rows + (rows > 9 ? 0.02 * (rows - 9) : 0.0));
+            if (rate > best_rate * 1.0001) best_rate = rate, want = k;
+        }
+        assert_int_equal(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT), want);
+    }
+    /* an observed pass of 7 tokens (8 rows, between the points 7 and 9) at twice the curve: the first
+     * observation replaces the starting scale, later ones move it by a tenth */
+    set_block_line(st, 0.3, 0.02);
+    st->draft_cost_observed = 0;
+    kite_spec_observe_draft_cost(st, 2.0 * (0.3 + 0.02 * 8), 7);
+    assert_true(fabs(st->draft_block_scale - 2.0) < 1e-12);
+    st->draft_cost_observed = 1000;
+    kite_spec_observe_draft_cost(st, 0.0, 7);
+    assert_true(fabs(st->draft_block_scale - 1.8) < 1e-12);
+    st->draft_block_rows = 0, st->draft_ms_per_token = 0.0;
+    kite_session_free(s);
+}
+
 /* The measured curve: one pass over more tokens never costs less (noisy points are lowered to the
  * later ones), and it is measured once per thread count. */
 static void test_measured_cost_curve(void **state) {
@@ -891,6 +964,7 @@ int main(void) {
         cmocka_unit_test(test_draft_model_tree_and_cache),
         cmocka_unit_test(test_measured_cost_curve),
         cmocka_unit_test(test_budget_controller),
+        cmocka_unit_test(test_budget_block_cost),
         cmocka_unit_test(test_controller_falls_back),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
