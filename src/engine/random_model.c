@@ -10,7 +10,8 @@
  *
  * The tokenizer goes into the file as tokenizer.ggml.* so llama.cpp loads it too: a llama2.c
  * tokenizer .bin becomes an SPM ("llama") vocabulary with scores and token types; a byte-level BPE
- * tokenizer.json becomes a "gpt2" vocabulary with merges; without one, a byte-only SPM vocabulary
+ * tokenizer.json becomes a "gpt2" vocabulary with merges; a SentencePiece-style one (byte fallback: Gemma 3's)
+ * an SPM vocabulary with scores rebuilt from its merges (vocab_from_hf_spm); without one, a byte-only SPM vocabulary
  * (<unk>, <s>, </s>, <0x00>..<0xFF>) is written. A vocabulary smaller than the shape's is padded with
  * "<pad_N>" tokens (type unused). */
 #include <errno.h>
