@@ -54,7 +54,7 @@ static int open_tokenizer(kite_model *m, const char *model_path, const char *tok
                 free(json);
                 return st;
             }
-            st = kite_tokenizer_from_hf_json(&m->tokenizer, json, len, config, config_len, e);
+            st = kite_tokenizer_from_hf_json_for(&m->tokenizer, json, len, config, config_len, m->n_vocab, e);
             free(json);
             free(config);
         } else if (has_suffix(tokenizer_path, ".model")) {
@@ -84,7 +84,7 @@ static int open_tokenizer(kite_model *m, const char *model_path, const char *tok
             free(json);
             return st;
         }
-        st = kite_tokenizer_from_hf_json(&m->tokenizer, json, len, config, config_len, e);
+        st = kite_tokenizer_from_hf_json_for(&m->tokenizer, json, len, config, config_len, m->n_vocab, e);
         free(json);
         free(config);
     } else {

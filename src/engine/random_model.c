@@ -10,7 +10,8 @@
  *
  * The tokenizer goes into the file as tokenizer.ggml.* so llama.cpp loads it too: a llama2.c
  * tokenizer .bin becomes an SPM ("llama") vocabulary with scores and token types; a byte-level BPE
- * tokenizer.json becomes a "gpt2" vocabulary with merges; without one, a byte-only SPM vocabulary
+ * tokenizer.json becomes a "gpt2" vocabulary with merges; a SentencePiece-style one (byte fallback: Gemma 3's)
+ * an SPM vocabulary with scores rebuilt from its merges (vocab_from_hf_spm); without one, a byte-only SPM vocabulary
  * (<unk>, <s>, </s>, <0x00>..<0xFF>) is written. A vocabulary smaller than the shape's is padded with
  * "<pad_N>" tokens (type unused). */
 #include <errno.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/fp16.h"
@@ -238,8 +240,10 @@ typedef struct vocab {
     int32_t *types;     /* [n] GGUF token types */
     char **merges;      /* [n_merges] owned "left right" */
     uint64_t n_merges;
-    int32_t bos, eos, unk; /* -1 when absent */
+    int32_t bos, eos, unk, pad; /* -1 when absent */
     bool add_bos;
+    int add_space_prefix;  /* tokenizer.ggml.add_space_prefix: 0 false, 1 true, -1 not written */
+    char *chat_template;   /* tokenizer.chat_template (tokenizer_config.json's), or NULL */
 } vocab;
 
 enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5, TOK_BYTE = 6 };
@@ -251,6 +255,7 @@ static void vocab_free(vocab *v) {
     free(v->scores);
     free(v->types);
     free(v->merges);
+    free(v->chat_template);
     memset(v, 0, sizeof *v);
 }
 
@@ -378,9 +383,162 @@ static int32_t vocab_find(const vocab *v, const char *text) {
     return -1;
 }
 
+/* The converter's does_token_look_special: added tokens it makes control although they are not marked special. */
+static bool looks_special(const char *s, size_t n) {
+    static const char *const named[] = {"<pad>", "<mask>", "<2mass>", "[@BOS@]"};
+    for (size_t k = 0; k < sizeof named / sizeof named[0]; k++)
+        if (strcmp(s, named[k]) == 0) return true;
+    const bool bar = n >= 4 && strncmp(s, "<|", 2) == 0 && strcmp(s + n - 2, "|>") == 0;
+    const bool wide_bar = n >= 8 && strncmp(s, "<\xEF\xBD\x9C", 4) == 0 && strcmp(s + n - 4, "\xEF\xBD\x9C>") == 0; /* <｜...｜> */
+    const bool unused = n >= 8 && strncmp(s, "<unused", 7) == 0 && s[n - 1] == '>';
+    return bar || wide_bar || unused;
+}
+
+/* The first added token whose content is tokenizer_config.json's `key` (a string or {"content": ...}), as gguf-py's
+ * SpecialVocab picks it; -1 when absent. */
+static int32_t config_special(const json_t *config, const json_t *added, const char *key) {
+    const json_t *entry = json_object_get(config, key);
+    if (json_is_object(entry)) entry = json_object_get(entry, "content");
+    if (!json_is_string(entry)) return -1;
+    size_t i;
+    json_t *a;
+    json_array_foreach(added, i, a)
+        if (json_is_string(json_object_get(a, "content")) && json_equal(json_object_get(a, "content"), (json_t *)entry))
+            return (int32_t)json_integer_value(json_object_get(a, "id"));
+    return -1;
+}
+
+/* A SentencePiece-style BPE tokenizer.json (byte_fallback: Gemma 3's, Llama-2 conversions) becomes the "llama" (SPM)
+ * vocabulary llama.cpp's converter writes from the checkpoint's tokenizer.model (_create_vocab_sentencepiece, then
+ * SpecialVocab): the pieces by id, <0xNN> byte tokens, the unk_token unknown; the added tokens (the list
+ * tokenizer_config.json's added_tokens_decoder repeats) control when special or shaped like control tokens, else
+ * user-defined with "\u2581" turned back into spaces, all scored -1000; BOS, EOS, UNK, PAD, add_bos_token and the chat
+ * template from tokenizer_config.json. Added tokens past model.vocab are left out, as the converter drops ids past the
+ * config's vocab_size (Gemma 3's <image_soft_token>, id 262144, lies past the 262144 rows of Gemma 3 1B).
+ * tokenizer.model itself is not at hand, so the scores are rebuilt from the merges: transformers lists them in
+ * decreasing score of the piece each makes, so a piece scores minus the rank of the first merge making it, which
+ * orders llama.cpp's merges (highest score first) as the ranks order Hugging Face's. Pieces no merge makes (single
+ * characters, bytes) score 0, which SPM never compares. */
+static int vocab_from_hf_spm(vocab *v, const char *path, const json_t *root, const json_t *config, kite_error *e) {
+    const json_t *model = json_object_get(root, "model"), *jv = json_object_get(model, "vocab"), *jm = json_object_get(model, "merges");
+    const json_t *added = json_object_get(root, "added_tokens"), *norm = json_object_get(root, "normalizer");
+    const json_t *pre = json_object_get(root, "pre_tokenizer");
+    /* spaces become "\u2581" (Replace), maybe after a "\u2581" prefix (Prepend); a Split on " " then finds none */
+    bool replace = false, prepend = false;
+    const json_t *norms = json_is_object(norm) && json_is_string(json_object_get(norm, "type")) &&
+                                  strcmp(json_string_value(json_object_get(norm, "type")), "Sequence") == 0
+                              ? json_object_get(norm, "normalizers")
+                              : NULL;
+    for (size_t k = 0; k < (norms ? json_array_size(norms) : json_is_object(norm) ? 1 : 0); k++) {
+        const json_t *n = norms ? json_array_get(norms, k) : norm;
+        const char *type = json_string_value(json_object_get(n, "type"));
+        const char *content = json_string_value(json_object_get(n, "content")), *prep = json_string_value(json_object_get(n, "prepend"));
+        const char *pattern = json_string_value(json_object_get(json_object_get(n, "pattern"), "String"));
+        if (type && strcmp(type, "Replace") == 0 && pattern && content && !strcmp(pattern, " ") && !strcmp(content, "\xE2\x96\x81"))
+            replace = true;
+        else if (type && strcmp(type, "Prepend") == 0 && prep && strcmp(prep, "\xE2\x96\x81") == 0)
+            prepend = true;
+        else
+            return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: normalizer %s is not supported in a SentencePiece-style tokenizer.json", path, type ? type : "(untyped)");
+    }
+    const char *pre_type = json_string_value(json_object_get(pre, "type"));
+    const char *pre_pattern = json_string_value(json_object_get(json_object_get(pre, "pattern"), "String"));
+    if (!replace || (!json_is_null(pre) && pre && !(pre_type && strcmp(pre_type, "Split") == 0 && pre_pattern && !strcmp(pre_pattern, " "))))
+        return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: only a SentencePiece-style tokenizer.json whose normalizer turns spaces into \"\u2581\" "
+                         "(and no pre-tokenizer but a Split on spaces) is supported", path);
+    int64_t max_id = -1;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)jv, key, val) {
+        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= (1 << 20))
+            return kite_fail(e, KITE_ERR_FORMAT, "%s: model.vocab[\"%.40s\"] is not an id in 0..1M", path, key);
+        if (json_integer_value(val) > max_id) max_id = json_integer_value(val);
+    }
+    if (max_id < 0) return kite_fail(e, KITE_ERR_FORMAT, "%s: empty vocabulary", path);
+    int st = vocab_alloc(v, (int32_t)max_id + 1, true, e);
+    if (st) return st;
+    const char *unk = json_string_value(json_object_get(model, "unk_token"));
+    json_object_foreach((json_t *)jv, key, val) {
+        int32_t id = (int32_t)json_integer_value(val);
+        free(v->tokens[id]);
+        if (!(v->tokens[id] = strdup(key))) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
+        v->types[id] = unk && strcmp(key, unk) == 0 ? TOK_UNKNOWN : is_byte_token(key, strlen(key)) ? TOK_BYTE : TOK_NORMAL;
+    }
+    size_t i;
+    json_array_foreach((json_t *)jm, i, val) {
+        const char *a = NULL, *b = NULL;
+        if (json_is_array(val) && json_array_size(val) == 2) {
+            a = json_string_value(json_array_get(val, 0)), b = json_string_value(json_array_get(val, 1));
+        } else if (json_is_string(val)) {
+            const char *m = json_string_value(val), *sp = m[0] ? strchr(m + 1, ' ') : NULL;
+            if (sp) { /* "a b" */
+                char buf[1024];
+                snprintf(buf, sizeof buf, "%.*s%s", (int)(sp - m), m, sp + 1);
+                const json_t *id = json_object_get(jv, buf);
+                if (id && v->scores[json_integer_value(id)] == 0.0f) v->scores[json_integer_value(id)] = -(float)(i + 1);
+                continue;
+            }
+        }
+        if (!a || !b) return kite_fail(e, KITE_ERR_FORMAT, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", path, i);
+        char buf[1024];
+        if ((size_t)snprintf(buf, sizeof buf, "%s%s", a, b) >= sizeof buf) continue; /* longer than any piece */
+        const json_t *id = json_object_get(jv, buf);
+        /* rank + 1: the first merge's piece must score below the never-merged 0 too */
+        if (id && v->scores[json_integer_value(id)] == 0.0f) v->scores[json_integer_value(id)] = -(float)(i + 1);
+    }
+    json_array_foreach((json_t *)added, i, val) {
+        json_t *jid = json_object_get(val, "id"), *content = json_object_get(val, "content");
+        if (!json_is_integer(jid) || json_integer_value(jid) < 0 || !json_is_string(content) ||
+            memchr(json_string_value(content), 0, json_string_length(content)))
+            return kite_fail(e, KITE_ERR_FORMAT, "%s: added_tokens[%zu] needs an id and a content string without NUL", path, i);
+        if (json_integer_value(jid) >= v->n) continue; /* past the vocabulary: left out, as the converter does */
+        const int32_t id = (int32_t)json_integer_value(jid);
+        const char *text = json_string_value(content);
+        const size_t n = json_string_length(content);
+        const bool control = json_is_true(json_object_get(val, "special")) || looks_special(text, n);
+        char *t = malloc(n + 1), *w = t;
+        if (!t) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
+        for (size_t k = 0; k < n; k++) { /* a user-defined token's "\u2581" back to a space ("pre-normalize user-defined spaces") */
+            if (!control && k + 3 <= n && memcmp(text + k, "\xE2\x96\x81", 3) == 0) *w++ = ' ', k += 2;
+            else *w++ = text[k];
+        }
+        *w = 0;
+        free(v->tokens[id]);
+        v->tokens[id] = t;
+        v->types[id] = control ? TOK_CONTROL : TOK_USER_DEFINED;
+        v->scores[id] = -1000.0f;
+    }
+    for (int32_t id = 0; id < v->n; id++)
+        if (!v->tokens[id]) { /* an id nobody names: the converter's [PADn] */
+            char buf[32];
+            snprintf(buf, sizeof buf, "[PAD%d]", id);
+            if (!(v->tokens[id] = strdup(buf))) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
+            v->types[id] = TOK_UNUSED;
+            v->scores[id] = -10000.0f;
+        }
+    v->model = "llama";
+    v->pre = "default";
+    v->add_space_prefix = prepend;
+    /* llama.cpp's SPM defaults (bos 1, eos 2, unk 0, add_bos), then what tokenizer_config.json names */
+    v->bos = v->n > 1 ? 1 : -1, v->eos = v->n > 2 ? 2 : -1, v->unk = unk ? vocab_find(v, unk) : 0;
+    v->add_bos = true;
+    if (config) {
+        int32_t id;
+        if ((id = config_special(config, added, "bos_token")) >= 0 && id < v->n) v->bos = id;
+        if ((id = config_special(config, added, "eos_token")) >= 0 && id < v->n) v->eos = id;
+        if ((id = config_special(config, added, "unk_token")) >= 0 && id < v->n) v->unk = id;
+        if ((id = config_special(config, added, "pad_token")) >= 0 && id < v->n) v->pad = id;
+        if (json_is_boolean(json_object_get(config, "add_bos_token"))) v->add_bos = json_is_true(json_object_get(config, "add_bos_token"));
+        const char *tmpl = json_string_value(json_object_get(config, "chat_template"));
+        if (tmpl && !(v->chat_template = strdup(tmpl))) return kite_fail(e, KITE_ERR_NOMEM, "random model: out of memory");
+    }
+    return KITE_OK;
+}
+
 /* A byte-level BPE tokenizer.json (Llama-3, Qwen2/3, GPT-2 style): model.vocab, model.merges (as
  * "a b" strings or ["a", "b"] pairs) and added_tokens. */
-static int vocab_from_hf_json(vocab *v, const char *path, const char *text, size_t len, const char *arch, kite_error *e) {
+static int vocab_from_hf_json(vocab *v, const char *path, const char *text, size_t len, const char *config_path, const char *arch,
+                              kite_error *e) {
     json_error_t je;
     json_t *root = json_loadb(text, len, 0, &je);
     if (!root) return kite_fail(e, KITE_ERR_FORMAT, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
@@ -402,9 +560,14 @@ static int vocab_from_hf_json(vocab *v, const char *path, const char *text, size
         st = kite_fail(e, KITE_ERR_FORMAT, "%s: model.vocab must be an object and model.merges an array", path);
         goto done;
     }
-    json_t *byte_fallback = json_object_get(model, "byte_fallback");
-    if (json_is_true(byte_fallback)) {
-        st = kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: a SentencePiece-style BPE (byte_fallback) tokenizer.json is not supported; give a byte-level one", path);
+    if (json_is_true(json_object_get(model, "byte_fallback"))) {
+        /* its tokenizer_config.json when there is one (integers as reals: Llama-3's model_max_length exceeds int64) */
+        json_t *config = config_path && access(config_path, R_OK) == 0 ? json_load_file(config_path, JSON_DECODE_INT_AS_REAL, &je) : NULL;
+        if (config_path && access(config_path, R_OK) == 0 && !config)
+            st = kite_fail(e, KITE_ERR_FORMAT, "%s: invalid JSON at line %d: %s", config_path, je.line, je.text);
+        else
+            st = vocab_from_hf_spm(v, path, root, config, e);
+        json_decref(config);
         goto done;
     }
     /* Highest id among the vocabulary and the added tokens decides the size. */
@@ -500,15 +663,22 @@ done:
 
 static int load_vocab(vocab *v, const char *path, const char *arch, kite_error *e) {
     memset(v, 0, sizeof *v);
-    v->bos = v->eos = v->unk = -1;
+    v->bos = v->eos = v->unk = v->pad = -1;
+    v->add_space_prefix = -1;
     if (!path) return vocab_bytes_only(v, e);
     kite_mapped_file f;
     int st = kite_map_file(&f, path, e);
     if (st) return st;
     size_t k = 0;
     while (k < f.size && k < 64 && (f.data[k] == ' ' || f.data[k] == '\n' || f.data[k] == '\r' || f.data[k] == '\t')) k++;
-    if (k < f.size && f.data[k] == '{') st = vocab_from_hf_json(v, path, (const char *)f.data, f.size, arch, e);
-    else st = vocab_from_llama2c(v, path, f.data, f.size, e);
+    if (k < f.size && f.data[k] == '{') {
+        char config_path[4096]; /* tokenizer_config.json beside it (the SentencePiece path reads it) */
+        const char *slash = strrchr(path, '/');
+        snprintf(config_path, sizeof config_path, "%.*stokenizer_config.json", slash ? (int)(slash - path + 1) : 0, path);
+        st = vocab_from_hf_json(v, path, (const char *)f.data, f.size, config_path, arch, e);
+    } else {
+        st = vocab_from_llama2c(v, path, f.data, f.size, e);
+    }
     kite_unmap_file(&f);
     if (st) vocab_free(v);
     return st;
@@ -785,8 +955,11 @@ static void write_metadata(kite_gguf_writer *w, const model_shape *s, int32_t n_
     if (v->bos >= 0) kite_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos);
     if (v->eos >= 0) kite_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
     if (v->unk >= 0) kite_gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)v->unk);
+    if (v->pad >= 0) kite_gguf_w_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad);
     kite_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
     kite_gguf_w_bool(w, "tokenizer.ggml.add_eos_token", false);
+    if (v->add_space_prefix >= 0) kite_gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", v->add_space_prefix == 1);
+    if (v->chat_template) kite_gguf_w_str(w, "tokenizer.chat_template", v->chat_template);
 }
 
 /* ---- the Hugging Face folder ------------------------------------------------------------------ */

@@ -107,6 +107,10 @@ static int parse_pre_tokenizer(const kj_doc *d, uint32_t p, hf_options *o, int d
         return KITE_OK;
     }
     if (type_is(d, p, "Split")) {
+        /* Gemma 3's Split on " " after a normalizer that made every space "▁": nothing left to split at */
+        if (o->replace_space && kj_string_is(d, kj_get(d, kj_get(d, p, "pattern"), "String"), " ") &&
+            !kj_bool(d, kj_get(d, p, "invert"), false))
+            return KITE_OK;
         if (!kj_string_is(d, kj_get(d, p, "behavior"), "Isolated") || kj_bool(d, kj_get(d, p, "invert"), false))
             return kite_fail(e, KITE_ERR_UNSUPPORTED, "tokenizer.json: Split pre-tokenizer supports only behavior \"Isolated\" without invert");
         uint32_t pattern = kj_get(d, p, "pattern");
@@ -213,7 +217,14 @@ static int load_merges(kite_tokenizer *t, const kj_doc *d, uint32_t merges, kite
     return KITE_OK;
 }
 
-static int build(kite_tokenizer **out, const kj_doc *d, const kj_doc *config, hf_options *o, kite_error *e) {
+/* An added token whose id lies past the model's embedding rows (model_n_vocab > 0): llama.cpp's converter leaves
+ * such tokens out (Gemma 3 1B's tokenizer.json adds <image_soft_token> as id 262144 to a 262144-row model), and so
+ * does kite, rather than refusing the folder or producing an id the model has no row for. */
+static bool past_model(const kj_doc *d, uint32_t added_token, int32_t model_n_vocab) {
+    return model_n_vocab > 0 && d->nodes[kj_get(d, added_token, "id")].ival >= model_n_vocab;
+}
+
+static int build(kite_tokenizer **out, const kj_doc *d, const kj_doc *config, hf_options *o, int32_t model_n_vocab, kite_error *e) {
     uint32_t model = kj_get(d, KJ_ROOT, "model");
     if (kj_type_of(d, model) != KJ_OBJECT) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: no \"model\" object");
     uint32_t merges = kj_get(d, model, "merges");
@@ -271,6 +282,7 @@ static int build(kite_tokenizer **out, const kj_doc *d, const kj_doc *config, hf
         if (kj_type_of(d, id) != KJ_NUMBER || !d->nodes[id].is_int || d->nodes[id].ival < 0 ||
             kj_type_of(d, kj_get(d, a, "content")) != KJ_STRING)
             return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: added_tokens[%zu] needs an id and a content", i);
+        if (past_model(d, a, model_n_vocab)) continue;
         if (d->nodes[id].ival > max_id) max_id = d->nodes[id].ival;
     }
     if (max_id < 0) return kite_fail(e, KITE_ERR_FORMAT, "tokenizer.json: empty vocabulary");
@@ -294,6 +306,7 @@ static int build(kite_tokenizer **out, const kj_doc *d, const kj_doc *config, hf
         t->types[id] = KITE_TOKEN_NORMAL;
     }
     for (uint32_t a = added ? d->nodes[added].first : 0; a; a = d->nodes[a].next) {
+        if (past_model(d, a, model_n_vocab)) continue;
         int32_t id = (int32_t)d->nodes[kj_get(d, a, "id")].ival;
         const kj_node *content = &d->nodes[kj_get(d, a, "content")];
         texts[id] = (kite_span){content->str, content->len};
@@ -351,6 +364,11 @@ fail:
 
 int kite_tokenizer_from_hf_json(kite_tokenizer **out, const char *json, size_t json_len, const char *config_json,
                                 size_t config_len, kite_error *e) {
+    return kite_tokenizer_from_hf_json_for(out, json, json_len, config_json, config_len, 0, e);
+}
+
+int kite_tokenizer_from_hf_json_for(kite_tokenizer **out, const char *json, size_t json_len, const char *config_json,
+                                    size_t config_len, int32_t model_n_vocab, kite_error *e) {
     if (!out || !json) return kite_fail(e, KITE_ERR_INVALID_ARG, "tokenizer.json: no text or output");
     *out = NULL;
     kj_doc doc, config = {0};
@@ -365,7 +383,7 @@ int kite_tokenizer_from_hf_json(kite_tokenizer **out, const char *json, size_t j
             rc = kite_fail(e, KITE_ERR_FORMAT, "tokenizer_config.json: top level is not an object");
     }
     hf_options o = {0};
-    if (!rc) rc = build(out, &doc, have_config ? &config : NULL, &o, e);
+    if (!rc) rc = build(out, &doc, have_config ? &config : NULL, &o, model_n_vocab, e);
     for (int k = 0; k < o.n_regex; k++) free(o.owned[k]);
     if (have_config) kj_free(&config);
     kj_free(&doc);

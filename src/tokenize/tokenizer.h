@@ -27,6 +27,10 @@ int kite_tokenizer_from_gguf(kite_tokenizer **out, const kite_gguf *g, kite_erro
  * bos/eos tokens); config may be NULL. */
 int kite_tokenizer_from_hf_json(kite_tokenizer **out, const char *json, size_t json_len, const char *config_json,
                                 size_t config_len, kite_error *e);
+/* The same for a model of model_n_vocab embedding rows (<= 0: unknown): added tokens with ids from model_n_vocab on
+ * are left out, as llama.cpp's converter leaves them out of the GGUF. */
+int kite_tokenizer_from_hf_json_for(kite_tokenizer **out, const char *json, size_t json_len, const char *config_json,
+                                    size_t config_len, int32_t model_n_vocab, kite_error *e);
 /* From a llama2.c tokenizer .bin (int32 max_token_len, then per id: f32 score, int32 len, bytes).
  * n_vocab: the model's vocabulary size (the file does not say); n_vocab <= 0 reads entries until the
  * end of the file. BOS = 1, EOS = 2 as in llama2.c. */

