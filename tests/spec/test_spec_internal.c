@@ -661,6 +661,15 @@ static void set_costs(kite_session *s) {
     pthread_mutex_unlock(&g_model->cost_lock);
 }
 
+/* A session drafting n-grams on the fixed cost curve COSTS: the budget controller's tests set its estimates by hand. */
+static kite_session *controller_session(void) {
+    kite_spec_params sp = kite_spec_default_params();
+    sp.drafter = KITE_DRAFT_NGRAM;
+    kite_session *s = session_with(&sp);
+    set_costs(s);
+    return s;
+}
+
 /* The doc's rule, worked independently: k maximising (1 + a + a^2 + ... + a^k) / (T(k + 1) + k c). */
 static int32_t best_chain(double a, double c, int32_t max_k) {
     int32_t best = 0;
@@ -701,10 +710,7 @@ static void set_block_line(kite_spec_state *st, double fixed, double per_row) {
  * the curve. */
 static void test_budget_block_cost(void **state) {
     (void)state;
-    kite_spec_params sp = kite_spec_default_params();
-    sp.drafter = KITE_DRAFT_NGRAM;
-    kite_session *s = session_with(&sp);
-    set_costs(s);
+    kite_session *s = controller_session();
     kite_spec_state *st = &s->spec;
     static const double fixed[] = {0.0, 0.1, 0.3, 0.6};
     int32_t prev = 0;
@@ -803,10 +809,7 @@ static int probe_rounds(kite_session *s, kite_spec_state *st) {
 
 static void test_budget_controller(void **state) {
     (void)state;
-    kite_spec_params sp = kite_spec_default_params();
-    sp.drafter = KITE_DRAFT_NGRAM;
-    kite_session *s = session_with(&sp);
-    set_costs(s);
+    kite_session *s = controller_session();
     kite_spec_state *st = &s->spec;
     /* good drafts, free drafting: long chains; costly drafting or poor drafts: shorter or none */
     static const double rates[] = {0.95, 0.8, 0.6, 0.3, 0.05};
