@@ -431,6 +431,9 @@ typedef struct kite_spec_params {
     bool no_forced_drafts;        /* under a grammar, do not draft the text the grammar forces (for
                                      comparison): by default, where the grammar allows exactly one byte
                                      sequence (keys, punctuation), its tokens are drafted for free */
+    float draft_p_min;            /* a drafter with a confidence head (DSpark): a draft node whose confidence
+                                     is below this drafts no children, as llama.cpp's --spec-draft-p-min cuts
+                                     its chain; 0 (default) = off, else in (0, 1]; other drafters ignore it */
 } kite_spec_params;
 
 kite_spec_params kite_spec_default_params(void);

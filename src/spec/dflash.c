@@ -492,6 +492,7 @@ struct kite_dflash_run {
     kite_pool *pool;                      /* the drafting session's (for the node callback) */
     float *w1row, *conf_h;                /* [markov_rank], [block] */
     float node_conf[KITE_MAX_DRAFT + 1];
+    float p_min; /* the drafting session's draft_p_min (kite_spec_params) */
 };
 
 int kite_dflash_run_new(kite_dflash_run **out, const kite_dflash *h, const kite_weights *tw, int32_t n_ctx, kite_error *e) {
@@ -876,12 +877,21 @@ static void markov_logits(kite_dflash_run *r, kite_pool *pool, int32_t d, int32_
     }
 }
 
+/* A node whose confidence is below the session's draft_p_min drafts no children (llama.cpp's DSpark
+ * draft stops at the first row below --spec-draft-p-min): its children's logits all -inf. */
+static void gate_by_confidence(const kite_dflash_run *r, float conf, float *logits) {
+    if (!r->h->has_conf || !(r->p_min > 0.0f) || !(conf < r->p_min)) return;
+    for (int32_t v = 0; v < r->V; v++) logits[v] = -INFINITY;
+}
+
 static int markov_rows_as_nodes(void *ctx, kite_draft_tree *t, int32_t first, int32_t end, float *logits, kite_error *e) {
     (void)e;
     kite_dflash_run *r = ctx;
     for (int32_t j = first; j < end; j++) {
         int32_t d = t->depth[j] < r->max_depth ? t->depth[j] : r->max_depth - 1; /* deeper nodes are not expanded */
-        markov_logits(r, r->pool, d, t->token[j], logits + (size_t)(j - first) * r->V, &r->node_conf[j]);
+        float *out = logits + (size_t)(j - first) * r->V;
+        markov_logits(r, r->pool, d, t->token[j], out, &r->node_conf[j]);
+        gate_by_confidence(r, r->node_conf[j], out);
         t->fed[j] = true;
     }
     return KITE_OK;
@@ -925,8 +935,13 @@ int kite_dflash_draft(kite_spec_state *st, kite_session *s, int32_t root, int32_
     r->pool = s->pool;
     const bool v2 = r->h->sel_top_k > 0, markov = r->h->markov_rank > 0;
     if (v2) lattice_as_logits(r, 0, root, st->draft_logits);
-    else if (markov) markov_logits(r, s->pool, 0, root, st->draft_logits, &r->node_conf[0]);
-    else memcpy(st->draft_logits, r->logits, sizeof(float) * (size_t)r->V); /* the root's children: row 1 */
+    else if (markov) {
+        r->p_min = st->params.draft_p_min;
+        markov_logits(r, s->pool, 0, root, st->draft_logits, &r->node_conf[0]);
+        gate_by_confidence(r, r->node_conf[0], st->draft_logits);
+    } else {
+        memcpy(st->draft_logits, r->logits, sizeof(float) * (size_t)r->V); /* the root's children: row 1 */
+    }
     t->fed[0] = true;
     st->max_depth = r->max_depth;
     int rc = kite_spec_grow_tree(st, s, budget, gp, t, r->V,

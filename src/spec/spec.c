@@ -110,6 +110,8 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
         return kite_fail(e, KITE_ERR_INVALID_ARG, "unknown verification mode %d", (int)p->verify);
     if (p->verify == KITE_VERIFY_REJECTION && p->tree_width != 1)
         return kite_fail(e, KITE_ERR_INVALID_ARG, "rejection verification works on chains: use tree width 1");
+    if (!(p->draft_p_min >= 0.0f && p->draft_p_min <= 1.0f))
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "draft p_min %g is out of range (0 = off, or up to 1)", (double)p->draft_p_min);
     if (p->drafter == KITE_DRAFT_ORACLE && (!p->oracle_ids || !(p->oracle_error_rate >= 0 && p->oracle_error_rate <= 1)))
         return kite_fail(e, KITE_ERR_INVALID_ARG, "the oracle drafter needs oracle ids and an error rate in [0, 1]");
     int32_t V = s->model->n_vocab;
@@ -191,7 +193,7 @@ int kite_spec_init(kite_spec_state *st, kite_session *s, const kite_spec_params 
     kite_model *m = s->model;
     pthread_mutex_lock(&m->cost_lock);
     bool learned = m->have_learned && m->learned_for.drafter == st->params.drafter && m->learned_for.draft_model == p->draft_model &&
-                   m->learned_for.oracle_error_rate == p->oracle_error_rate;
+                   m->learned_for.oracle_error_rate == p->oracle_error_rate && m->learned_for.draft_p_min == p->draft_p_min;
     if (learned) {
         memcpy(st->accept_rate, m->learned_accept, sizeof st->accept_rate);
         memcpy(st->observed, m->learned_observed, sizeof st->observed);

@@ -381,11 +381,28 @@ static int32_t llama_draft_dspark(int d, const int32_t *prompt, int32_t N, int32
     return n;
 }
 
+/* A confidence threshold between llama.cpp's confidences cl[0 .. n) that cuts the chain inside it: the
+ * midpoint of the widest gap among the middle ones (so kite's confidences, within CONF_BOUND of these,
+ * fall on the same side), or 0 when no gap is wide enough. */
+static float cutting_p_min(const float *cl, int32_t n) {
+    float sorted[MAX_BLOCK];
+    memcpy(sorted, cl, sizeof(float) * (size_t)n);
+    for (int32_t i = 1; i < n; i++)
+        for (int32_t j = i; j > 0 && sorted[j] < sorted[j - 1]; j--) {
+            float x = sorted[j];
+            sorted[j] = sorted[j - 1], sorted[j - 1] = x;
+        }
+    float best_gap = 0, p_min = 0;
+    for (int32_t i = n / 4; i + 1 < n - n / 4; i++)
+        if (sorted[i + 1] - sorted[i] > best_gap) best_gap = sorted[i + 1] - sorted[i], p_min = 0.5f * (sorted[i] + sorted[i + 1]);
+    return best_gap > 100 * CONF_BOUND ? p_min : 0.0f;
+}
+
 static void test_dspark_matches_llamacpp(void **state) {
     (void)state;
     static const int32_t lengths[3] = {1, 17, 40};
     float worst = 0;
-    int off_argmax = 0;
+    int off_argmax = 0, cut_cases = 0, cut_short = 0;
     for (int d = N_V2; d < N_DRAFTERS; d++) {
         const kite_dflash *h = g_drafter[d]->dflash;
         assert_true(kite_dflash_markov_rank(h) > 0 && kite_dflash_has_confidence(h));
@@ -410,11 +427,34 @@ static void test_dspark_matches_llamacpp(void **state) {
                 if (llama_api_argmax(lg + (size_t)j * g_target->n_vocab, g_target->n_vocab) != dl[j]) off_argmax++;
             }
             kite_session_free(s);
+            /* With a confidence threshold (llama.cpp's --spec-draft-p-min), llama.cpp's chain stops before the
+             * first row whose confidence is below it: kite's draft is that prefix. */
+            const float p_min = cutting_p_min(cl, n_draft);
+            if (p_min > 0) {
+                int32_t keep = 0;
+                while (keep < n_draft && !(cl[keep] < p_min)) keep++;
+                kite_spec_params spec = kite_spec_default_params();
+                spec.drafter = KITE_DRAFT_MODEL, spec.draft_model = g_drafter[d], spec.budget = n_draft, spec.draft_p_min = p_min;
+                kite_session *sc = compare_session(g_target, &spec, prompt, N);
+                kite_gen_params gp = kite_gen_default_params();
+                gp.temperature = 0.0f;
+                kite_error e = {0};
+                kite_draft_tree tc;
+                if (kite_spec_draft(&sc->spec, sc, root, n_draft, &gp, &tc, &e)) fail_msg("%s", e.msg);
+                if (tc.n - 1 != keep)
+                    fail_msg("%s, prompt of %d, p_min %g: kite drafted %d tokens, llama.cpp's chain stops after %d", SHAPES[d], N,
+                             (double)p_min, tc.n - 1, keep);
+                for (int32_t j = 0; j < keep; j++) assert_int_equal(tc.token[j + 1], dl[j]);
+                cut_short += keep < n_draft, cut_cases++;
+                kite_session_free(sc);
+            }
         }
     }
     fprintf(stderr, "DSpark: greedy chains equal llama.cpp's (%d drafts moved off the unbiased argmax by the Markov head); largest "
             "confidence difference %.3g (bound %.1g)\n", off_argmax, (double)worst, (double)CONF_BOUND);
     if (off_argmax == 0) fail_msg("negative control: the Markov head never changed a draft, so it is not tested");
+    fprintf(stderr, "DSpark with a confidence threshold: %d of %d chains cut short as llama.cpp cuts them\n", cut_short, cut_cases);
+    if (cut_short == 0) fail_msg("no threshold cut a chain short: the confidence gate is not tested");
 }
 
 int main(void) {

@@ -831,6 +831,11 @@ static void test_bad_input(void **state) {
         sp.tree_width = 1;
         expect_refused(s, &sp, "verification");
         sp.verify = KITE_VERIFY_GUMBEL;
+        sp.draft_p_min = 1.5f;
+        expect_refused(s, &sp, "p_min");
+        sp.draft_p_min = NAN;
+        expect_refused(s, &sp, "p_min");
+        sp.draft_p_min = 0.0f;
         sp.drafter = (kite_drafter)9;
         expect_refused(s, &sp, "drafter");
         sp.drafter = KITE_DRAFT_ORACLE;

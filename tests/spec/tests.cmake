@@ -45,3 +45,6 @@ kite_unit_test(test_spec_mtp ${CMAKE_CURRENT_LIST_DIR}/test_spec_mtp.c ${CMAKE_C
 # DFlash-2 drafters (gated convolutions, candidate selector): exactness (greedy, seeded, chains, trees,
 # budgets 1..32), acceptance on the drafter's own walk, drafts that follow the lattice, bad files refused.
 kite_unit_test(test_spec_dflash2 ${CMAKE_CURRENT_LIST_DIR}/test_spec_dflash2.c ${CMAKE_CURRENT_LIST_DIR}/spec_harness.c)
+# DSpark drafters (Markov head per node, confidence head): exactness (greedy, seeded, chains, trees, budgets
+# 1..32, from the anchor and with a bonus anchor) and the confidence threshold (draft_p_min).
+kite_unit_test(test_spec_dspark ${CMAKE_CURRENT_LIST_DIR}/test_spec_dspark.c ${CMAKE_CURRENT_LIST_DIR}/spec_harness.c)

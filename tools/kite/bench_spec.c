@@ -54,6 +54,8 @@ static const char SPEC_USAGE[] =
     "                            each pass (\"oracle+dflash\": published acceptance at the real drafting cost)\n"
     "  --spec-budget N|auto      drafted tokens per pass, 1..32 (default auto)\n"
     "  --spec-tree C             children per draft node, 1..8 (default 1: a chain)\n"
+    "  --spec-p-min P            a DSpark drafter drafts nothing below a node of confidence under P (0..1;\n"
+    "                            default 0: off)\n"
     "  --spec-verify MODE        gumbel (default) or rejection\n"
     "  --spec-prompts N          prompts per category (default 8)\n"
     "  --gen-tokens N            tokens generated per prompt (default 64)\n"
@@ -80,6 +82,7 @@ typedef struct spec_args {
     kite_spec_verify verify;
     bool oracle;
     double oracle_acceptance;
+    double p_min;             /* --spec-p-min */
     float temps[MAX_TEMPS];
     int n_temps;
     uint64_t seed;
@@ -117,6 +120,8 @@ static int parse_spec_args(int argc, char **argv, spec_args *a) {
         } else if (!strcmp(opt, "--spec-tree")) {
             if (!kite_cli_parse_long(val, 1, 8, &v)) return spec_fail(2, "--spec-tree expects an integer in [1, 8], got '%s'", val);
             a->tree = (int32_t)v;
+        } else if (!strcmp(opt, "--spec-p-min")) {
+            if (!kite_cli_parse_double(val, 0.0, 1.0, &a->p_min)) return spec_fail(2, "--spec-p-min expects a number in [0, 1], got '%s'", val);
         } else if (!strcmp(opt, "--spec-verify")) {
             if (!strcmp(val, "gumbel")) a->verify = KITE_VERIFY_GUMBEL;
             else if (!strcmp(val, "rejection")) a->verify = KITE_VERIFY_REJECTION;
@@ -582,6 +587,7 @@ int kite_bench_spec(int argc, char **argv) {
     spec.budget = a.budget;
     spec.tree_width = a.tree;
     spec.verify = a.verify;
+    spec.draft_p_min = (float)a.p_min;
     spec.oracle_error_rate = a.oracle ? (float)(1.0 - a.oracle_acceptance) : 0.0f;
 
     /* Tokenized prompts, with BOS and the prompt's end kept when it is too long. */

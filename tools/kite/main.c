@@ -49,6 +49,8 @@ typedef struct cli_args {
     int32_t spec_budget;      /* 0 = auto */
     int32_t spec_tree;
     const char *spec_verify;
+    float spec_p_min;         /* --spec-p-min P (DSpark drafters); 0 = off */
+    bool have_spec_p_min;
     const char *cache_type;   /* f16 | f32 | q8_0 | q4_0 */
     const char *grammar_file; /* --grammar FILE.gbnf */
     const char *schema_file;  /* --json-schema FILE.json */
@@ -100,7 +102,7 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
             static const char *const valued[] = {
                 "--model", "--tokenizer", "--prompt", "--prompt-ids", "--file", "--ids", "--draft", "--spec-verify",
                 "--cache-type", "--prompt-cache", "--system", "--chat-template", "--grammar", "--json-schema", "--regex", "--stop",
-                "--logit-bias", "--spec-budget", "--max-tokens", "--top-k", "--threads", "--ctx", "--spec-tree",
+                "--logit-bias", "--spec-budget", "--max-tokens", "--top-k", "--threads", "--ctx", "--spec-tree", "--spec-p-min",
                 "--logprobs", "--temperature", "--top-p", "--min-p", "--repeat-penalty", "--presence-penalty",
                 "--frequency-penalty", "--seed"};
             bool known = false;
@@ -179,6 +181,7 @@ static int parse_args(int argc, char **argv, int first, cli_args *a, const char 
         FLOAT_OPT("--temperature", temperature, have_temperature)
         FLOAT_OPT("--top-p", top_p, have_top_p)
         FLOAT_OPT("--min-p", min_p, have_min_p)
+        FLOAT_OPT("--spec-p-min", spec_p_min, have_spec_p_min)
         FLOAT_OPT("--repeat-penalty", repeat_penalty, have_repeat_penalty)
         FLOAT_OPT("--presence-penalty", presence_penalty, have_presence)
         FLOAT_OPT("--frequency-penalty", frequency_penalty, have_frequency)
@@ -291,6 +294,9 @@ static const char RUN_USAGE[] =
     "  --spec-budget N|auto    drafted tokens per verification pass, 1..32 (default auto: chosen per pass\n"
     "                          from the measured pass cost and the acceptance so far)\n"
     "  --spec-tree C           children per draft node (1 = a chain, default)\n"
+    "  --spec-p-min P          a DSpark drafter drafts no further below a node whose confidence is under P\n"
+    "                          (in [0, 1]; 0, the default, drafts the whole block, as llama.cpp's\n"
+    "                          --spec-draft-p-min)\n"
     "  --spec-verify MODE      gumbel (default; identical to plain sampling with the same seed) or\n"
     "                          rejection (standard speculative sampling, same distribution only)\n"
     "  --grammar FILE.gbnf     constrain the output to a GBNF grammar (llama.cpp's syntax, rule root)\n"
@@ -582,6 +588,7 @@ static int cmd_run(int argc, char **argv) {
         }
         spec.budget = a.spec_budget;
         spec.tree_width = a.spec_tree ? a.spec_tree : 1;
+        spec.draft_p_min = a.have_spec_p_min ? a.spec_p_min : 0.0f;
         if (a.spec_verify && strcmp(a.spec_verify, "gumbel") && strcmp(a.spec_verify, "rejection")) {
             rc = fail(2, "--spec-verify expects gumbel or rejection, got '%s'", a.spec_verify);
             kite_session_free(session);

@@ -37,6 +37,7 @@ static const char SERVE_USAGE[] =
     "  --draft PATH|ngram|mtp  speculative decoding for every request (a draft model sharing the\n"
     "                          vocabulary, n-gram matches, or the model's next-n block); the output is unchanged\n"
     "  --spec-budget N         drafted tokens per verification pass, 1..32 (default: adaptive)\n"
+    "  --spec-p-min P          a DSpark drafter drafts nothing below a node of confidence under P (0..1, default 0: off)\n"
     "  --chat-template FILE    a Jinja chat template overriding the model's\n"
     "  --model-name NAME       the model id clients send and /v1/models lists (default: the file name)\n"
     "  --queue N               requests that may wait for a slot before 429 (default 64)\n"
@@ -90,6 +91,7 @@ int kite_cmd_serve(int argc, char **argv) {
     const char *router_path = NULL;
     kite_server_params sp = kite_server_default_params();
     int32_t threads = 0, spec_budget = 0, port = 8080;
+    double spec_p_min = 0.0;
     for (int i = 2; i < argc; i++) {
         const char *opt = argv[i];
         if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
@@ -126,6 +128,8 @@ int kite_cmd_serve(int argc, char **argv) {
             if (!kite_cli_parse_i32(val, 1, 1024, &threads)) return usage_error("--threads expects 1..1024, got '%s'", val);
         } else if (!strcmp(opt, "--spec-budget")) {
             if (!kite_cli_parse_i32(val, 1, KITE_MAX_DRAFT, &spec_budget)) return usage_error("--spec-budget expects 1..32, got '%s'", val);
+        } else if (!strcmp(opt, "--spec-p-min")) {
+            if (!kite_cli_parse_double(val, 0.0, 1.0, &spec_p_min)) return usage_error("--spec-p-min expects a number in [0, 1], got '%s'", val);
         } else if (!strcmp(opt, "--queue")) {
             if (!kite_cli_parse_i32(val, 1, 1 << 20, &sp.queue_size)) return usage_error("--queue expects a count >= 1, got '%s'", val);
         } else if (!strcmp(opt, "--timeout-ms")) {
@@ -209,6 +213,7 @@ int kite_cmd_serve(int argc, char **argv) {
             spec.draft_model = draft_model;
         }
         spec.budget = spec_budget;
+        spec.draft_p_min = (float)spec_p_min;
         sp.spec = &spec;
     }
     char name[256];
