@@ -378,11 +378,11 @@ static void test_tokenizer_spm_json(void **state) {
     assert_true(kite_gguf_get_str(ours.g, "tokenizer.ggml.model", &a) && kite_gguf_get_str(ref.g, "tokenizer.ggml.model", &b));
     assert_true(a.len == b.len && memcmp(a.ptr, b.ptr, a.len) == 0);
     kite_gguf_vtype ty;
-    uint64_t n_ours, n_ref;
+    uint64_t n_ours = 0, n_ref = 0;
     assert_true(kite_gguf_get_arr(ours.g, "tokenizer.ggml.tokens", &ty, &n_ours) && kite_gguf_get_arr(ref.g, "tokenizer.ggml.tokens", &ty, &n_ref));
     assert_int_equal(n_ours, n_ref);
     for (uint64_t i = 0; i < n_ref; i++) {
-        int64_t ta, tb;
+        int64_t ta = 0, tb = 0;
         assert_true(kite_gguf_arr_str(ours.g, "tokenizer.ggml.tokens", i, &a) && kite_gguf_arr_str(ref.g, "tokenizer.ggml.tokens", i, &b));
         if (a.len != b.len || memcmp(a.ptr, b.ptr, a.len) != 0) fail_msg("token %llu differs from the converter's", (unsigned long long)i);
         assert_true(kite_gguf_arr_i64(ours.g, "tokenizer.ggml.token_type", i, &ta) && kite_gguf_arr_i64(ref.g, "tokenizer.ggml.token_type", i, &tb));
@@ -391,7 +391,7 @@ static void test_tokenizer_spm_json(void **state) {
     static const char *const ids[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
                                       "tokenizer.ggml.padding_token_id"};
     for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) assert_int_equal(get_u32(ours.g, ids[k]), get_u32(ref.g, ids[k]));
-    bool add_ours, add_ref;
+    bool add_ours = false, add_ref = true;
     assert_true(kite_gguf_get_bool(ours.g, "tokenizer.ggml.add_bos_token", &add_ours) &&
                 kite_gguf_get_bool(ref.g, "tokenizer.ggml.add_bos_token", &add_ref));
     assert_int_equal(add_ours, add_ref);
