@@ -46,6 +46,31 @@ int spec_write_model(const char *path, const char *shape, const char *type, uint
     return 0;
 }
 
+int spec_block_setup(const char *name, const char *const *shapes, int n, char target_path[128], char (*drafter_path)[128],
+                     kite_model **drafters, int32_t prompt[SPEC_BLOCK_PROMPT]) {
+    if (spec_make_dir(name)) return -1;
+    spec_path(target_path, "target.gguf");
+    if (spec_write_model(target_path, "tiny", "f32", 11, NULL)) return -1;
+    for (int d = 0; d < n; d++) {
+        snprintf(drafter_path[d], 128, "%s/drafter%d.gguf", spec_h.dir, d);
+        if (spec_write_model(drafter_path[d], shapes[d], "f32", 11, target_path)) return -1;
+    }
+    if (!(spec_h.target = spec_open_model(target_path))) return -1;
+    for (int d = 0; d < n; d++)
+        if (!(drafters[d] = spec_open_model(drafter_path[d]))) return -1;
+    for (int i = 0; i < SPEC_BLOCK_PROMPT; i++) prompt[i] = 3 + (int32_t)((i % 10) * 37 + (i / 10) * 5) % 500;
+    spec_h.n_ctx = 512, spec_h.prompt = prompt, spec_h.n_prompt = SPEC_BLOCK_PROMPT;
+    spec_h.gen = 40, spec_h.seed = 777;
+    return 0;
+}
+
+void spec_block_teardown(kite_model **drafters, int n) {
+    kite_model_free(spec_h.target);
+    spec_h.target = NULL;
+    for (int d = 0; d < n; d++) kite_model_free(drafters[d]);
+    spec_remove_dir();
+}
+
 kite_model *spec_open_model(const char *path) {
     char err[512];
     kite_model_params mp = kite_model_default_params();

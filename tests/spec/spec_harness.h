@@ -50,6 +50,14 @@ void spec_remove_dir(void);
 int spec_write_model(const char *path, const char *shape, const char *type, uint64_t seed, const char *target);
 /* The model at path with one thread, or NULL (said on stderr). */
 kite_model *spec_open_model(const char *path);
+/* The block drafters' suites (DFlash-2, DSpark): spec_h.dir for `name`, the `tiny` target (seed 11) at
+ * target_path and, at drafter_path[d], a drafter of shapes[d] written for it, all opened (spec_h.target,
+ * drafters[d]); spec_h takes SPEC_BLOCK_PROMPT ids of the usual pattern as its prompt (in prompt), a context of
+ * 512, 40 generated tokens and seed 777. Non-zero on failure; spec_block_teardown undoes it. */
+enum { SPEC_BLOCK_PROMPT = 60 };
+int spec_block_setup(const char *name, const char *const *shapes, int n, char target_path[128], char (*drafter_path)[128],
+                     kite_model **drafters, int32_t prompt[SPEC_BLOCK_PROMPT]);
+void spec_block_teardown(kite_model **drafters, int n);
 /* src without its last `cut` bytes, written to dst; non-zero on failure. */
 int spec_write_truncated(const char *src, const char *dst, long cut);
 

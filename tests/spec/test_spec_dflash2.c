@@ -20,38 +20,24 @@
 #include "spec/dflash.h"
 #include "spec_harness.h"
 
-enum { GEN = 40, N_PROMPT = 60, N_CTX = 512 };
+enum { N_PROMPT = SPEC_BLOCK_PROMPT };
 enum { B16, B32, CAUSAL, N_DRAFTERS };
 static const char *const SHAPES[N_DRAFTERS] = {"dflash2", "dflash2-b32", "dflash2-causal"};
 
 static char g_target_path[128], g_drafter_path[N_DRAFTERS][128], g_bad_path[128];
-static kite_model *g_target, *g_drafter[N_DRAFTERS];
+static kite_model *g_drafter[N_DRAFTERS];
 static int32_t g_prompt[N_PROMPT];
 
 static int setup(void **state) {
     (void)state;
-    if (spec_make_dir("dflash2")) return -1;
-    spec_path(g_target_path, "target.gguf");
+    if (spec_block_setup("dflash2", SHAPES, N_DRAFTERS, g_target_path, g_drafter_path, g_drafter, g_prompt)) return -1;
     spec_path(g_bad_path, "bad.gguf");
-    if (spec_write_model(g_target_path, "tiny", "f32", 11, NULL)) return -1;
-    for (int d = 0; d < N_DRAFTERS; d++) {
-        snprintf(g_drafter_path[d], sizeof g_drafter_path[d], "%s/drafter%d.gguf", spec_h.dir, d);
-        if (spec_write_model(g_drafter_path[d], SHAPES[d], "f32", 11, g_target_path)) return -1;
-    }
-    if (!(g_target = spec_open_model(g_target_path))) return -1;
-    for (int d = 0; d < N_DRAFTERS; d++)
-        if (!(g_drafter[d] = spec_open_model(g_drafter_path[d]))) return -1;
-    for (int i = 0; i < N_PROMPT; i++) g_prompt[i] = 3 + (int32_t)((i % 10) * 37 + (i / 10) * 5) % 500;
-    spec_h.target = g_target, spec_h.n_ctx = N_CTX, spec_h.prompt = g_prompt, spec_h.n_prompt = N_PROMPT;
-    spec_h.gen = GEN, spec_h.seed = 777;
     return 0;
 }
 
 static int teardown(void **state) {
     (void)state;
-    kite_model_free(g_target);
-    for (int d = 0; d < N_DRAFTERS; d++) kite_model_free(g_drafter[d]);
-    spec_remove_dir();
+    spec_block_teardown(g_drafter, N_DRAFTERS);
     return 0;
 }
 
@@ -130,7 +116,7 @@ static int32_t cand_index(const int32_t *cand, int32_t K, int32_t row, int32_t t
 
 static void test_drafts_follow_lattice(void **state) {
     (void)state;
-    const int32_t V = g_target->n_vocab;
+    const int32_t V = spec_h.target->n_vocab;
     int off_argmax = 0;
     for (int d = 0; d < N_DRAFTERS; d++) {
         for (int cfg = 0; cfg < 3; cfg++)
