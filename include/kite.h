@@ -117,6 +117,8 @@ typedef struct kite_model_info {
     int32_t n_local_layers; /* layers with the sliding window */
     int32_t head_dim_local; /* head size and KV heads of the sliding-window layers, when they differ from */
     int32_t n_kv_heads_local; /* head_dim / n_kv_heads (gemma4); else equal to them */
+    int32_t n_mtp_layers;   /* qwen35: next-n (multi-token prediction) blocks the file carries after the n_layers
+                               (the first drafts with --draft mtp, KITE_DRAFT_MTP); 0 elsewhere */
 } kite_model_info;
 
 void kite_model_get_info(const kite_model *model, kite_model_info *info);

@@ -226,6 +226,7 @@ void kite_model_get_info(const kite_model *m, kite_model_info *info) {
     info->recurrent_k_heads = hp->dn_n_k_heads;
     info->recurrent_v_heads = hp->dn_n_v_heads;
     info->recurrent_head_dim = hp->dn_head_k_dim;
+    info->n_mtp_layers = hp->n_nextn_layers;
     for (int32_t l = 0; l < hp->n_layers; l++) info->n_conv_layers += kite_layer_is_conv(hp, l);
     info->conv_taps = info->n_conv_layers > 0 ? hp->conv_taps : 0;
     info->sliding_window = hp->sliding_window;

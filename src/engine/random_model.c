@@ -1039,7 +1039,21 @@ static const char *hf_suffix(const model_shape *s, const char *g, int *minus_one
     return NULL;
 }
 
-/* The folder's tensors, in plan order (a stacked expert tensor becomes one per expert). */
+/* A next-n (MTP) head tensor's name under mtp. (convert_hf_to_gguf.py's _QwenMtpMixin maps mtp.{fc,
+ * pre_fc_norm_embedding, pre_fc_norm_hidden, norm} to blk.{n_layers}.nextn.*, adding 1 to the norms); NULL for
+ * another tensor. */
+static const char *hf_nextn_suffix(const char *g) {
+    static const struct { const char *gguf, *hf; } k[] = {
+        {"nextn.eh_proj.weight", "fc.weight"}, {"nextn.enorm.weight", "pre_fc_norm_embedding.weight"},
+        {"nextn.hnorm.weight", "pre_fc_norm_hidden.weight"}, {"nextn.shared_head_norm.weight", "norm.weight"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (strcmp(g, k[i].gguf) == 0) return k[i].hf;
+    return NULL;
+}
+
+/* The folder's tensors, in plan order (a stacked expert tensor becomes one per expert; Qwen3.5's next-n blocks
+ * blk.{n_layers + B}.* go under mtp.layers.B. and the head's own tensors under mtp.). */
 static int hf_items(const model_shape *s, const tensor_plan *plan, int n_plan, hf_item **out, int *n_out, kite_error *e) {
     int cap = n_plan + (s->n_experts > 0 ? 3 * s->n_layers * s->n_experts : 0), n = 0;
     hf_item *items = calloc((size_t)cap, sizeof *items);
@@ -1052,8 +1066,11 @@ static int hf_items(const model_shape *s, const tensor_plan *plan, int n_plan, h
         int layer = -1, used = 0, minus_one = 0;
         if (sscanf(t->name, "blk.%d.%n", &layer, &used) != 1 || used == 0) layer = -1, used = 0;
         const bool exps = t->ne[2] > 1; /* named below, one per expert */
-        const char *g = t->name + used, *suffix = exps ? "" : hf_suffix(s, g, &minus_one);
+        const bool mtp = layer >= s->n_layers;
+        const char *g = t->name + used, *nextn = mtp ? hf_nextn_suffix(g) : NULL;
+        const char *suffix = exps ? "" : nextn ? nextn : hf_suffix(s, g, &minus_one);
         if (!suffix) continue;
+        if (nextn) minus_one = is_norm_name(g);
         for (int64_t x = 0; x < (exps ? t->ne[2] : 1); x++) {
             hf_item *h = &items[n++];
             h->plan = i;
@@ -1064,6 +1081,10 @@ static int hf_items(const model_shape *s, const tensor_plan *plan, int n_plan, h
             if (exps) { /* "ffn_gate_exps.weight" -> "mlp.experts.X.gate_proj.weight" */
                 const char *kind = strstr(g, "gate") ? "gate_proj" : strstr(g, "up") ? "up_proj" : "down_proj";
                 snprintf(h->name, sizeof h->name, "%slayers.%d.mlp.experts.%lld.%s.weight", prefix, layer, (long long)x, kind);
+            } else if (nextn) {
+                snprintf(h->name, sizeof h->name, "mtp.%s", suffix);
+            } else if (mtp) {
+                snprintf(h->name, sizeof h->name, "mtp.layers.%d.%s", layer - s->n_layers, suffix);
             } else if (layer >= 0 && strcmp(suffix, "lm_head.weight") != 0) {
                 snprintf(h->name, sizeof h->name, "%slayers.%d.%s", prefix, layer, suffix);
             } else {
@@ -1271,6 +1292,7 @@ static int hf_write_config(const model_shape *s, int32_t n_vocab, const vocab *v
         json_object_set_new(c, "layer_types", types);
         json_object_set_new(c, "attn_output_gate", json_true());
         json_object_set_new(c, "attention_bias", json_false());
+        if (s->n_nextn > 0) json_object_set_new(c, "mtp_num_hidden_layers", json_integer(s->n_nextn));
     }
     if (lfm2) { /* Lfm2Config, the FFN width given as is */
         json_object_del(c, "rms_norm_eps");
@@ -1382,8 +1404,6 @@ static int hf_write_safetensors(const tensor_plan *plan, const hf_item *items, i
 
 static int write_hf_folder(const char *dir, const model_shape *s, const tensor_plan *plan, int n_plan, int32_t n_vocab,
                            const vocab *v, const kite_random_model_params *params, kite_random_defect defect, kite_error *e) {
-    if (s->n_nextn > 0)
-        return kite_fail(e, KITE_ERR_UNSUPPORTED, "random model: no Hugging Face folder for the next-n (MTP) blocks of %s", s->name);
     const char *tok = params->tokenizer_path;
     size_t tl = tok ? strlen(tok) : 0;
     if (!tok || tl < 5 || strcmp(tok + tl - 5, ".json") != 0)
@@ -1457,7 +1477,7 @@ int kite_write_random_model_ex(const char *path, const kite_random_model_params 
         if (strcmp(params->shape, k_shapes[i].name) == 0) shape = &k_shapes[i];
     if (!shape)
         return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown shape '%s' (known: llama-1.1b, qwen3-0.6b, tiny-qwen3, tiny-llama3, tiny-qwen2, llama-3.2-1b, tiny, tiny-l4, gemma3-1b, "
-                         "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, qwen3.5-0.8b, tiny-qwen35, lfm2-350m, tiny-lfm2, gemma4-31b-6l, tiny-gemma4, tiny-muse-glimmer, eagle3, dflash)",
+                         "tiny-gemma3, qwen3moe-a3b-4l, tiny-qwen3moe, qwen3.5-0.8b(-mtp), tiny-qwen35(-mtp), lfm2-350m, tiny-lfm2, gemma4-31b-6l, tiny-gemma4, tiny-muse-glimmer, eagle3, dflash)",
                          params->shape),
                kite_error_export(&e, err, err_size);
     int type_index = -1;

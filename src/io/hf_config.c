@@ -485,17 +485,19 @@ static int parse_qwen3moe(const json_t *root, kite_hparams *hp, const char *labe
 /* Qwen3.5's keys, as transformers' Qwen3_5TextConfig: linear_{conv_kernel_dim, key_head_dim, value_head_dim,
  * num_key_heads, num_value_heads}, full_attention_interval (default 4) and layer_types (which must follow
  * it), attn_output_gate (default true; false is not supported), RoPE in rope_parameters (transformers 5)
- * or at the top level: rope_theta and partial_rotary_factor (default 0.25). Value heads stay in HF's order
- * (grouped by key head) and the norms but linear_attn.norm are x * (1 + w). */
+ * or at the top level: rope_theta and partial_rotary_factor (default 0.25), mtp_num_hidden_layers (the
+ * next-n blocks under mtp.*; default 0). Value heads stay in HF's order (grouped by key head) and the norms
+ * but linear_attn.norm are x * (1 + w). */
 static int parse_qwen35(const json_t *root, kite_hparams *hp, const char *label, kite_error *e) {
     int rc;
-    int64_t kernel = 0, hk = 0, hv = 0, nk = 0, nv = 0, interval = 4;
+    int64_t kernel = 0, hk = 0, hv = 0, nk = 0, nv = 0, interval = 4, mtp = 0;
     if ((rc = get_int(root, "linear_conv_kernel_dim", 1, 16, true, 0, &kernel, label, e)) ||
         (rc = get_int(root, "linear_key_head_dim", 1, MAX_HEAD_DIM, true, 0, &hk, label, e)) ||
         (rc = get_int(root, "linear_value_head_dim", 1, MAX_HEAD_DIM, true, 0, &hv, label, e)) ||
         (rc = get_int(root, "linear_num_key_heads", 1, MAX_HEADS, true, 0, &nk, label, e)) ||
         (rc = get_int(root, "linear_num_value_heads", 1, MAX_HEADS, true, 0, &nv, label, e)) ||
-        (rc = get_int(root, "full_attention_interval", 1, MAX_LAYERS, false, 4, &interval, label, e)))
+        (rc = get_int(root, "full_attention_interval", 1, MAX_LAYERS, false, 4, &interval, label, e)) ||
+        (rc = get_int(root, "mtp_num_hidden_layers", 0, KITE_MAX_NEXTN_LAYERS, false, 0, &mtp, label, e)))
         return rc;
     if (nv % nk != 0) return kite_fail(e, KITE_ERR_FORMAT, "%s: %lld value heads are not a multiple of %lld key heads", label,
                                        (long long)nv, (long long)nk);
@@ -537,6 +539,7 @@ static int parse_qwen35(const json_t *root, kite_hparams *hp, const char *label,
     hp->dn_n_v_heads = (int32_t)nv;
     hp->dn_v_grouped = true;
     hp->full_attn_interval = (int32_t)interval;
+    hp->n_nextn_layers = (int32_t)mtp; /* checked against the folder's mtp.* tensors (source_hf.c) */
     hp->attn_output_gate = true;
     hp->norm_weight_offset = 1.0f;
     return KITE_OK;
@@ -760,6 +763,25 @@ int kite_hf_canonical_name_arch(kite_arch arch, const char *hf_name, int32_t n_l
     }
     for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
         if (strcmp(hf_name, globals[i].hf) == 0) return snprintf(out, out_size, "%s", globals[i].canon) < (int)out_size;
+    if (arch == KITE_ARCH_QWEN35) { /* the next-n (MTP) blocks, after the trunk's layers */
+        const char *mtp = strncmp(hf_name, "mtp.", 4) == 0 ? hf_name + 4 : strncmp(hf_name, "model.mtp.", 10) == 0 ? hf_name + 10 : NULL;
+        if (mtp) {
+            static const struct { const char *hf, *canon; } head[] = {
+                {"fc.weight", "nextn.eh_proj.weight"}, {"pre_fc_norm_embedding.weight", "nextn.enorm.weight"},
+                {"pre_fc_norm_hidden.weight", "nextn.hnorm.weight"}, {"norm.weight", "nextn.shared_head_norm.weight"},
+            };
+            for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
+                if (strcmp(mtp, head[i].hf) == 0) return snprintf(out, out_size, "blk.%d.%s", (int)n_layers, head[i].canon) < (int)out_size;
+            const char *rest;
+            int64_t block;
+            if (strncmp(mtp, "layers.", 7) != 0 || !parse_layer(mtp + 7, &rest, &block)) return -2;
+            if (block >= KITE_MAX_NEXTN_LAYERS) return -1;
+            /* a decoder layer's tensors, named as layer n_layers + block of the trunk */
+            char as_layer[256];
+            if (snprintf(as_layer, sizeof as_layer, "model.layers.%d.%s", (int)(n_layers + block), rest) >= (int)sizeof as_layer) return -2;
+            return kite_hf_canonical_name_arch(arch, as_layer, n_layers + (int32_t)block + 1, out, out_size);
+        }
+    }
     const char *prefix = "model.layers.";
     if (strncmp(hf_name, prefix, strlen(prefix)) != 0) return 0;
     const char *rest;

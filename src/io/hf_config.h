@@ -37,7 +37,9 @@ int kite_hf_parse_generation_config(const char *text, size_t len, const char *la
  * a weight kite cannot run (o_proj or MLP biases), which must not be silently dropped. */
 int kite_hf_canonical_name(const char *hf_name, int32_t n_layers, char *out, size_t out_size);
 /* The same for architecture arch: Gemma 3's norms around attention and FFN have names of their own
- * (kite_gemma3_hf_layer_name). */
+ * (kite_gemma3_hf_layer_name). Qwen3.5's next-n blocks (mtp.layers.B.*, mtp.{fc, pre_fc_norm_embedding,
+ * pre_fc_norm_hidden, norm}) become blk.{n_layers + B}.* and blk.{n_layers}.nextn.{eh_proj, enorm, hnorm,
+ * shared_head_norm}, as convert_hf_to_gguf.py names them; another mtp.* name is -2. */
 int kite_hf_canonical_name_arch(kite_arch arch, const char *hf_name, int32_t n_layers, char *out, size_t out_size);
 
 #endif

@@ -235,6 +235,26 @@ done:
     return rc;
 }
 
+/* Qwen3.5's next-n (MTP) blocks: as many as config.json's mtp_num_hidden_layers that the folder holds under
+ * mtp.* (a checkpoint saved without them still runs; --draft mtp then says it has no head), or, where the
+ * config does not say (as Qwen3-Next's does not), as many as it holds. */
+static void settle_nextn_layers(kite_source *src, const char *dir) {
+    kite_hparams *hp = &src->hp;
+    char name[96];
+    int32_t held = 0;
+    snprintf(name, sizeof name, "blk.%d.nextn.eh_proj.weight", hp->n_layers);
+    if (kite_source_find(src, name))
+        while (held < KITE_MAX_NEXTN_LAYERS) {
+            snprintf(name, sizeof name, "blk.%d.attn_q.weight", hp->n_layers + held);
+            if (!kite_source_find(src, name)) break;
+            held++;
+        }
+    if (hp->n_nextn_layers > held)
+        kite_log(KITE_LOG_INFO, "%s: config.json names %d next-n (MTP) layers but the folder holds %d (mtp.*)%s", dir,
+                 hp->n_nextn_layers, held, held ? "" : ": it runs without an MTP drafter");
+    if (hp->n_nextn_layers == 0 || hp->n_nextn_layers > held) hp->n_nextn_layers = held;
+}
+
 static int read_configs(kite_source *src, const char *dir, kite_error *e) {
     path_buf path;
     int rc = join(path, dir, "config.json", e);
@@ -319,6 +339,7 @@ static int open_hf(kite_source *src, loader *ld, const char *path, kite_error *e
     }
     const bool config_tied = src->hp.tied_embeddings;
     if ((rc = add_tensors(ld, config_tied, e))) return rc;
+    if (src->hp.arch == KITE_ARCH_QWEN35) settle_nextn_layers(src, ld->dir);
     return kite_source_validate(src, e);
 }
 

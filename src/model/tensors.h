@@ -38,6 +38,8 @@ typedef enum kite_arch {
 enum { KITE_MAX_CONV_LAYERS = 256 };
 /* Layers a per-layer local/global pattern can describe (llama.cpp's sliding_window_pattern array). */
 enum { KITE_MAX_LAYER_PATTERN = 512 };
+/* Qwen3.5's next-n (MTP) blocks a file may declare (nextn_predict_layers, mtp_num_hidden_layers); kite drafts with the first. */
+enum { KITE_MAX_NEXTN_LAYERS = 16 };
 
 typedef enum kite_ffn_act { KITE_FFN_SILU = 0, KITE_FFN_GELU_TANH = 1 } kite_ffn_act;
 

@@ -20,8 +20,9 @@ enum { MTP_FEATURE_SLACK = 256 };
 int kite_mtp_check_target(const kite_weights *tw, kite_error *e) {
     if (!tw->mtp)
         return kite_fail(e, KITE_ERR_INVALID_ARG,
-                         "the model has no next-n (MTP) layers: the MTP drafter needs a Qwen3.5 GGUF whose "
-                         "qwen35.nextn_predict_layers > 0 with its blk.N.nextn.* block");
+                         "the model has no next-n (MTP) layers: the MTP drafter needs a Qwen3.5 model that carries its "
+                         "next-n block (a GGUF with qwen35.nextn_predict_layers > 0 and blk.N.nextn.*, or a Hugging Face "
+                         "folder with mtp.* weights)");
     return KITE_OK;
 }
 

@@ -14,11 +14,15 @@
  *     cache rebuilt from the session's feature rows (after generation with accepted drafts, and after a
  *     truncation), and a changed context token is seen (control: the draft then differs);
  *   - bad input: a Qwen3.5 model without next-n layers is refused with a clear message and the session
- *     then decodes exactly as plain. */
+ *     then decodes exactly as plain;
+ *   - the Hugging Face folder form (mtp.* tensors, mtp_num_hidden_layers): the head's logits equal the GGUF's
+ *     within test_random_model_hf's bound (control: another seed's folder), it drafts exactly, and a folder
+ *     whose config names a head it does not hold loads without one. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/gguf.h"
 #include "io/mmap.h"
@@ -26,6 +30,7 @@
 #include "spec/mtp.h"
 #include "spec/spec.h"
 #include "spec_harness.h"
+#include "test_util.h"
 
 enum { GEN = 40, N_PROMPT = 24, N_CTX = 256 };
 
@@ -350,6 +355,144 @@ static void test_cache_in_step(void **state) {
     free(b);
 }
 
+/* ---- the Hugging Face folder form ------------------------------------------------------------------- */
+
+/* The writer's folder keeps the next-n block as a Qwen3.5 checkpoint does (mtp.layers.0.*, mtp.fc,
+ * mtp.pre_fc_norm_{embedding,hidden}, mtp.norm; norms stored as w - 1; mtp_num_hidden_layers in text_config),
+ * the GGUF as llama.cpp's converter writes it: the same weights, read by two readers. HF_BOUND is
+ * test_random_model_hf's (f32 rounding of w - 1 + 1 and of the two paths' orders), of the largest logit. */
+static const double HF_BOUND = 2e-4;
+
+static void write_with_folder(const char *gguf, const char *folder, uint64_t seed) {
+    kite_random_model_params p = {.shape = "tiny-qwen35-mtp", .type = "f32", .seed = seed, .hf_dir = folder,
+                                  .tokenizer_path = kite_test_data("models/tokenizers/qwen3/tokenizer.json")};
+    char err[512] = "";
+    if (kite_write_random_model(gguf, &p, err, sizeof err)) fail_msg("%s: %s", gguf, err);
+}
+
+static void remove_folder(const char *path) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* The head's logits for n rows of (token, hidden) from position 0, [n][V]. */
+static float *head_logits(const kite_model *m, const int32_t *tok, const float *h, int n) {
+    kite_error e = {0};
+    kite_mtp_run *r = NULL;
+    if (kite_mtp_run_new(&r, &m->weights, 64, &e)) fail_msg("%s", e.msg);
+    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)m->n_vocab);
+    assert_non_null(logits);
+    kite_mtp_run_rows(r, NULL, tok, h, n, 0, logits, NULL);
+    kite_mtp_run_free(r);
+    return logits;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n, double *max_abs) {
+    double d = 0;
+    *max_abs = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = fabs((double)a[i] - (double)b[i]);
+        if (!(x <= d)) d = x; /* NaN fails */
+        if (fabs((double)b[i]) > *max_abs) *max_abs = fabs((double)b[i]);
+    }
+    return d;
+}
+
+static void test_hf_folder_head(void **state) {
+    (void)state;
+    char gguf[128], folder[128], other_gguf[128], other_folder[128];
+    spec_path(gguf, "q3.gguf");
+    spec_path(folder, "q3-hf");
+    spec_path(other_gguf, "q3-other.gguf");
+    spec_path(other_folder, "q3-other-hf");
+    write_with_folder(gguf, folder, 11);
+    write_with_folder(other_gguf, other_folder, 12);
+    kite_model *a = spec_open_model(gguf), *b = spec_open_model(folder), *c = spec_open_model(other_folder);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(c);
+    assert_non_null(b->weights.mtp);
+    assert_int_equal(b->weights.hp.n_nextn_layers, 1);
+    assert_int_equal(b->weights.hp.n_layers, a->weights.hp.n_layers);
+    enum { N = 8 };
+    const int D = a->weights.hp.dim;
+    const int32_t V = a->n_vocab;
+    assert_int_equal(b->n_vocab, V);
+    int32_t tok[N];
+    float h[N * 128];
+    assert_true(D <= 128);
+    uint64_t x = 777;
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 104729 + 17) % V);
+    for (int i = 0; i < N * D; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        h[i] = 3.0f * ((float)(x >> 40) / (float)(1 << 24) - 0.5f);
+    }
+    float *la = head_logits(a, tok, h, N), *lb = head_logits(b, tok, h, N), *lc = head_logits(c, tok, h, N);
+    double max_abs, diff = max_abs_diff(lb, la, (size_t)N * (size_t)V, &max_abs), max_abs_c;
+    double control = max_abs_diff(lc, la, (size_t)N * (size_t)V, &max_abs_c);
+    printf("MTP head, HF folder vs GGUF: max |logit difference| %.3g of logits up to %.3g (bound %.0e of it); "
+           "control (folder of another seed) %.3g\n", diff, max_abs, HF_BOUND, control);
+    if (!(diff <= HF_BOUND * max_abs)) fail_msg("the folder's head differs from the GGUF's by %g", diff);
+    if (!(control > 100 * HF_BOUND * max_abs)) fail_msg("another seed's folder differs by %g only", control);
+    free(la), free(lb), free(lc);
+    kite_model_free(c);
+    remove_folder(other_folder);
+    unlink(other_gguf);
+
+    /* drafting from the folder: speculative output identical to plain, and drafts accepted (T 4) */
+    kite_model *saved = spec_h.target;
+    spec_h.target = b;
+    static const int32_t budgets[] = {4, 0}, widths[] = {1, 3};
+    const spec_sweep_drafter mtp = {.name = "head", .kind = KITE_DRAFT_MTP, .check = SPEC_CHECK_BUDGET};
+    spec_sweep sw = {.label = "MTP (HF folder)", .n_configs = 4, .config = gen_config, .drafters = &mtp, .n_drafters = 1,
+                     .budgets = budgets, .n_budgets = 2, .widths = widths, .n_widths = 2};
+    spec_sweep_run(&sw);
+    spec_h.target = saved;
+    printf("MTP from the HF folder: %lld drafted tokens accepted at T 4\n", (long long)sw.accepted_by_config[3]);
+    if (sw.accepted_by_config[3] == 0) fail_msg("T 4: no drafted token was accepted");
+    kite_model_free(a);
+    kite_model_free(b);
+    unlink(gguf);
+
+    /* a checkpoint saved without its mtp.* weights (a folder written without a next-n block, its config.json
+     * edited to name one): it loads and runs, and --draft mtp is refused as for a file without a head */
+    char plain_gguf[128], plain_folder[128], config[160];
+    spec_path(plain_gguf, "plain-q3.gguf");
+    spec_path(plain_folder, "plain-q3-hf");
+    kite_random_model_params p = {.shape = "tiny-qwen35", .type = "f32", .seed = 11, .hf_dir = plain_folder,
+                                  .tokenizer_path = kite_test_data("models/tokenizers/qwen3/tokenizer.json")};
+    char err[512] = "";
+    if (kite_write_random_model(plain_gguf, &p, err, sizeof err)) fail_msg("%s", err);
+    snprintf(config, sizeof config, "%s/config.json", plain_folder);
+    FILE *f = fopen(config, "rb");
+    assert_non_null(f);
+    static char text[1 << 16], edited[(1 << 16) + 64];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = 0;
+    const char *at = strstr(text, "\"text_config\": {");
+    assert_non_null(at);
+    at += strlen("\"text_config\": {");
+    snprintf(edited, sizeof edited, "%.*s\"mtp_num_hidden_layers\": 1, %s", (int)(at - text), text, at);
+    assert_non_null(f = fopen(config, "wb"));
+    assert_int_equal(fwrite(edited, 1, strlen(edited), f), strlen(edited));
+    assert_int_equal(fclose(f), 0);
+    kite_model *d = spec_open_model(plain_folder);
+    assert_non_null(d);
+    assert_null(d->weights.mtp);
+    assert_int_equal(d->weights.hp.n_nextn_layers, 0);
+    kite_session *s = spec_open_session_on(d);
+    kite_spec_params sp = spec_of(4, 1);
+    assert_int_equal(kite_session_set_spec(s, &sp, err, sizeof err), KITE_ERR_INVALID_ARG);
+    printf("a folder whose config names an MTP layer it does not hold: loads; --draft mtp refused: %s\n", err);
+    kite_session_free(s);
+    kite_model_free(d);
+    remove_folder(plain_folder);
+    remove_folder(folder);
+    unlink(plain_gguf);
+}
+
 /* ---- bad input --------------------------------------------------------------------------------- */
 
 static void test_refused_without_nextn(void **state) {
@@ -378,6 +521,7 @@ int main(void) {
         cmocka_unit_test(test_exact_with_mtp),
         cmocka_unit_test(test_cache_in_step),
         cmocka_unit_test(test_refused_without_nextn),
+        cmocka_unit_test(test_hf_folder_head),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

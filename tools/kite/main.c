@@ -872,6 +872,8 @@ static int cmd_inspect(int argc, char **argv) {
     if (in.n_recurrent_layers > 0)
         printf("gated deltanet: %d of the layers (%d key / %d value heads of %d); the others gated attention\n",
                in.n_recurrent_layers, in.recurrent_k_heads, in.recurrent_v_heads, in.recurrent_head_dim);
+    if (in.n_mtp_layers > 0)
+        printf("next-n (MTP):   %d block%s after the layers (drafts with --draft mtp)\n", in.n_mtp_layers, in.n_mtp_layers > 1 ? "s" : "");
     printf("context:        %d\n", in.n_ctx_train);
     printf("rope theta:     %g\n", in.rope_theta);
     printf("rms eps:        %g\n", in.rms_eps);

@@ -34,7 +34,7 @@ int kite_qwen35_gguf_hparams(const kite_gguf *g, const char *path, kite_hparams 
         (st = key_u32(g, path, "ssm.inner_size", 1, MAX_HEADS * MAX_HEAD, true, &inner, e)) ||
         (st = key_u32(g, path, "full_attention_interval", 1, 4096, false, &hp->full_attn_interval, e)) ||
         (st = key_u32(g, path, "rope.dimension_count", 2, (uint32_t)hp->head_dim, false, &hp->n_rot, e)) ||
-        (st = key_u32(g, path, "nextn_predict_layers", 0, 16, false, &nextn, e)))
+        (st = key_u32(g, path, "nextn_predict_layers", 0, KITE_MAX_NEXTN_LAYERS, false, &nextn, e)))
         return st;
     if (kite_gguf_has(g, "qwen35.attention.recurrent_layers"))
         return kite_fail(e, KITE_ERR_UNSUPPORTED, "%s: qwen35.attention.recurrent_layers (a per-layer pattern) is not supported; "
