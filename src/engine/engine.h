@@ -20,9 +20,11 @@ struct kite_model {
     int32_t n_threads;      /* default for sessions */
     kite_gen_params gen_defaults;
     /* Speculative decoding's cost curve: ms per target pass at the controller's batch sizes (spec.c),
-     * measured once per thread count by the first session that needs it. */
+     * measured per thread count by the sessions that need it, the larger batches only once some chain
+     * that long could pay. */
     pthread_mutex_t cost_lock;
     int32_t cost_threads;   /* threads the curve was measured with; 0 = not measured */
+    int32_t cost_points;    /* leading points of pass_cost_ms measured for cost_threads (the rest unset) */
     double pass_cost_ms[KITE_N_COST_POINTS]; /* one verification pass at each of the spec controller's points */
     /* Acceptance by depth that the model's latest speculative session learned, with the drafter it
      * belongs to (under cost_lock): a new session with the same drafter starts from it, not from the

@@ -275,22 +275,36 @@ void kite_spec_remember(kite_spec_state *st, const int32_t *tokens, size_t n) {
 static const int32_t COST_POINTS[KITE_N_COST_POINTS] = {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, KITE_MAX_DRAFT + 1};
 enum { N_COST_POINTS = KITE_N_COST_POINTS };
 
-/* Measures one pass over B tokens at each point, in rows past the committed context (which no one
- * reads), taking the best of five rounds. A round passes over every point in turn, so a busy moment of
+/* The curve is measured lazily: points [0, FIRST_COST_POINTS) (passes of 1-4 tokens) before the
+ * controller first chooses, a longer batch's point only once best_chain finds that a chain that long
+ * could pay on the optimistic extension of what is measured (see extend_curve). The whole curve costs
+ * ~2.4 s on the 1.1B shape at 2 threads (five rounds, passes up to 33 tokens): paid up front, it made
+ * `kite run --draft` with a drafter that is never accepted decode 128 tokens at 22 tok/s against plain
+ * decoding's 38. The first four points cost ~0.5 s there. */
+enum { FIRST_COST_POINTS = 4 };
+
+/* The number of leading points that cover a pass over B tokens (its own point and the ones below). */
+static int points_for(int32_t B) {
+    for (int k = 0; k < N_COST_POINTS; k++)
+        if (B <= COST_POINTS[k]) return k + 1;
+    return N_COST_POINTS;
+}
+
+/* Measures one pass over B tokens at points [from, to), in rows past the committed context (which no
+ * one reads), taking the best of five rounds. A round passes over every point in turn, so a busy moment of
  * the machine (bandwidth here moves by 2x within seconds) falls on all batch sizes alike instead of
  * on a few consecutive ones: with five runs per point in a row, one run of the controller saw a steep
  * curve, chose chains of 3 and decoded 2.26x faster than plain, the next 2.64x. The pass computes every
- * row's logits, as verification does (the output matrix is a large part of a small model). Cached in
- * the model per thread count. */
-static void measure_costs(kite_session *s, double *ms) {
+ * row's logits, as verification does (the output matrix is a large part of a small model). */
+static void measure_costs(kite_session *s, double *ms, int from, int to) {
     kite_model *m = s->model;
     int32_t room = s->n_ctx - s->n_past;
     float *logits = malloc(sizeof(float) * (size_t)(KITE_MAX_DRAFT + 1) * (size_t)m->n_vocab);
     int32_t ids[KITE_MAX_DRAFT + 1];
     for (int i = 0; i <= KITE_MAX_DRAFT; i++) ids[i] = (int32_t)((i * 7919) % m->n_vocab);
-    for (int k = 0; k < N_COST_POINTS; k++) ms[k] = INFINITY;
+    for (int k = from; k < to; k++) ms[k] = INFINITY;
     for (int round = 0; round < 5; round++) {
-        for (int k = 0; k < N_COST_POINTS; k++) {
+        for (int k = from; k < to; k++) {
             int32_t B = COST_POINTS[k];
             if (B > room) continue;
             double t = timed_pass(s, ids, B, logits);
@@ -298,32 +312,48 @@ static void measure_costs(kite_session *s, double *ms) {
         }
     }
     /* No room to measure a point: extrapolate linearly from the one before. */
-    for (int k = 0; k < N_COST_POINTS; k++)
+    for (int k = from; k < to; k++)
         if (COST_POINTS[k] > room) ms[k] = k > 0 ? ms[k - 1] * (double)COST_POINTS[k] / COST_POINTS[k - 1] : 1.0;
     free(logits);
     /* A pass over more tokens never costs less: a point above a later one was inflated by a busy
      * moment (these machines are noisy), so it takes the later one's time. Spikes would otherwise
      * steer the controller away from budgets that pay. */
-    for (int k = N_COST_POINTS - 2; k >= 0; k--)
+    for (int k = to - 2; k >= 0; k--)
         if (ms[k + 1] < ms[k]) ms[k] = ms[k + 1];
 }
 
-/* The model's cost curve (measured on first use), copied out under one lock. */
-static void cost_curve(kite_session *s, double *ms) {
+/* The points past the n measured ones, extended along the line through the last two (flat after one):
+ * at most what they cost, the curve being flat while passes are bound by reading the weights and
+ * steeper once they are bound by arithmetic. So a chain priced on the extension is never priced
+ * above its real cost, and one that does not pay there would not pay on the measured curve either. */
+static void extend_curve(double *ms, int n) {
+    const double slope = n >= 2 ? (ms[n - 1] - ms[n - 2]) / (COST_POINTS[n - 1] - COST_POINTS[n - 2]) : 0.0;
+    for (int k = n; k < N_COST_POINTS; k++) ms[k] = ms[n - 1] + (slope > 0 ? slope : 0.0) * (COST_POINTS[k] - COST_POINTS[n - 1]);
+}
+
+/* The model's cost curve with at least `need` leading points measured (measured now if they are not
+ * yet, for this thread count), the rest extended (extend_curve), copied out under one lock. Returns the
+ * number of measured points. */
+static int cost_curve(kite_session *s, double *ms, int need) {
     kite_model *m = s->model;
     int32_t threads = kite_pool_threads(s->pool);
+    if (need > N_COST_POINTS) need = N_COST_POINTS;
     pthread_mutex_lock(&m->cost_lock);
-    if (m->cost_threads != threads) {
-        measure_costs(s, m->pass_cost_ms);
-        m->cost_threads = threads;
+    if (m->cost_threads != threads) m->cost_threads = threads, m->cost_points = 0;
+    if (m->cost_points < need) {
+        measure_costs(s, m->pass_cost_ms, m->cost_points, need);
+        m->cost_points = need;
         char curve[512];
         int at = 0;
-        for (int k = 0; k < N_COST_POINTS && at < (int)sizeof curve; k++)
+        for (int k = 0; k < need && at < (int)sizeof curve; k++)
             at += snprintf(curve + at, sizeof curve - (size_t)at, "%s%d: %.3f", k ? ", " : "", COST_POINTS[k], m->pass_cost_ms[k]);
         kite_log(KITE_LOG_INFO, "verification pass cost (ms) by batch: %s", curve);
     }
+    const int measured = m->cost_points;
     memcpy(ms, m->pass_cost_ms, sizeof m->pass_cost_ms);
     pthread_mutex_unlock(&m->cost_lock);
+    extend_curve(ms, measured);
+    return measured;
 }
 
 /* T(B) by linear interpolation between the measured points. */
@@ -340,7 +370,7 @@ static double curve_at(const double *ms, int32_t B) {
 
 double kite_spec_pass_cost(kite_session *s, int32_t B) {
     double ms[N_COST_POINTS];
-    cost_curve(s, ms);
+    cost_curve(s, ms, points_for(B));
     return curve_at(ms, B);
 }
 
@@ -374,24 +404,32 @@ static int32_t best_chain(const kite_spec_state *st, kite_session *s, int32_t ma
     /* Tokens per millisecond for a chain of k drafted tokens: E[tokens] = 1 + sum_j prod_{i<=j} a_i,
      * cost = T(k + 1) + drafting. Trees are costed as chains of the same node count. */
     double curve[N_COST_POINTS];
-    cost_curve(s, curve);
-    const double plain_rate = 1.0 / curve_at(curve, 1);
-    double best_rate = plain_rate;
     int32_t best_k = 0;
-    /* Would some chain beat plain decoding at these costs if every draft were accepted? If not, no
-     * acceptance a probe could find would change the choice (a draft model as slow as the target). */
     bool could_pay = false;
-    /* A depth no pass has drafted yet takes the rate of the deepest one observed (not the prior): with
-     * the prior, a controller that settled on short chains would never find out that longer ones pay. */
-    double expected = 1.0, reach = 1.0, deepest_rate = st->accept_rate[0];
-    for (int32_t k = 1; k <= max_budget; k++) {
-        if (st->observed[k - 1] > 0) deepest_rate = st->accept_rate[k - 1];
-        reach *= st->observed[k - 1] > 0 ? st->accept_rate[k - 1] : deepest_rate;
-        expected += reach;
-        double cost = curve_at(curve, k + 1) + drafting_ms(st, k);
-        double rate = expected / cost;
-        if (rate > best_rate * 1.0001) { best_rate = rate; best_k = k; }
-        if ((double)(k + 1) / cost > plain_rate * 1.0001) could_pay = true;
+    /* Priced on the measured points and their optimistic extension: if the best chain's pass lies past
+     * the measured points, measure up to it and choose again (each round measures more, so this ends). */
+    for (int need = FIRST_COST_POINTS;;) {
+        const int measured = cost_curve(s, curve, need);
+        const double plain_rate = 1.0 / curve_at(curve, 1);
+        double best_rate = plain_rate;
+        best_k = 0;
+        /* Would some chain beat plain decoding at these costs if every draft were accepted? If not, no
+         * acceptance a probe could find would change the choice (a draft model as slow as the target). */
+        could_pay = false;
+        /* A depth no pass has drafted yet takes the rate of the deepest one observed (not the prior): with
+         * the prior, a controller that settled on short chains would never find out that longer ones pay. */
+        double expected = 1.0, reach = 1.0, deepest_rate = st->accept_rate[0];
+        for (int32_t k = 1; k <= max_budget; k++) {
+            if (st->observed[k - 1] > 0) deepest_rate = st->accept_rate[k - 1];
+            reach *= st->observed[k - 1] > 0 ? st->accept_rate[k - 1] : deepest_rate;
+            expected += reach;
+            double cost = curve_at(curve, k + 1) + drafting_ms(st, k);
+            double rate = expected / cost;
+            if (rate > best_rate * 1.0001) { best_rate = rate; best_k = k; }
+            if ((double)(k + 1) / cost > plain_rate * 1.0001) could_pay = true;
+        }
+        need = points_for(best_k + 1);
+        if (need <= measured) break;
     }
     /* A probe is a two-token pass, T(2) - T(1) more than a plain one: probes start KITE_PROBE_SHARE of
      * plain decoding apart (16 passes on the 1.1B shape, where T(2)/T(1) ~ 1.05-1.1; ~115 on

@@ -657,6 +657,7 @@ static double cost_at(int32_t B) {
 static void set_costs(kite_session *s) {
     pthread_mutex_lock(&g_model->cost_lock);
     g_model->cost_threads = kite_pool_threads(s->pool);
+    g_model->cost_points = KITE_N_COST_POINTS;
     memcpy(g_model->pass_cost_ms, COSTS, sizeof COSTS);
     pthread_mutex_unlock(&g_model->cost_lock);
 }
@@ -753,16 +754,45 @@ static void test_budget_block_cost(void **state) {
     kite_session_free(s);
 }
 
-/* The measured curve: one pass over more tokens never costs less (noisy points are lowered to the
- * later ones), and it is measured once per thread count. */
+/* The leading points of COST_AT that cover a pass over B tokens. */
+static int points_covering(int32_t B) {
+    int n = 1;
+    while (n < KITE_N_COST_POINTS && COST_AT[n - 1] < B) n++;
+    return n;
+}
+
+/* The measured curve: measured lazily (a pass's cost measures the points up to it; the controller
+ * measures no pass longer than 4 tokens while no longer chain could pay, and up to the chain it chooses
+ * once one does), once per thread count; one pass over more tokens never costs less (noisy points are
+ * lowered to the later ones). */
 static void test_measured_cost_curve(void **state) {
     (void)state;
     kite_spec_params sp = kite_spec_default_params();
     sp.drafter = KITE_DRAFT_NGRAM;
     kite_session *s = session_with(&sp);
+    kite_spec_state *st = &s->spec;
     pthread_mutex_lock(&g_model->cost_lock);
     g_model->cost_threads = 0; /* forget any curve an earlier test set */
     pthread_mutex_unlock(&g_model->cost_lock);
+    assert_true(kite_spec_pass_cost(s, 3) > 0.0);
+    assert_int_equal(g_model->cost_points, points_covering(3));
+    /* drafts that are never accepted: plain passes and probes, the passes over 5-33 tokens never timed */
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.01, st->observed[d] = 1000;
+    st->draft_ms_per_token = 0.0, st->plain_streak = 0, st->probe_interval = 0, st->explore_count = 0;
+    kite_spec_estimates_changed(st);
+    for (int i = 0; i < 200; i++) assert_true(kite_spec_choose_budget(st, s, KITE_MAX_DRAFT) <= 1);
+    assert_int_equal(g_model->cost_points, 4);
+    /* drafts accepted 97% of the time: long chains, their passes measured before they are chosen */
+    for (int d = 0; d < KITE_MAX_DRAFT; d++) st->accept_rate[d] = 0.97;
+    st->plain_streak = 0, st->explore_count = 0;
+    kite_spec_estimates_changed(st);
+    const int32_t k = kite_spec_choose_budget(st, s, KITE_MAX_DRAFT);
+    print_message("acceptance 0.97: chains of %d, %d of %d points measured\n", k, g_model->cost_points, KITE_N_COST_POINTS);
+    assert_true(k > 3);
+    assert_true(g_model->cost_points >= points_covering(k + 1));
+    /* the whole curve */
+    assert_true(kite_spec_pass_cost(s, KITE_MAX_DRAFT + 1) > 0.0);
+    assert_int_equal(g_model->cost_points, KITE_N_COST_POINTS);
     double prev = 0.0;
     for (int32_t B = 1; B <= KITE_MAX_DRAFT + 1; B++) {
         double ms = kite_spec_pass_cost(s, B);
