@@ -119,6 +119,13 @@ typedef struct kite_model_info {
     int32_t n_kv_heads_local; /* head_dim / n_kv_heads (gemma4); else equal to them */
     int32_t n_mtp_layers;   /* qwen35: next-n (multi-token prediction) blocks the file carries after the n_layers
                                (the first drafts with --draft mtp, KITE_DRAFT_MTP); 0 elsewhere */
+    /* Drafters (architecture dflash or eagle3: only a kite_spec_params.draft_model, never a session's model) */
+    int32_t n_draft_target_layers;   /* target layers whose inputs the drafter reads */
+    int32_t draft_target_layers[8];  /* their indices, in the file's order */
+    int32_t draft_block_size;        /* dflash: rows of a block (the anchor and the tokens it drafts); 0 for eagle3 */
+    int32_t draft_mask_token;        /* dflash: the mask token filling a block's rows after the anchor; -1 for eagle3 */
+    int32_t draft_selector_top_k;    /* DFlash-2: candidates per row of its selector; 0 otherwise */
+    int32_t draft_markov_rank;       /* DSpark: rank of its Markov head; 0 otherwise */
 } kite_model_info;
 
 void kite_model_get_info(const kite_model *model, kite_model_info *info);

@@ -120,8 +120,9 @@ int kite_model_open(kite_model **out, const char *path, const kite_model_params 
     pthread_mutex_init(&m->cost_lock, NULL);
     pthread_mutex_init(&m->vocab_lock, NULL);
     int st = KITE_OK;
-    if (path && !m->vocab_only && kite_dflash_file_is_drafter(path)) {
-        /* A DFlash drafter: likewise a drafter only, with the target's tokenizer. */
+    if (path && kite_dflash_file_is_drafter(path)) {
+        /* A DFlash drafter: likewise a drafter only, with the target's tokenizer (opened whole even for
+         * vocab_only, the drafter being its own description: kite inspect). */
         if ((st = kite_dflash_open(&m->dflash, path, &e))) {
             kite_model_free(m);
             return kite_error_export(&e, err, err_size);
@@ -134,7 +135,7 @@ int kite_model_open(kite_model **out, const char *path, const kite_model_params 
         *out = m;
         return KITE_OK;
     }
-    if (path && !m->vocab_only && kite_eagle3_file_is_head(path)) {
+    if (path && kite_eagle3_file_is_head(path)) {
         /* An EAGLE-3 head: a drafter only (kite_spec_params.draft_model), with the target's tokenizer. */
         if ((st = kite_eagle3_open(&m->eagle3, path, &e))) {
             kite_model_free(m);
@@ -204,6 +205,21 @@ void kite_model_get_info(const kite_model *m, kite_model_info *info) {
         info->dim = m->eagle3 ? kite_eagle3_dim(m->eagle3) : kite_dflash_dim(m->dflash);
         info->n_layers = m->eagle3 ? 1 : kite_dflash_n_layers(m->dflash);
         info->bos_id = info->eos_id = -1;
+        info->draft_mask_token = -1;
+        const int32_t *layers = NULL;
+        int32_t n = 3;
+        if (m->eagle3) {
+            layers = kite_eagle3_target_layers(m->eagle3);
+        } else {
+            layers = kite_dflash_target_layers(m->dflash, &n);
+            info->draft_block_size = kite_dflash_block_size(m->dflash);
+            info->draft_mask_token = kite_dflash_mask_token(m->dflash);
+            info->draft_selector_top_k = kite_dflash_selector_top_k(m->dflash);
+            info->draft_markov_rank = kite_dflash_markov_rank(m->dflash);
+        }
+        const int32_t cap = (int32_t)(sizeof info->draft_target_layers / sizeof info->draft_target_layers[0]);
+        info->n_draft_target_layers = n < cap ? n : cap;
+        for (int32_t i = 0; i < info->n_draft_target_layers; i++) info->draft_target_layers[i] = layers[i];
         return;
     }
     const kite_hparams *hp = &m->src.hp;
@@ -268,6 +284,16 @@ int kite_model_tensor(const kite_model *m, int32_t index, kite_tensor_desc *desc
 
 kite_gen_params kite_model_gen_params(const kite_model *m) { return m->gen_defaults; }
 
+/* A drafter (or a model opened without one) has no tokenizer to encode or decode with: say which. */
+static int no_tokenizer(const kite_model *m, kite_error *e) {
+    if (m->tokenizer) return KITE_OK;
+    if (m->eagle3 || m->dflash)
+        return kite_fail(e, KITE_ERR_INVALID_ARG, "the file is %s, not a model to run: it drafts for its target model "
+                         "(kite run --model TARGET --draft THIS_FILE), with the target's tokenizer",
+                         m->eagle3 ? "an EAGLE-3 draft head" : "a DFlash drafter");
+    return kite_fail(e, KITE_ERR_TOKENIZER, "the model has no tokenizer");
+}
+
 int kite_tokenize(const kite_model *m, const char *text, size_t text_len, bool add_bos, bool parse_special, int32_t *ids,
                   size_t capacity, size_t *n_ids, char *err, size_t err_size) {
     kite_error e = {0};
@@ -278,6 +304,7 @@ int kite_tokenize(const kite_model *m, const char *text, size_t text_len, bool a
         kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_tokenize: model and text must not be NULL");
         return kite_error_export(&e, err, err_size);
     }
+    if (no_tokenizer(m, &e)) return kite_error_export(&e, err, err_size);
     if (kite_tokenizer_encode(m->tokenizer, text ? text : "", text_len, add_bos, parse_special, &tmp, &n, &e))
         return kite_error_export(&e, err, err_size);
     if (n_ids) *n_ids = n;
@@ -308,7 +335,8 @@ int kite_detokenize(const kite_model *m, const int32_t *ids, size_t n_ids, char 
                       m->n_vocab - 1);
             return kite_error_export(&e, err, err_size);
         }
-    if (kite_tokenizer_decode(m->tokenizer, ids, n_ids, &tmp, &len, &e)) return kite_error_export(&e, err, err_size);
+    if (no_tokenizer(m, &e) || kite_tokenizer_decode(m->tokenizer, ids, n_ids, &tmp, &len, &e))
+        return kite_error_export(&e, err, err_size);
     if (n_bytes) *n_bytes = len;
     if (text && capacity) {
         size_t copy = len < capacity ? len : capacity;

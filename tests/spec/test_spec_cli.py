@@ -6,6 +6,7 @@ two small prompt sets with every drafter, reports every category, reproduces pla
 writes an SVG plot; its bad input fails with a one-line error."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -81,6 +82,47 @@ def eagle3_cli():
         ok = check(rc == 1 and len(lines) == 1 and "error" in lines[0] and "EAGLE-3" in err and "width 128" in err,
                    f"eagle3 head for another target: exit {rc}, {err!r}")
         print(f"{'eagle3 head for another target':90s} {'ok' if ok else 'FAIL'}: {err.strip()}")
+        drafter_files(paths["tiny"], paths["head"], d)
+
+
+def gguf_metadata(path):
+    """The file's metadata as node-llama-cpp's GGUF reader (an independent implementation) returns it."""
+    src = os.environ.get("KITE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+    p = subprocess.run([shutil.which("node") or "node", os.path.join(src, "tests", "oracle", "gguf_info.mjs"), path],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0, f"gguf_info {path}: {p.stderr.strip()}")
+    return json.loads(p.stdout)["metadata"] if p.returncode == 0 else None
+
+
+def drafter_files(target, head, d):
+    """`kite inspect` on the drafter files (an EAGLE-3 head, a DFlash drafter) says what they are and how
+    to use them, with the target layers and block the metadata holds (read by node-llama-cpp); `kite run` and
+    `kite tokenize` on a drafter given as the model refuse it in one line that says to pass it with --draft."""
+    dflash = os.path.join(d, "dflash.gguf")
+    p = subprocess.run([KITE, "gen-model", "--shape", "dflash-b8", "--target", target, "--out", dflash], capture_output=True, timeout=120)
+    if not check(p.returncode == 0, f"gen-model dflash-b8: {p.stderr.decode(errors='replace')}"):
+        return
+    for arch, path in (("eagle3", head), ("dflash", dflash)):
+        meta = gguf_metadata(path)
+        if meta is None:
+            continue
+        p = subprocess.run([KITE, "inspect", path], capture_output=True, text=True, timeout=60)
+        out = p.stdout
+        layers = ", ".join(str(x) for x in meta[arch]["target_layers"])
+        ok = check(p.returncode == 0 and f"architecture:   {arch} (a drafter: kite run --model TARGET --draft {path})" in out,
+                   f"inspect {arch}: exit {p.returncode}, {out!r} {p.stderr!r}")
+        ok &= check(f"target layers:  {layers} (" in out, f"inspect {arch}: target layers not {layers}: {out!r}")
+        if arch == "dflash":
+            block, mask = meta["dflash"]["block_size"], meta["tokenizer"]["ggml"]["mask_token_id"]
+            ok &= check(block == 8 and f"block:          {block} rows (the anchor and {block - 1} drafted tokens), mask token {mask}" in out,
+                        f"inspect dflash: block {block}, mask {mask}: {out!r}")
+        print(f"{'inspect ' + arch + ' drafter':90s} {'ok' if ok else 'FAIL'}: target layers {layers}")
+        for verb in (["run", "--model", path, "--prompt", "Once", "--max-tokens", "2"], ["tokenize", "--model", path]):
+            p = subprocess.run([KITE] + verb, input="Once", capture_output=True, text=True, timeout=60)
+            lines = [l for l in p.stderr.splitlines() if l.strip()]
+            ok = check(p.returncode == 1 and len(lines) == 1 and "not a model to run" in lines[0] and "--draft" in lines[0]
+                       and p.stdout == "", f"{verb[0]} on the {arch} drafter: exit {p.returncode}, {p.stderr!r}")
+            print(f"{verb[0] + ' on the ' + arch + ' drafter refused':90s} {'ok' if ok else 'FAIL'}: {p.stderr.strip()}")
 
 
 def bench_spec():

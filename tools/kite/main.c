@@ -854,6 +854,23 @@ static int cmd_inspect(int argc, char **argv) {
     kite_model_get_info(model, &in);
     printf("model:          %s\n", a.model);
     printf("format:         %s\n", in.format);
+    if (in.n_draft_target_layers > 0) { /* a drafter: what it drafts with, and how to use it */
+        printf("architecture:   %s (a drafter: kite run --model TARGET --draft %s)\n", in.architecture, a.model);
+        if (in.n_vocab > 0) printf("vocabulary:     %d\n", in.n_vocab);
+        else printf("vocabulary:     the target's (the file borrows its embeddings and output)\n");
+        printf("dim:            %d\n", in.dim);
+        printf("layers:         %d\n", in.n_layers);
+        if (in.draft_block_size > 0)
+            printf("block:          %d rows (the anchor and %d drafted tokens), mask token %d\n", in.draft_block_size,
+                   in.draft_block_size - 1, in.draft_mask_token);
+        if (in.draft_selector_top_k > 0) printf("selector:       DFlash-2, %d candidates per row\n", in.draft_selector_top_k);
+        if (in.draft_markov_rank > 0) printf("markov head:    DSpark, rank %d\n", in.draft_markov_rank);
+        printf("target layers: ");
+        for (int32_t i = 0; i < in.n_draft_target_layers; i++) printf("%s%d", i ? ", " : " ", in.draft_target_layers[i]);
+        printf(" (the inputs of these layers of the target are its features)\n");
+        kite_model_free(model);
+        return 0;
+    }
     printf("architecture:   %s\n", in.architecture);
     printf("parameters:     %lld (%.2f MiB of weights)\n", (long long)in.n_params, (double)in.weight_bytes / 1048576.0);
     printf("vocabulary:     %d\n", in.n_vocab);
