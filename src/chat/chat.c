@@ -156,6 +156,7 @@ int kite_chat_template_open(kite_chat_template **out, const kite_model *model, c
         kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_chat_template_open: a template name must be 1 to 200 bytes");
         return kite_error_export(&e, err, err_size);
     }
+    if (kite_model_refuse_drafter(model, &e)) return kite_error_export(&e, err, err_size);
     const kite_source *src = &model->src;
     char *text = NULL;
     size_t len = 0;

@@ -166,6 +166,9 @@ typedef struct kite_session_file_view {
 } kite_session_file_view;
 /* A hash of the model's shape, tensor table and a sample of every tensor's bytes. */
 uint64_t kite_model_fingerprint(const kite_model *m);
+/* KITE_OK for a model; for a drafter (a DFlash drafter or an EAGLE-3 head, which only draft for a target)
+ * the error that says so and how to use it, for whatever needs a model to run (sessions, tokenizer, template). */
+int kite_model_refuse_drafter(const kite_model *m, kite_error *e);
 /* Validates a whole session file held in memory against x (and at most max_tokens tokens); out points into data. */
 int kite_session_file_parse(const void *data, size_t size, const kite_session_file_shape *x, int32_t max_tokens,
                             kite_session_file_view *out, kite_error *e);

@@ -284,14 +284,18 @@ int kite_model_tensor(const kite_model *m, int32_t index, kite_tensor_desc *desc
 
 kite_gen_params kite_model_gen_params(const kite_model *m) { return m->gen_defaults; }
 
+int kite_model_refuse_drafter(const kite_model *m, kite_error *e) {
+    if (!m->eagle3 && !m->dflash) return KITE_OK;
+    return kite_fail(e, KITE_ERR_INVALID_ARG, "the file is %s, not a model to run: it drafts for its target model "
+                     "(kite run --model TARGET --draft THIS_FILE; kite_spec_params.draft_model), with the target's tokenizer",
+                     m->eagle3 ? "an EAGLE-3 draft head" : "a DFlash drafter");
+}
+
 /* A drafter (or a model opened without one) has no tokenizer to encode or decode with: say which. */
 static int no_tokenizer(const kite_model *m, kite_error *e) {
     if (m->tokenizer) return KITE_OK;
-    if (m->eagle3 || m->dflash)
-        return kite_fail(e, KITE_ERR_INVALID_ARG, "the file is %s, not a model to run: it drafts for its target model "
-                         "(kite run --model TARGET --draft THIS_FILE), with the target's tokenizer",
-                         m->eagle3 ? "an EAGLE-3 draft head" : "a DFlash drafter");
-    return kite_fail(e, KITE_ERR_TOKENIZER, "the model has no tokenizer");
+    int rc = kite_model_refuse_drafter(m, e);
+    return rc ? rc : kite_fail(e, KITE_ERR_TOKENIZER, "the model has no tokenizer");
 }
 
 int kite_tokenize(const kite_model *m, const char *text, size_t text_len, bool add_bos, bool parse_special, int32_t *ids,

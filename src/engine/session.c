@@ -29,13 +29,9 @@ int kite_session_open(kite_session **out, kite_model *model, const kite_session_
         kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_open: session and model must not be NULL");
         return kite_error_export(&e, err, err_size);
     }
+    if (kite_model_refuse_drafter(model, &e)) return kite_error_export(&e, err, err_size);
     if (model->vocab_only) {
         kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_open: the model was opened with vocab_only");
-        return kite_error_export(&e, err, err_size);
-    }
-    if (model->eagle3 || model->dflash) {
-        kite_fail(&e, KITE_ERR_INVALID_ARG, "kite_session_open: %s only drafts for a model (pass it as the draft)",
-                  model->eagle3 ? "an EAGLE-3 head" : "a DFlash drafter");
         return kite_error_export(&e, err, err_size);
     }
     const kite_hparams *hp = &model->weights.hp;

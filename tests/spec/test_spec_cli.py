@@ -97,7 +97,7 @@ def gguf_metadata(path):
 def drafter_files(target, head, d):
     """`kite inspect` on the drafter files (an EAGLE-3 head, a DFlash drafter) says what they are and how
     to use them, with the target layers and block the metadata holds (read by node-llama-cpp); `kite run` and
-    `kite tokenize` on a drafter given as the model refuse it in one line that says to pass it with --draft."""
+    `kite tokenize` and `kite chat` on a drafter given as the model refuse it in one line that says to pass it with --draft."""
     dflash = os.path.join(d, "dflash.gguf")
     p = subprocess.run([KITE, "gen-model", "--shape", "dflash-b8", "--target", target, "--out", dflash], capture_output=True, timeout=120)
     if not check(p.returncode == 0, f"gen-model dflash-b8: {p.stderr.decode(errors='replace')}"):
@@ -117,7 +117,8 @@ def drafter_files(target, head, d):
             ok &= check(block == 8 and f"block:          {block} rows (the anchor and {block - 1} drafted tokens), mask token {mask}" in out,
                         f"inspect dflash: block {block}, mask {mask}: {out!r}")
         print(f"{'inspect ' + arch + ' drafter':90s} {'ok' if ok else 'FAIL'}: target layers {layers}")
-        for verb in (["run", "--model", path, "--prompt", "Once", "--max-tokens", "2"], ["tokenize", "--model", path]):
+        for verb in (["run", "--model", path, "--prompt", "Once", "--max-tokens", "2"], ["tokenize", "--model", path],
+                     ["chat", "--model", path]):
             p = subprocess.run([KITE] + verb, input="Once", capture_output=True, text=True, timeout=60)
             lines = [l for l in p.stderr.splitlines() if l.strip()]
             ok = check(p.returncode == 1 and len(lines) == 1 and "not a model to run" in lines[0] and "--draft" in lines[0]

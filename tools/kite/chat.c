@@ -967,7 +967,8 @@ static int open_chat(chat *c, const chat_options *o) {
     }
     if (kite_cli_open_template(&c->tmpl, c->model, o->template_file, o->template_name, err, sizeof err)) {
         fprintf(stderr, "kite: error: %s%s\n", err,
-                o->template_file || strstr(err, "--chat-template") ? "" : " (give a template with --chat-template FILE)");
+                o->template_file || info.n_draft_target_layers > 0 || strstr(err, "--chat-template") ? ""
+                                                                                                 : " (give a template with --chat-template FILE)");
         return 1;
     }
 
