@@ -252,6 +252,12 @@ const kite_kernel_set *kite_kernels_avx512(void); /* needs AVX-512 F/BW/VL + VNN
  * VNNI tiles). want = false forces the VNNI tiles, want = true probes again (tests cover both paths);
  * returns whether AMX is in use afterwards. Not thread-safe against concurrent matmuls. */
 bool kite_avx512_amx_set(bool want);
+/* The AVX-512 set's trellis product (quant/trellis.h) runs avx512_vbmi.c's kernel where the CPU has VBMI and
+ * VBMI2, else the AVX2 set's (same bits). want = false forces the AVX2 one, want = true probes again; returns
+ * whether the VBMI kernel is in use afterwards (tests cover both). Not thread-safe against matmuls. */
+bool kite_avx512_vbmi_set(bool want);
+void kite_avx512_vbmi_trellis_matmul(const kite_packed_matrix *w, const void *act, int32_t n, float *y, int64_t y_stride,
+                                     int64_t r0, int64_t r1);
 const kite_kernel_set *kite_kernels_neon(void);
 
 #endif

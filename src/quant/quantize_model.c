@@ -44,7 +44,7 @@ enum {
     FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14, FT_Q4_K_M = 15, FT_Q5_K_S = 16,
     FT_Q5_K_M = 17, FT_Q6_K = 18, FT_BF16 = 32,
     /* kite's own (quant/trellis.h); not llama_ftype values: "KT" in the high 16 bits, clear of llama.cpp's */
-    FT_KT2 = 0x4B540004, FT_KT2_5 = 0x4B540005, FT_KT3 = 0x4B540006, FT_KT2_5_M = 0x4B540105,
+    FT_KT2 = 0x4B540024, FT_KT2_5 = 0x4B540025, FT_KT3 = 0x4B540026, FT_KT2_5_M = 0x4B540125,
 };
 
 static const kite_ftype_info ftypes[] = {

@@ -5,35 +5,34 @@
  * each of a circular bitstream (KT2: k = 2; KT3: k = 3; KT2_5: k = 2 for even j, 3 for odd j, so 640
  * bits), column j owning bits [pos_j, pos_j + k_j). Column j's trellis state is the L-bit window
  *     s_j = stream bits [pos_j, pos_j + L)   (modulo the stream length; bit pos_j is the state's bit 0)
- * (L = 12), so consecutive columns share L - k bits, and its int8 level is
- *     level(s) = sum of the four bytes of ((s * KT_MUL + KT_ADD) mod 2^32) & 0x3f3f3f3f, minus 126
- * (four 6-bit values: a near-Gaussian level in [-126, 126], std ~36.9). The weight is d * level(s_j) with
- * one fp16 scale d per row and block. Decoding a level is a shift, an AND, a multiply-add and an AND on a
- * 32-bit lane, and its product with int8 activations is one dpbusd / maddubs / sdot of the masked bytes
- * against the broadcast activation (the -126 comes out through the activation sums), so the trellis
- * feeds the same int8 dot products as kite's other types.
+ * (L = 12), so consecutive columns share L - k bits, and its int8 level comes from two 64-entry tables:
+ *     level(s) = KT_Q[(s & 63) ^ KT_P[s >> 6]]
+ * KT_Q holds 64 Gaussian quantiles (std 26, in [-63, 63]) and KT_P 64 fixed 6-bit values that scatter the
+ * high half of the state over the quantiles. The weight is d * level(s_j), one fp16 scale d per row and
+ * block. Decoding 64 weights on AVX-512 VBMI is two vpmultishiftqb (the two 6-bit halves of 64 windows),
+ * two vpermb and an XOR; the level bytes then go into the same int8 dot products as kite's other types
+ * (dpbusd / maddubs / sdot against 4 consecutive activations). This replaced a multiplicative hash
+ * (ik_llama.cpp's KT constants: 5-6 operations per 16 weights) at the same rate-distortion (bench/trellis_rd).
  *
  * ---- The file layout (what every kernel reads; the file is mapped, never repacked) -------------------
  * Rows are taken 16 at a time (a row group; matrices need rows % 16 == 0 and cols % 256 == 0). The
  * tensor is a sequence of tiles, tile (row group gr, block b) at byte ((gr * n_blocks) + b) * tile_bytes,
  * n_blocks = cols / 256. A tile, for lanes r = 0..15 (row 16 gr + r):
- *     for column group g = 0..31 (columns 8g .. 8g + 7, bits [8 K g, 8 K (g + 1)) of each lane's stream,
- *     K = mean bits per column):
- *         uint16 u[16]                 the group's first 16 stream bits of lane r
- *         KT2_5: uint8 rem[8]          its last 4 bits: lane r < 8 in the low nibble of rem[r], lane
- *                                      r >= 8 in the high nibble of rem[r - 8]
- *         KT3:   uint8 rem[16]         its last 8 bits
- *     fp16 d[16]                       the lanes' scales
- * tile_bytes = 1056 (KT2), 1312 (KT2_5), 1568 (KT3) for 4096 weights. The 32-bit word
- *     W_g = u_g | rem_g << 16 | u_{g+1} << (16 + rem bits)      (g + 1 taken modulo 32: tail-biting)
- * holds stream bits [8 K g, 8 K g + 32) and s_j = (W_g >> (pos_j - 8 K g)) & (2^L - 1) for the columns of
- * group g (the largest offset plus L is 26 bits for KT2, 29 for KT2_5; KT3's last column, at offset 21,
- * reads (W_g >> 16 | u_{g+1} << 8) >> 5 instead).
+ *     uint32 word[m][16]   m = 0 .. n_words - 1: stream bits [32 m, 32 m + 32) of lane r at word[m][r]
+ *                          (bit i of the word is stream bit 32 m + i); n_words = 16, 20, 24
+ *     fp16 d[16]           the lanes' scales
+ * tile_bytes = 1056 (KT2), 1312 (KT2_5), 1568 (KT3) for 4096 weights. Columns come in groups of 4
+ * (c = 0..63, columns 4c .. 4c + 3) of group_bits = 8, 10, 12 bits; group c starts at stream bit
+ * group_bits * c and column 4c + i at group_bits * c + pos_i, pos = {0,2,4,6}, {0,2,5,7}, {0,3,6,9}.
+ * The 32 stream bits from a group's start (two words and a funnel shift) hold all four columns' windows
+ * (the last ends at bit 9 + 12 = 21).
  *
  * ---- GGUF type ids ---------------------------------------------------------------------------------------
- * 0x4B540004 (KT2), 0x4B540005 (KT2_5), 0x4B540006 (KT3): "KT" in the high 16 bits, twice the bits per
- * weight below. ggml numbers its types densely from 0 (under 64 in 2026), so these cannot collide with
- * ggml's; llama.cpp refuses such a file (unknown type) rather than misreading it. */
+ * 0x4B540024 (KT2), 0x4B540025 (KT2_5), 0x4B540026 (KT3): "KT" in the high 16 bits, the code's version (2)
+ * and twice the bits per weight below. ggml numbers its types densely from 0 (under 64 in 2026), so these
+ * cannot collide with ggml's; llama.cpp refuses such a file (unknown type) rather than misreading it.
+ * 0x4B540004..6 were the first code's (a hash; 2026-12-02 .. 12-07): kite refuses them by name
+ * (KITE_TYPE_KT_V1_*), so a file of the old code is never misread. */
 #ifndef KITE_QUANT_TRELLIS_H
 #define KITE_QUANT_TRELLIS_H
 
@@ -43,28 +42,31 @@
 
 #include "quant/types.h"
 
-#define KITE_TYPE_KT2 0x4B540004u
-#define KITE_TYPE_KT2_5 0x4B540005u
-#define KITE_TYPE_KT3 0x4B540006u
+#define KITE_TYPE_KT2 0x4B540024u
+#define KITE_TYPE_KT2_5 0x4B540025u
+#define KITE_TYPE_KT3 0x4B540026u
+/* the first code's ids: refused (quant/types.c names them) */
+#define KITE_TYPE_KT_V1_FIRST 0x4B540004u
+#define KITE_TYPE_KT_V1_LAST 0x4B540006u
 
 #define KT_BLOCK 256      /* columns per block */
 #define KT_ROWS 16        /* rows per row group */
-#define KT_GROUPS 32      /* column groups of 8 per block */
-#define KT_MUL 89226354u  /* level hash (ik_llama.cpp's KT constants) */
-#define KT_ADD 64248484u
-#define KT_MASK 0x3f3f3f3fu
-#define KT_LEVEL_OFFSET 126
+#define KT_GROUPS 64      /* column groups of 4 per block */
+#define KT_L 12           /* state bits */
+#define KT_HALF 6         /* bits of each table index */
+
+/* The level tables (trellis.c): KT_Q[i] Gaussian quantiles 26 z((i + 0.5) / 64), KT_P[i] in [0, 64). */
+extern const int8_t kite_kt_q[64];
+extern const uint8_t kite_kt_p[64];
 
 typedef struct kite_kt_params {
     uint32_t type;
     const char *name;     /* "kt2", "kt2_5", "kt3" */
-    int L;                /* state bits */
-    int rem_bits;         /* bits of a column group past its first 16: 0, 4, 8 */
-    int group_bits;       /* 16 + rem_bits */
-    uint8_t k[8];         /* bits of column 8g + j */
-    uint8_t pos[8];       /* offset of column 8g + j within its group's bits */
-    size_t group_bytes;   /* bytes of one column group in a tile: 32, 40, 48 */
-    size_t tile_bytes;    /* KT_GROUPS * group_bytes + 32 */
+    int group_bits;       /* stream bits of a column group of 4: 8, 10, 12 */
+    uint8_t k[4];         /* bits of column 4c + i */
+    uint8_t pos[4];       /* offset of column 4c + i within its group's bits */
+    int n_words;          /* 32-bit words of a lane's stream: 16, 20, 24 */
+    size_t tile_bytes;    /* 64 n_words + 32 */
 } kite_kt_params;
 
 /* NULL for a type that is not a trellis type. */
@@ -77,10 +79,7 @@ static inline bool kite_is_trellis(uint32_t type) {
  * from_float are NULL: a row is not contiguous, use the functions below). */
 const kite_type_traits *kite_kt_traits(uint32_t type);
 
-static inline int32_t kite_kt_level(uint32_t s) {
-    uint32_t x = (s * KT_MUL + KT_ADD) & KT_MASK;
-    return (int32_t)((x & 0xff) + ((x >> 8) & 0xff) + ((x >> 16) & 0xff) + (x >> 24)) - KT_LEVEL_OFFSET;
-}
+static inline int32_t kite_kt_level(uint32_t s) { return kite_kt_q[(s & 63) ^ kite_kt_p[(s >> KT_HALF) & 63]]; }
 
 /* The state of column j (0..255) of lane r in a tile. */
 uint32_t kite_kt_state(const kite_kt_params *p, const uint8_t *tile, int r, int j);

@@ -63,7 +63,7 @@ static void test_round_trip(void **state) {
         /* negative control: scramble every stream byte (scales kept) */
         const kite_kt_params *p = kite_kt_params_of(kt_types[t]);
         for (size_t tile = 0; tile < bytes / p->tile_bytes; tile++)
-            for (size_t o = 0; o < KT_GROUPS * p->group_bytes; o++) q[tile * p->tile_bytes + o] ^= (uint8_t)(0x5a + o);
+            for (size_t o = 0; o < (size_t)p->n_words * 64; o++) q[tile * p->tile_bytes + o] ^= (uint8_t)(0x5a + o);
         kite_kt_dequantize(kt_types[t], q, rows, cols, y);
         assert_true(rel_mse(x, y, n) > 4 * mse_bound[t]);
         free(q);
@@ -100,6 +100,24 @@ static void test_importance(void **state) {
     assert_true(heavy[1] < 0.5 * heavy[0]);
     assert_true(light[1] > light[0]);
     free(x), free(y0), free(y1), free(q);
+}
+
+/* The level tables are what trellis.h says: KT_Q the Gaussian quantiles 26 z((i + 0.5) / 64), rounded (z by
+ * bisection on erfc here), in [-63, 63]; KT_P 6-bit values; and the level of a state reads them as stated. */
+static void test_level_tables(void **state) {
+    (void)state;
+    for (int i = 0; i < 64; i++) {
+        const double p = (i + 0.5) / 64;
+        double lo = -8, hi = 8;
+        for (int it = 0; it < 200; it++) {
+            const double m = (lo + hi) / 2;
+            if (0.5 * erfc(-m / sqrt(2.0)) < p) lo = m;
+            else hi = m;
+        }
+        assert_int_equal(kite_kt_q[i], (int)lrint(26.0 * lo));
+        assert_true(kite_kt_p[i] < 64);
+    }
+    for (uint32_t s = 0; s < 4096; s++) assert_int_equal(kite_kt_level(s), kite_kt_q[(s & 63) ^ kite_kt_p[s >> 6]]);
 }
 
 static void check_level(uint32_t type, const kite_kernel_set *ref, const kite_kernel_set *ks, const kite_tensor *t,
@@ -174,8 +192,22 @@ static void test_kernels(void **state) {
         for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++) {
             const kite_kernel_set *ks = kite_kernels_for(levels[li]);
             if (!ks) continue;
-            for (int32_t n = 1; n <= 5; n++) check_level(kt_types[t], ref, ks, &tt, w, x, rows, cols, n);
-            tested++;
+#if defined(__x86_64__)
+            /* AVX-512: the VBMI kernel where the CPU has it, and the AVX2 fallback it takes without */
+            const int variants = levels[li] == KITE_CPU_AVX512 ? 2 : 1;
+#else
+            const int variants = 1;
+#endif
+            for (int v = 0; v < variants; v++) {
+#if defined(__x86_64__)
+                if (levels[li] == KITE_CPU_AVX512 && !kite_avx512_vbmi_set(v == 0) && v == 0) continue;
+#endif
+                for (int32_t n = 1; n <= 5; n++) check_level(kt_types[t], ref, ks, &tt, w, x, rows, cols, n);
+                tested++;
+            }
+#if defined(__x86_64__)
+            if (levels[li] == KITE_CPU_AVX512) kite_avx512_vbmi_set(true);
+#endif
         }
         print_message("%s: %d levels bit-identical to the reference\n", kite_kt_traits(kt_types[t])->name, tested);
         /* rows that are not a multiple of the row group are refused */
@@ -191,6 +223,7 @@ static void test_kernels(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_level_tables),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_importance),
         cmocka_unit_test(test_kernels),

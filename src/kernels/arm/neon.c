@@ -244,26 +244,44 @@ static size_t neon_pack_bytes(const kite_tensor *t) {
 #define KT_LANES 4
 typedef uint32x4_t kt_vi;
 typedef float32x4_t kt_vf;
-static inline uint32x4_t kt_u8_4(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(v)))));
+#define KT_BIAS 0 /* sdot is signed x signed: the levels as they are */
+typedef struct kt_tab {
+    uint8x16x4_t q, p;
+} kt_tab;
+static inline kt_tab kt_tab_load(void) {
+    kt_tab t;
+    t.q = vld1q_u8_x4((const uint8_t *)kite_kt_q);
+    t.p = vld1q_u8_x4(kite_kt_p);
+    return t;
 }
-#define kt_u16(p) vmovl_u16(vld1_u16((const uint16_t *)(const void *)(p)))
-#define kt_u8(p) kt_u8_4(p)
-#define kt_nib(p, lane0) vandq_u32(vshlq_u32(kt_u8_4((p) + ((lane0) & 7)), vdupq_n_s32((lane0) >= 8 ? -4 : 0)), vdupq_n_u32(15))
-#define kt_srli(v, n) vshlq_u32(v, vdupq_n_s32(-(n)))
-#define kt_slli(v, n) vshlq_u32(v, vdupq_n_s32(n))
-#define kt_and(a, b) vandq_u32(a, b)
-#define kt_or(a, b) vorrq_u32(a, b)
+static inline uint32x4_t kt_shift(uint32x4_t w, int s) { return vshlq_u32(w, vdupq_n_s32(s)); }
+/* byte i of each lane from w shifted so that bit c_i lands on bit 8 i */
+static inline uint32x4_t kt_field_neon(uint32x4_t w, int c0, int c1, int c2, int c3) {
+    const uint32x4_t b0 = vandq_u32(kt_shift(w, -c0), vdupq_n_u32(0xff));
+    const uint32x4_t b1 = vandq_u32(kt_shift(w, 8 - c1), vdupq_n_u32(0xff00));
+    const uint32x4_t b2 = vandq_u32(kt_shift(w, 16 - c2), vdupq_n_u32(0xff0000));
+    const uint32x4_t b3 = vandq_u32(kt_shift(w, 24 - c3), vdupq_n_u32(0xff000000u));
+    return vorrq_u32(vorrq_u32(b0, b1), vorrq_u32(b2, b3));
+}
+static inline uint32x4_t kt_lut_neon(uint8x16x4_t t, uint32x4_t idx) {
+    return vreinterpretq_u32_u8(vqtbl4q_u8(t, vandq_u8(vreinterpretq_u8_u32(idx), vdupq_n_u8(63))));
+}
+static inline uint32x4_t kt_dot_neon(uint32x4_t acc, uint32x4_t u, const int8_t *q) {
+    uint32_t v;
+    memcpy(&v, q, 4);
+    return vreinterpretq_u32_s32(
+        vdotq_s32(vreinterpretq_s32_u32(acc), vreinterpretq_s8_u32(u), vreinterpretq_s8_u32(vdupq_n_u32(v))));
+}
+#define kt_load(p) vld1q_u32((const uint32_t *)(const void *)(p))
+#define kt_shrd(a, b, sh) vorrq_u32(kt_shift(a, -(sh)), kt_shift(b, 32 - (sh)))
+#define kt_field(w, c0, c1, c2, c3) kt_field_neon(w, c0, c1, c2, c3)
+#define kt_lut(t, idx) kt_lut_neon(t, idx)
+#define kt_xor(a, b) veorq_u32(a, b)
 #define kt_add(a, b) vaddq_u32(a, b)
 #define kt_sub(a, b) vsubq_u32(a, b)
-#define kt_mullo(a, b) vmulq_u32(a, b)
 #define kt_set1(x) vdupq_n_u32((uint32_t)(x))
 #define kt_zero() vdupq_n_u32(0)
-#define kt_dot2(acc, x0, x1, q)                                                                                         \
-    vreinterpretq_u32_s32(vdotq_s32(vdotq_s32(vreinterpretq_s32_u32(acc), vreinterpretq_s8_u32(x0), vdupq_n_s8((q)[0])), \
-                                    vreinterpretq_s8_u32(x1), vdupq_n_s8((q)[1])))
+#define kt_dot(acc, u, q) kt_dot_neon(acc, u, q)
 #define kt_f16(p) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)(p))))
 #define kt_cvt(v) vcvtq_f32_s32(vreinterpretq_s32_u32(v))
 #define kt_fmadd(a, b, c) vfmaq_f32(c, a, b)

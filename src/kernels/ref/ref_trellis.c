@@ -41,7 +41,7 @@ REF_CLONES static void matmul_trellis(const kite_packed_matrix *w, const void *a
                 int32_t isum = 0;
                 for (int j = 0; j < KT_BLOCK; j++) isum += lvl[j] * q[j];
                 uint16_t h;
-                memcpy(&h, tile + KT_GROUPS * p->group_bytes + 2 * lane, 2);
+                memcpy(&h, tile + (size_t)p->n_words * 64 + 2 * lane, 2);
                 float dx;
                 memcpy(&dx, arow + g.off_d + (size_t)blk * 4, 4);
                 const float scale = kite_fp16_to_f32(h) * dx;

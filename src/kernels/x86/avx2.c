@@ -465,25 +465,53 @@ static size_t avx2_pack_bytes(const kite_tensor *t) {
 #define KT_LANES 8
 typedef __m256i kt_vi;
 typedef __m256 kt_vf;
-#define kt_u16(p) _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p)))
-#define kt_u8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
-#define kt_nib(p, lane0) \
-    _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p))), (lane0) >= 8 ? 4 : 0), \
-                     _mm256_set1_epi32(15))
-#define kt_srli(v, n) _mm256_srli_epi32(v, n)
-#define kt_slli(v, n) _mm256_slli_epi32(v, n)
-#define kt_and(a, b) _mm256_and_si256(a, b)
-#define kt_or(a, b) _mm256_or_si256(a, b)
+#define KT_BIAS 64
+/* A 64-entry byte table as four 16-byte quarters, each in both 128-bit halves (vpshufb looks up within one). */
+typedef struct kt_lut64 {
+    __m256i v[4];
+} kt_lut64;
+typedef struct kt_tab {
+    kt_lut64 q, p;
+} kt_tab;
+static inline kt_tab kt_tab_load(void) {
+    int8_t q[64];
+    for (int i = 0; i < 64; i++) q[i] = (int8_t)(kite_kt_q[i] + KT_BIAS);
+    kt_tab t;
+    for (int k = 0; k < 4; k++) {
+        t.q.v[k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(q + 16 * k)));
+        t.p.v[k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(kite_kt_p + 16 * k)));
+    }
+    return t;
+}
+/* t[idx & 63]: a lookup in each quarter, then bits 4 and 5 of the index (moved to bit 7) pick among them. */
+INLINE __m256i kt_lut_avx2(const kt_lut64 *t, __m256i idx) {
+    const __m256i x = _mm256_and_si256(idx, _mm256_set1_epi8(63));
+    const __m256i b4 = _mm256_slli_epi16(x, 3), b5 = _mm256_slli_epi16(x, 2);
+    const __m256i v01 = _mm256_blendv_epi8(_mm256_shuffle_epi8(t->v[0], x), _mm256_shuffle_epi8(t->v[1], x), b4);
+    const __m256i v23 = _mm256_blendv_epi8(_mm256_shuffle_epi8(t->v[2], x), _mm256_shuffle_epi8(t->v[3], x), b4);
+    return _mm256_blendv_epi8(v01, v23, b5);
+}
+INLINE __m256i kt_shift(__m256i w, int s) { return s >= 0 ? _mm256_slli_epi32(w, s) : _mm256_srli_epi32(w, -s); }
+/* byte i of each lane from w shifted so that bit c_i lands on bit 8 i */
+INLINE __m256i kt_field_avx2(__m256i w, int c0, int c1, int c2, int c3) {
+    const __m256i b0 = _mm256_and_si256(kt_shift(w, -c0), _mm256_set1_epi32(0xff));
+    const __m256i b1 = _mm256_and_si256(kt_shift(w, 8 - c1), _mm256_set1_epi32(0xff00));
+    const __m256i b2 = _mm256_and_si256(kt_shift(w, 16 - c2), _mm256_set1_epi32(0xff0000));
+    const __m256i b3 = _mm256_and_si256(kt_shift(w, 24 - c3), _mm256_set1_epi32((int32_t)0xff000000u));
+    return _mm256_or_si256(_mm256_or_si256(b0, b1), _mm256_or_si256(b2, b3));
+}
+#define kt_load(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define kt_shrd(a, b, sh) _mm256_or_si256(_mm256_srli_epi32(a, sh), _mm256_slli_epi32(b, 32 - (sh)))
+#define kt_field(w, c0, c1, c2, c3) kt_field_avx2(w, c0, c1, c2, c3)
+#define kt_lut(t, idx) kt_lut_avx2(&(t), idx)
+#define kt_xor(a, b) _mm256_xor_si256(a, b)
 #define kt_add(a, b) _mm256_add_epi32(a, b)
 #define kt_sub(a, b) _mm256_sub_epi32(a, b)
-#define kt_mullo(a, b) _mm256_mullo_epi32(a, b)
 #define kt_set1(x) _mm256_set1_epi32(x)
 #define kt_zero() _mm256_setzero_si256()
-/* Two columns' byte x int8 pairs (each <= 2 * 63 * 127) add up safely in 16 bits before one vpmaddwd. */
-#define kt_dot2(acc, x0, x1, q)                                                                                        \
-    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(x0, _mm256_set1_epi8((q)[0])),      \
-                                                             _mm256_maddubs_epi16(x1, _mm256_set1_epi8((q)[1]))),     \
-                                            _mm256_set1_epi16(1)))
+/* level + 64 <= 127 times |q| <= 127: a maddubs pair stays under 2^15 */
+#define kt_dot(acc, u, q) \
+    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_set1_epi32(load_i32(q))), _mm256_set1_epi16(1)))
 #define kt_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define kt_cvt(v) _mm256_cvtepi32_ps(v)
 #define kt_fmadd(a, b, c) _mm256_fmadd_ps(a, b, c)

@@ -732,56 +732,38 @@ static void amx_matmul(amx_runner run, const uint8_t *base, const kite_pack_geom
 bool kite_avx512_amx_set(bool want) { (void)want; return false; }
 #endif
 
-/* ---- trellis types (kernels/trellis_simd.h on 16 lanes; VNNI dot) ------------------------------------------ */
-#define KT_LANES 16
-typedef __m512i kt_vi;
-typedef __m512 kt_vf;
-#define kt_u16(p) _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p)))
-#define kt_u8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
-/* lanes 0..7 the low nibbles of p[0..7], lanes 8..15 their high nibbles */
-#define kt_nib(p, lane0) \
-    _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_set1_epi64x(load_i64(p))), \
-                                       _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4)), _mm512_set1_epi32(15))
-INLINE int64_t load_i64(const void *p) { int64_t v; memcpy(&v, p, 8); return v; }
-#define kt_srli(v, n) _mm512_srli_epi32(v, n)
-#define kt_slli(v, n) _mm512_slli_epi32(v, n)
-#define kt_and(a, b) _mm512_and_si512(a, b)
-#define kt_or(a, b) _mm512_or_si512(a, b)
-#define kt_add(a, b) _mm512_add_epi32(a, b)
-#define kt_sub(a, b) _mm512_sub_epi32(a, b)
-#define kt_mullo(a, b) _mm512_mullo_epi32(a, b)
-#define kt_set1(x) _mm512_set1_epi32(x)
-#define kt_zero() _mm512_setzero_si512()
-/* Activations four times over (KT_QSTRIDE 4): the dot takes a 32-bit broadcast from memory, a plain load,
- * where a byte broadcast would also take the shuffle port. */
-#define KT_QSTRIDE 4
-/* 64 activation bytes to 256: each 16 of them broadcast to the four 128-bit lanes, lane k keeping bytes
- * 4k .. 4k + 3 of its 16, each four times (AVX-512BW vpshufb). */
-INLINE void kt_rep4(int8_t *dst, const int8_t *src) {
-    const __m512i idx = _mm512_set_epi8(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12, 11, 11, 11, 11, 10, 10,
-                                        10, 10, 9, 9, 9, 9, 8, 8, 8, 8, 7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3,
-                                        3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    for (int k = 0; k < 4; k++) {
-        const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(src + 16 * k)));
-        _mm512_store_si512((__m512i *)(dst + 64 * k), _mm512_shuffle_epi8(v, idx));
-    }
+/* ---- trellis types: avx512_vbmi.c where the CPU has VBMI and VBMI2, else the AVX2 product (same bits) ------- */
+#include <cpuid.h>
+#include <stdatomic.h>
+static atomic_int vbmi_state; /* 0 not probed, 1 usable, -1 not */
+
+static bool vbmi_probe(void) {
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    return ((c >> 1) & 1) && ((c >> 6) & 1); /* AVX512_VBMI, AVX512_VBMI2 (ZMM state: checked by the level) */
 }
-#define kt_dot2(acc, x0, x1, q) \
-    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, x0, bcast32(q)), x1, bcast32((q) + 4))
-#define kt_f16(p) fp16x16(p)
-#define kt_cvt(v) _mm512_cvtepi32_ps(v)
-#define kt_fmadd(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define kt_mulf(a, b) _mm512_mul_ps(a, b)
-#define kt_set1f(x) _mm512_set1_ps(x)
-#define kt_zerof() _mm512_setzero_ps()
-#define kt_storef(p, v) _mm512_storeu_ps(p, v)
-#define kt_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
-#include "kernels/trellis_simd.h"
+
+bool kite_avx512_vbmi_set(bool want) {
+    atomic_store(&vbmi_state, want && vbmi_probe() ? 1 : -1);
+    return atomic_load(&vbmi_state) > 0;
+}
+
+static void trellis_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
+                           int64_t y_stride, int64_t r0, int64_t r1) {
+    int s = atomic_load_explicit(&vbmi_state, memory_order_relaxed);
+    if (s == 0) {
+        s = vbmi_probe() ? 1 : -1;
+        atomic_store(&vbmi_state, s);
+    }
+    if (s > 0) kite_avx512_vbmi_trellis_matmul(w, act, n, y, y_stride, r0, r1);
+    else kite_kernels_avx2()->matmul(w, act, x, n, y, y_stride, r0, r1);
+}
 
 static void avx512_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
                           int64_t y_stride, int64_t r0, int64_t r1) {
     if (kite_is_trellis(w->type)) {
-        kt_matmul(w, act, n, y, y_stride, r0, r1);
+        trellis_matmul(w, act, x, n, y, y_stride, r0, r1);
         return;
     }
     if ((w->layout & ~(uint32_t)KITE_PACK_Q8_OFFSET) != LAYOUT16) {
