@@ -45,13 +45,27 @@ KT_INLINE int kt_gbits(const int T) { return 8 + 2 * T; }
 KT_INLINE int kt_words(const int T) { return 16 + 4 * T; }
 KT_INLINE int kt_pos(const int T, const int i) { return T == 0 ? 2 * i : T == 1 ? 5 * (i / 2) + 2 * (i & 1) : 3 * i; }
 
-/* The level bytes (+ KT_BIAS) of column group c's 4 columns for KT_LANES rows from lane0. */
-KT_INLINE kt_vi kt_group(const kt_tab *t, const uint8_t *tile, int c, int lane0, const int T) {
-    const int b = kt_gbits(T) * c, m = b >> 5, sh = b & 31;
+/* Lanes lane0.. 's 32 stream bits from column group c's start. */
+KT_INLINE kt_vi kt_stream(const uint8_t *tile, int c, int lane0, const int T) {
+    const int b = kt_gbits(T) * (c % KT_GROUPS), m = b >> 5, sh = b & 31;
     const kt_vi lo = kt_load(tile + ((size_t)m * KT_ROWS + (size_t)lane0) * 4);
-    const kt_vi w = sh ? kt_shrd(lo, kt_load(tile + ((size_t)((m + 1) % kt_words(T)) * KT_ROWS + (size_t)lane0) * 4), sh) : lo;
-    const kt_vi a = kt_field(w, kt_pos(T, 0), kt_pos(T, 1), kt_pos(T, 2), kt_pos(T, 3));
-    const kt_vi hi = kt_field(w, kt_pos(T, 0) + KT_HALF, kt_pos(T, 1) + KT_HALF, kt_pos(T, 2) + KT_HALF, kt_pos(T, 3) + KT_HALF);
+    return sh ? kt_shrd(lo, kt_load(tile + ((size_t)((m + 1) % kt_words(T)) * KT_ROWS + (size_t)lane0) * 4), sh) : lo;
+}
+
+/* The low index bytes (bits [pos_i, pos_i + 8) of the stream bits w, for the 4 columns of a group). */
+KT_INLINE kt_vi kt_low(kt_vi w, const int T) { return kt_field(w, kt_pos(T, 0), kt_pos(T, 1), kt_pos(T, 2), kt_pos(T, 3)); }
+
+/* Where a column's high index half (bits 6..11 of its state) starts at another column's own bits (KT2:
+ * 3 columns on, KT3: 2), it is that column's low index byte: one funnel shift of this group's and the
+ * next group's low bytes (by 24 or 16 bits) instead of a second field extraction. 0: KT2_5, no such column. */
+KT_INLINE int kt_carry(const int T) { return T == 0 ? 24 : T == 2 ? 16 : 0; }
+
+/* The level bytes (+ KT_BIAS) of the 4 columns of a group, from its low index bytes a, the next group's
+ * a_next (KT2, KT3) or its stream bits w (KT2_5). */
+KT_INLINE kt_vi kt_levels(const kt_tab *t, kt_vi a, kt_vi a_next, kt_vi w, const int T) {
+    const kt_vi hi = kt_carry(T) ? kt_shrd(a, a_next, kt_carry(T))
+                                 : kt_field(w, kt_pos(T, 0) + KT_HALF, kt_pos(T, 1) + KT_HALF, kt_pos(T, 2) + KT_HALF,
+                                            kt_pos(T, 3) + KT_HALF);
     return kt_lut(t->q, kt_xor(a, kt_lut(t->p, hi)));
 }
 
@@ -103,16 +117,22 @@ KT_INLINE void kt_tile(const uint8_t *tiles, int64_t n_blocks, const uint8_t *ac
 #pragma GCC unroll 4
             for (int b = 0; b < NB; b++)
                 for (int c = 0; c < KT_CHAINS(NB); c++) isum[b][c] = kt_zero();
-            /* 16 groups are a whole number of words for every type (128, 160, 192 bits), so once unrolled
-             * the funnel shifts' counts are constants */
-            for (int c0 = 0; c0 < KT_GROUPS; c0 += 16) {
-#pragma GCC unroll 16
-                for (int ci = 0; ci < 16; ci++) {
-                    const int c = c0 + ci;
-                    const kt_vi u = kt_group(&tab, tile, c, lane0, T);
-#pragma GCC unroll 4
-                    for (int b = 0; b < NB; b++) isum[b][ci % KT_CHAINS(NB)] = kt_dot(isum[b][ci % KT_CHAINS(NB)], u, qblk[b] + 4 * c);
+            /* fully unrolled: every word index and funnel-shift count is a constant (a runtime count costs a
+             * broadcast on the shuffle port, which the lookups need) */
+            kt_vi a = kt_low(kt_stream(tile, 0, lane0, T), T);
+#pragma GCC unroll 64
+            for (int c = 0; c < KT_GROUPS; c++) {
+                kt_vi u;
+                if (kt_carry(T)) {
+                    const kt_vi a_next = kt_low(kt_stream(tile, c + 1, lane0, T), T);
+                    u = kt_levels(&tab, a, a_next, a, T);
+                    a = a_next;
+                } else {
+                    const kt_vi w = kt_stream(tile, c, lane0, T);
+                    u = kt_levels(&tab, kt_low(w, T), a, w, T);
                 }
+#pragma GCC unroll 4
+                for (int b = 0; b < NB; b++) isum[b][c % KT_CHAINS(NB)] = kt_dot(isum[b][c % KT_CHAINS(NB)], u, qblk[b] + 4 * c);
             }
             const kt_vf d = kt_f16(tile + (size_t)kt_words(T) * 64 + 2 * lane0);
 #pragma GCC unroll 4
