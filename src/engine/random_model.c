@@ -6,7 +6,9 @@
  * matrix, the embedding and the output included (llama-quantize --pure; the figures in
  * docs/PERFORMANCE.md assume this); "q4_k_m" is llama-quantize's Q4_K_M (Q4_K, with Q6_K for the
  * output matrix (or the tied embedding) and for attn_v / ffn_down in the layers use_more_bits picks).
- * Norm weights are 1 and stay f32.
+ * "kt2", "kt2_5", "kt3" and "kt2_5_m" follow kite quantize's trellis recipe (quant/trellis.h), for speed
+ * measurements only: a trellis matrix is its first row group (16 rows) encoded and repeated, since the
+ * Viterbi encoder would take about an hour for a 1.1B model. Norm weights are 1 and stay f32.
  *
  * The tokenizer goes into the file as tokenizer.ggml.* so llama.cpp loads it too: a llama2.c
  * tokenizer .bin becomes an SPM ("llama") vocabulary with scores and token types; a byte-level BPE
@@ -30,6 +32,7 @@
 #include "io/gguf.h"
 #include "io/mmap.h"
 #include "model/tensors.h"
+#include "quant/trellis.h"
 #include "quant/types.h"
 
 /* ---- shapes ----------------------------------------------------------------------------------- */
@@ -148,7 +151,7 @@ static const model_shape k_shapes[] = {
 enum { TINY_DEFAULT_VOCAB = 512 };
 
 /* ---- types ------------------------------------------------------------------------------------ */
-typedef enum model_type { MT_F32, MT_F16, MT_BF16, MT_Q8_0, MT_Q4_0, MT_Q4_K_M } model_type;
+typedef enum model_type { MT_F32, MT_F16, MT_BF16, MT_Q8_0, MT_Q4_0, MT_Q4_K_M, MT_KT2, MT_KT2_5, MT_KT3, MT_KT2_5_M } model_type;
 
 static const struct {
     const char *name;
@@ -157,7 +160,21 @@ static const struct {
 } k_types[] = {
     {"f32", MT_F32, 0}, {"f16", MT_F16, 1}, {"bf16", MT_BF16, 32},
     {"q8_0", MT_Q8_0, 7}, {"q4_0", MT_Q4_0, 2}, {"q4_k_m", MT_Q4_K_M, 15},
+    /* kite's trellis types (quant/trellis.h) with kite quantize's recipe; file types as it writes them */
+    {"kt2", MT_KT2, 0x4B540024}, {"kt2_5", MT_KT2_5, 0x4B540025}, {"kt3", MT_KT3, 0x4B540026}, {"kt2_5_m", MT_KT2_5_M, 0x4B540125},
 };
+
+static bool is_trellis_model(model_type mt) { return mt == MT_KT2 || mt == MT_KT2_5 || mt == MT_KT3 || mt == MT_KT2_5_M; }
+
+/* kite quantize's trellis recipe (quant/quantize_model.c): layer matrices get the file's type (KT2_5_M: KT3 for
+ * attention and ffn_down, KT2 for the rest), unless the trellis layout does not fit them (Q4_K, then Q5_0 / F16). */
+static uint32_t trellis_matrix_type(model_type mt, const char *name, const int64_t ne[3]) {
+    uint32_t t = mt == MT_KT2 ? KITE_TYPE_KT2 : mt == MT_KT2_5 ? KITE_TYPE_KT2_5 : mt == MT_KT3 ? KITE_TYPE_KT3
+               : (strstr(name, ".attn_") || strstr(name, ".ffn_down")) ? KITE_TYPE_KT3 : KITE_TYPE_KT2;
+    if (ne[0] % KT_BLOCK != 0 || ne[1] % KT_ROWS != 0 || ne[2] != 1) t = KITE_TYPE_Q4_K;
+    if (t == KITE_TYPE_Q4_K && ne[0] % 256 != 0) t = ne[0] % 32 == 0 ? KITE_TYPE_Q5_0 : KITE_TYPE_F16;
+    return t;
+}
 
 /* llama.cpp's use_more_bits: the first and last eighth of the layers and every third in between. */
 static bool use_more_bits(int i_layer, int n_layers) {
@@ -175,6 +192,9 @@ static uint32_t storage_type(model_type mt, tensor_role role, int layer, int n_l
     case MT_BF16: return KITE_TYPE_BF16;
     case MT_Q8_0: return KITE_TYPE_Q8_0;
     case MT_Q4_0: return KITE_TYPE_Q4_0;
+    case MT_KT2: case MT_KT2_5: case MT_KT3: case MT_KT2_5_M: /* matrices: trellis_matrix_type, by name */
+        if (role == ROLE_OUTPUT || (role == ROLE_EMBD && tied)) return KITE_TYPE_Q6_K;
+        return KITE_TYPE_Q4_K;
     case MT_Q4_K_M:
         if (role == ROLE_OUTPUT || (role == ROLE_EMBD && tied)) return KITE_TYPE_Q6_K;
         if ((role == ROLE_ATTN_V || role == ROLE_FFN_DOWN) && use_more_bits(layer, n_layers)) return KITE_TYPE_Q6_K;
@@ -1484,7 +1504,7 @@ int kite_write_random_model_ex(const char *path, const kite_random_model_params 
     for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++)
         if (strcmp(params->type, k_types[i].name) == 0) type_index = (int)i;
     if (type_index < 0)
-        return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown type '%s' (known: f32, f16, bf16, q8_0, q4_0, q4_k_m)",
+        return kite_fail(&e, KITE_ERR_INVALID_ARG, "random model: unknown type '%s' (known: f32, f16, bf16, q8_0, q4_0, q4_k_m, kt2, kt2_5, kt3, kt2_5_m)",
                          params->type),
                kite_error_export(&e, err, err_size);
 
@@ -1528,6 +1548,10 @@ int kite_write_random_model_ex(const char *path, const kite_random_model_params 
         st = kite_fail(&e, KITE_ERR_NOMEM, "random model: out of memory");
         goto done;
     }
+    if (is_trellis_model(k_types[type_index].type))
+        for (int i = 0; i < n_tensors; i++)
+            if (plan[i].type == KITE_TYPE_Q4_K && strncmp(plan[i].name, "blk.", 4) == 0)
+                plan[i].type = trellis_matrix_type(k_types[type_index].type, plan[i].name, plan[i].ne);
     write_metadata(w, shape, n_vocab, k_types[type_index].name, k_types[type_index].file_type, params->seed, &v);
     report(params, 0.0f);
     for (int i = 0; i < n_tensors; i++) {
@@ -1544,7 +1568,23 @@ int kite_write_random_model_ex(const char *path, const kite_random_model_params 
             .from_float = kite_type_get(t->type)->from_float,
         };
         job.rows_per_task = 65536 / t->ne[0] > 0 ? 65536 / t->ne[0] : 1;
-        kite_pool_run(pool, quant_task, &job, (t->ne[1] * t->ne[2] + job.rows_per_task - 1) / job.rows_per_task);
+        if (kite_is_trellis(t->type)) {
+            /* For speed measurements only: the first row group is encoded and repeated (the Viterbi encoder
+             * takes ~3 us per weight, an hour for a 1.1B model), so rows repeat every 16. */
+            float *rows16 = malloc(sizeof(float) * (size_t)t->ne[0] * KT_ROWS);
+            if (!rows16) {
+                free(data);
+                st = kite_fail(&e, KITE_ERR_NOMEM, "random model: out of memory for %s", t->name);
+                goto done;
+            }
+            for (int64_t r = 0; r < KT_ROWS; r++) plan_row(t, params->seed, r, rows16 + r * t->ne[0], true);
+            const size_t group_bytes = row_bytes * KT_ROWS;
+            kite_kt_quantize(t->type, rows16, data, KT_ROWS, t->ne[0], NULL);
+            for (int64_t r = KT_ROWS; r < t->ne[1]; r += KT_ROWS) memcpy(data + (size_t)r * row_bytes, data, group_bytes);
+            free(rows16);
+        } else {
+            kite_pool_run(pool, quant_task, &job, (t->ne[1] * t->ne[2] + job.rows_per_task - 1) / job.rows_per_task);
+        }
         kite_gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, data, n_bytes);
         free(data);
         done_elems += (double)t->ne[0] * (double)t->ne[1] * (double)t->ne[2];

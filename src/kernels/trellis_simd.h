@@ -20,9 +20,11 @@
  *
  * Per row group (16 rows, KT_LANES at a time) and up to 4 activation rows: for every block and column group
  * of 4 (c = 0..63), the lanes' 32 stream bits from the group's start (one word, or two and a funnel
- * shift), the two 6-bit halves of the four columns' states (kt_field twice), two lookups and an XOR make
- * the level bytes of KT_LANES rows x 4 columns, reused for every activation row (one dot each against 4
- * consecutive activations). On AVX-512 VBMI that is 2 vpmultishiftqb + 2 vpermb + 1 XOR per 64 weights. */
+ * shift), the low 6-bit halves of the four columns' states (kt_field), their high halves (kt_field again
+ * for KT2_5; for KT2 and KT3 a funnel shift of this and the next group's low bytes), two lookups and an
+ * XOR make the level bytes of KT_LANES rows x 4 columns, reused for every activation row (one dot each
+ * against 4 consecutive activations). On AVX-512 VBMI that is 1 vpmultishiftqb + 2 vpermb on the shuffle
+ * port per 64 weights (KT2, KT3). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>

@@ -7,9 +7,9 @@
  *     s_j = stream bits [pos_j, pos_j + L)   (modulo the stream length; bit pos_j is the state's bit 0)
  * (L = 12), so consecutive columns share L - k bits, and its int8 level comes from two 64-entry tables:
  *     level(s) = KT_Q[(s & 63) ^ KT_P[s >> 6]]
- * KT_Q holds 64 Gaussian quantiles (std 26, in [-63, 63]) and KT_P 64 fixed 6-bit values that scatter the
+ * KT_Q holds 64 Student-t(8) quantiles (in [-63, 63]) and KT_P 64 fixed 6-bit values that scatter the
  * high half of the state over the quantiles. The weight is d * level(s_j), one fp16 scale d per row and
- * block. Decoding 64 weights on AVX-512 VBMI is two vpmultishiftqb (the two 6-bit halves of 64 windows),
+ * block. Decoding 64 weights on AVX-512 VBMI is a vpmultishiftqb or two (the 6-bit halves of 64 windows),
  * two vpermb and an XOR; the level bytes then go into the same int8 dot products as kite's other types
  * (dpbusd / maddubs / sdot against 4 consecutive activations). This replaced a multiplicative hash
  * (ik_llama.cpp's KT constants: 5-6 operations per 16 weights) at the same rate-distortion (bench/trellis_rd).
@@ -55,7 +55,8 @@
 #define KT_L 12           /* state bits */
 #define KT_HALF 6         /* bits of each table index */
 
-/* The level tables (trellis.c): KT_Q[i] Gaussian quantiles 26 z((i + 0.5) / 64), KT_P[i] in [0, 64). */
+/* The level tables (trellis.c): KT_Q[i] = 63 t8((i + 0.5) / 64) / t8(63.5 / 64) rounded (t8: the Student-t
+ * quantile with 8 degrees of freedom), KT_P[i] in [0, 64). */
 extern const int8_t kite_kt_q[64];
 extern const uint8_t kite_kt_p[64];
 

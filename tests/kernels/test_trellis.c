@@ -102,19 +102,30 @@ static void test_importance(void **state) {
     free(x), free(y0), free(y1), free(q);
 }
 
-/* The level tables are what trellis.h says: KT_Q the Gaussian quantiles 26 z((i + 0.5) / 64), rounded (z by
- * bisection on erfc here), in [-63, 63]; KT_P 6-bit values; and the level of a state reads them as stated. */
+/* Student-t CDF with 8 degrees of freedom (Abramowitz & Stegun 26.7.3, even degrees of freedom). */
+static double t8_cdf(double t) {
+    const double th = atan(t / sqrt(8.0)), c2 = cos(th) * cos(th);
+    return 0.5 + 0.5 * sin(th) * (1 + c2 / 2 + 3 * c2 * c2 / 8 + 15 * c2 * c2 * c2 / 48);
+}
+static double t8_quantile(double p) {
+    double lo = -50, hi = 50;
+    for (int it = 0; it < 200; it++) {
+        const double m = (lo + hi) / 2;
+        if (t8_cdf(m) < p) lo = m;
+        else hi = m;
+    }
+    return lo;
+}
+
+/* The level tables are what trellis.h says: KT_Q the Student-t(8) quantiles 63 t8((i + 0.5) / 64) / t8(63.5 / 64)
+ * rounded half up (re-derived here from the CDF), KT_P 6-bit values; and the level of a state reads them as
+ * stated. */
 static void test_level_tables(void **state) {
     (void)state;
+    assert_true(fabs(t8_cdf(1.859548) - 0.95) < 1e-6); /* the table value of t8 at 0.95 */
+    const double top = t8_quantile(63.5 / 64);
     for (int i = 0; i < 64; i++) {
-        const double p = (i + 0.5) / 64;
-        double lo = -8, hi = 8;
-        for (int it = 0; it < 200; it++) {
-            const double m = (lo + hi) / 2;
-            if (0.5 * erfc(-m / sqrt(2.0)) < p) lo = m;
-            else hi = m;
-        }
-        assert_int_equal(kite_kt_q[i], (int)lrint(26.0 * lo));
+        assert_int_equal(kite_kt_q[i], (int)floor(63.0 * t8_quantile((i + 0.5) / 64) / top + 0.5));
         assert_true(kite_kt_p[i] < 64);
     }
     for (uint32_t s = 0; s < 4096; s++) assert_int_equal(kite_kt_level(s), kite_kt_q[(s & 63) ^ kite_kt_p[s >> 6]]);
