@@ -20,6 +20,7 @@
 #include "io/gguf.h"
 #include "io/mmap.h"
 #include "kite.h"
+#include "quant/trellis.h"
 #include "quant/types.h"
 #include "test_util.h"
 
@@ -234,6 +235,58 @@ static void test_tiny_all_types(void **state) {
         kite_session_free(sess);
         kite_model_free(m);
     }
+}
+
+/* The trellis types for speed (kt2_5_m): kite quantize's recipe, the first row group of each trellis matrix
+ * encoded from the stream (within the round-trip bound of test_trellis) and repeated, and kite runs it. */
+static void test_tiny_trellis(void **state) {
+    (void)state;
+    char err[512];
+    const char *path = tmp_path("tiny-kt2_5_m.gguf");
+    if (write_model(path, "tiny", "kt2_5_m", NULL, 7, err, sizeof err)) fail_msg("kt2_5_m: %s", err);
+    opened o;
+    open_gguf(&o, path);
+    const kite_gguf *g = o.g;
+    assert_int_equal(get_u32(g, "general.file_type"), 0x4B540125u);
+    assert_int_equal(tensor_type(g, "token_embd.weight"), KITE_TYPE_Q4_K);
+    assert_int_equal(tensor_type(g, "output.weight"), KITE_TYPE_Q6_K);
+    assert_int_equal(tensor_type(g, "blk.0.attn_q.weight"), KITE_TYPE_KT3);
+    assert_int_equal(tensor_type(g, "blk.1.ffn_down.weight"), KITE_TYPE_KT3);
+    assert_int_equal(tensor_type(g, "blk.0.ffn_gate.weight"), KITE_TYPE_KT2);
+    assert_int_equal(tensor_type(g, "blk.0.attn_norm.weight"), KITE_TYPE_F32);
+    const kite_gguf_tensor *t = kite_gguf_find_tensor(g, "blk.0.ffn_up.weight");
+    assert_non_null(t);
+    assert_int_equal(t->type, KITE_TYPE_KT2);
+    const int64_t cols = t->ne[0], rows = t->ne[1];
+    const size_t group = t->n_bytes / (size_t)(rows / KT_ROWS);
+    for (int64_t r = KT_ROWS; r < rows; r += KT_ROWS)
+        assert_memory_equal((const uint8_t *)t->data + (size_t)(r / KT_ROWS) * group, t->data, group);
+    float *want = malloc(sizeof(float) * (size_t)cols), *got = malloc(sizeof(float) * (size_t)cols);
+    double e = 0, v = 0;
+    for (int64_t r = 0; r < KT_ROWS; r++) {
+        kite_random_model_row(7, "blk.0.ffn_up.weight", r, want, cols);
+        kite_kt_dequantize_row(KITE_TYPE_KT2, t->data, cols, r, got);
+        for (int64_t c = 0; c < cols; c++) e += ((double)want[c] - got[c]) * ((double)want[c] - got[c]), v += (double)want[c] * want[c];
+    }
+    print_message("kt2 rows 0..15 of blk.0.ffn_up: mse/var %.4f\n", e / v);
+    assert_true(e / v < 0.085);
+    free(want), free(got);
+    close_gguf(&o);
+    kite_model *m = NULL;
+    kite_model_params mp = kite_model_default_params();
+    mp.n_threads = 2;
+    if (kite_model_open(&m, path, &mp, err, sizeof err)) fail_msg("open kt2_5_m: %s", err);
+    kite_session *sess = NULL;
+    assert_int_equal(kite_session_open(&sess, m, NULL, err, sizeof err), KITE_OK);
+    int32_t prompt[4] = {1, 40, 41, 42};
+    assert_int_equal(kite_prompt(sess, prompt, 4, err, sizeof err), KITE_OK);
+    kite_gen_params gp = kite_gen_default_params();
+    gp.temperature = 0;
+    gp.max_tokens = 4;
+    gp.ignore_eos = true;
+    assert_int_equal(kite_generate(sess, &gp, NULL, NULL, err, sizeof err), KITE_OK);
+    kite_session_free(sess);
+    kite_model_free(m);
 }
 
 /* Same seed, same bytes; another seed, other weights; thread count does not enter. */
@@ -451,7 +504,7 @@ static void test_hw_probe(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tiny_all_types),   cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_tiny_all_types),   cmocka_unit_test(test_tiny_trellis), cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_tokenizer_llama2), cmocka_unit_test(test_tokenizer_llama3),
         cmocka_unit_test(test_tokenizer_qwen3),  cmocka_unit_test(test_tokenizer_spm_json), cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_hw_probe),

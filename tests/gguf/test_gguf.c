@@ -841,6 +841,11 @@ static void test_malformed(void **state) {
     expect_bad(&b, KITE_ERR_UNSUPPORTED, "type 5"); gb_free(&b);
     gb_header(&b, 3, 1, 0); gb_tensor(&b, "t", 1, ne32, 1000, 0); gb_pad(&b, 32); gb_zeros(&b, 128);
     expect_bad(&b, KITE_ERR_UNSUPPORTED, "type 1000"); gb_free(&b);
+    /* kite's first trellis code (0x4B540004..6): refused by name, never read with the current code's tables */
+    for (uint32_t t = 0x4B540004u; t <= 0x4B540006u; t++) {
+        gb_header(&b, 3, 1, 0); gb_tensor(&b, "t", 1, ne32, t, 0); gb_pad(&b, 32); gb_zeros(&b, 128);
+        expect_bad(&b, KITE_ERR_UNSUPPORTED, "first trellis code of kite"); gb_free(&b);
+    }
     const uint64_t ne31[1] = {31};
     gb_header(&b, 3, 1, 0); gb_tensor(&b, "t", 1, ne31, KITE_TYPE_Q8_0, 0); gb_pad(&b, 32); gb_zeros(&b, 128);
     expect_bad(&b, KITE_ERR_FORMAT, "multiple of the q8_0 block size"); gb_free(&b);
