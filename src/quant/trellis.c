@@ -25,8 +25,8 @@ static const kite_kt_params kt_params[3] = {
 };
 
 /* Student-t (8 degrees of freedom) quantiles: 63 t8((i + 0.5) / 64) / t8(63.5 / 64), rounded half up. Heavier
- * tails than Gaussian quantiles, for blocks with outliers: against those, MSE at 2 bits +1% on Gaussian blocks,
- * -11% on Laplace, -8% on Student-t(5); at 3 bits -17% on Laplace (experiments beside bench/trellis_rd).
+ * tails than Gaussian quantiles, for blocks with outliers: against those (bench/trellis_rd, KT2 / KT2_5 / KT3),
+ * MSE +1.4 / +0.7 / -1% on Gaussian blocks, -10 / -14 / -19% on Laplace, -8 / -12 / -15% on Student-t(5).
  * |level| <= 63 keeps a maddubs pair of (level + 64) x activation under 2^15. */
 const int8_t kite_kt_q[64] = {-63, -48, -42, -37, -34, -31, -29, -26, -25, -23, -21, -20, -19, -17, -16, -15,
                               -14, -13, -12, -11, -10, -9,  -8,  -7,  -6,  -5,  -5,  -4,  -3,  -2,  -1,  0,
