@@ -147,6 +147,29 @@ static uint32_t tensor_type(const kite_gguf *g, const char *name) {
     return t->type;
 }
 
+/* kite opens the model at path and generates 4 tokens greedily. */
+static void generates_4(const char *path) {
+    char err[512];
+    kite_model *m = NULL;
+    kite_model_params mp = kite_model_default_params();
+    mp.n_threads = 2;
+    if (kite_model_open(&m, path, &mp, err, sizeof err)) fail_msg("open %s: %s", path, err);
+    kite_session *sess = NULL;
+    assert_int_equal(kite_session_open(&sess, m, NULL, err, sizeof err), KITE_OK);
+    int32_t prompt[4] = {1, 40, 41, 42};
+    assert_int_equal(kite_prompt(sess, prompt, 4, err, sizeof err), KITE_OK);
+    kite_gen_params gp = kite_gen_default_params();
+    gp.temperature = 0;
+    gp.max_tokens = 4;
+    gp.ignore_eos = true;
+    assert_int_equal(kite_generate(sess, &gp, NULL, NULL, err, sizeof err), KITE_OK);
+    kite_stats st;
+    kite_session_stats(sess, &st);
+    assert_int_equal(st.generated_tokens, 4);
+    kite_session_free(sess);
+    kite_model_free(m);
+}
+
 /* The tiny shape in every type: the layout, the recipe, the values, and kite runs it. */
 static void test_tiny_all_types(void **state) {
     (void)state;
@@ -215,25 +238,7 @@ static void test_tiny_all_types(void **state) {
         check_values(g, 7);
         close_gguf(&o);
 
-        /* kite opens it and generates */
-        kite_model *m = NULL;
-        kite_model_params mp = kite_model_default_params();
-        mp.n_threads = 2;
-        if (kite_model_open(&m, path, &mp, err, sizeof err)) fail_msg("open %s: %s", types[i], err);
-        kite_session *sess = NULL;
-        assert_int_equal(kite_session_open(&sess, m, NULL, err, sizeof err), KITE_OK);
-        int32_t prompt[4] = {1, 40, 41, 42};
-        assert_int_equal(kite_prompt(sess, prompt, 4, err, sizeof err), KITE_OK);
-        kite_gen_params gp = kite_gen_default_params();
-        gp.temperature = 0;
-        gp.max_tokens = 4;
-        gp.ignore_eos = true;
-        assert_int_equal(kite_generate(sess, &gp, NULL, NULL, err, sizeof err), KITE_OK);
-        kite_stats st;
-        kite_session_stats(sess, &st);
-        assert_int_equal(st.generated_tokens, 4);
-        kite_session_free(sess);
-        kite_model_free(m);
+        generates_4(path);
     }
 }
 
@@ -272,21 +277,7 @@ static void test_tiny_trellis(void **state) {
     assert_true(e / v < 0.085);
     free(want), free(got);
     close_gguf(&o);
-    kite_model *m = NULL;
-    kite_model_params mp = kite_model_default_params();
-    mp.n_threads = 2;
-    if (kite_model_open(&m, path, &mp, err, sizeof err)) fail_msg("open kt2_5_m: %s", err);
-    kite_session *sess = NULL;
-    assert_int_equal(kite_session_open(&sess, m, NULL, err, sizeof err), KITE_OK);
-    int32_t prompt[4] = {1, 40, 41, 42};
-    assert_int_equal(kite_prompt(sess, prompt, 4, err, sizeof err), KITE_OK);
-    kite_gen_params gp = kite_gen_default_params();
-    gp.temperature = 0;
-    gp.max_tokens = 4;
-    gp.ignore_eos = true;
-    assert_int_equal(kite_generate(sess, &gp, NULL, NULL, err, sizeof err), KITE_OK);
-    kite_session_free(sess);
-    kite_model_free(m);
+    generates_4(path);
 }
 
 /* Same seed, same bytes; another seed, other weights; thread count does not enter. */
