@@ -498,7 +498,8 @@ static bool decimal_from_double(double d, decimal *out) {
     int exp10 = *q == 'e' ? atoi(q + 1) : 0;
     /* value = 0.digits * 10^(exp10 + 1) */
     int point = exp10 + 1; /* digits before the decimal point */
-    if (point > MAX_DECIMAL_DIGITS || -point > MAX_DECIMAL_DIGITS) return false;
+    /* the integer part takes point digits, the fraction -point zeros and then the digits */
+    if (point > MAX_DECIMAL_DIGITS || (point < 0 && (size_t)-point + nd > MAX_DECIMAL_DIGITS)) return false;
     size_t ni = 0, nf = 0;
     for (int i = 0; i < point; i++) out->ip[ni++] = i < (int)nd ? digits[i] : '0';
     if (point < 0)
