@@ -121,7 +121,7 @@ KT_INLINE void kt_tile(const uint8_t *tiles, int64_t n_blocks, const uint8_t *ac
                 for (int c = 0; c < KT_CHAINS(NB); c++) isum[b][c] = kt_zero();
             /* fully unrolled: every word index and funnel-shift count is a constant (a runtime count costs a
              * broadcast on the shuffle port, which the lookups need) */
-            kt_vi a = kt_low(kt_stream(tile, 0, lane0, T), T);
+            kt_vi a = kt_carry(T) ? kt_low(kt_stream(tile, 0, lane0, T), T) : kt_zero(); /* carried: KT2, KT3 */
 #pragma GCC unroll 64
             for (int c = 0; c < KT_GROUPS; c++) {
                 kt_vi u;
@@ -131,7 +131,7 @@ KT_INLINE void kt_tile(const uint8_t *tiles, int64_t n_blocks, const uint8_t *ac
                     a = a_next;
                 } else {
                     const kt_vi w = kt_stream(tile, c, lane0, T);
-                    u = kt_levels(&tab, kt_low(w, T), a, w, T);
+                    u = kt_levels(&tab, kt_low(w, T), kt_zero(), w, T); /* a_next unused without a carry */
                 }
 #pragma GCC unroll 4
                 for (int b = 0; b < NB; b++) isum[b][c % KT_CHAINS(NB)] = kt_dot(isum[b][c % KT_CHAINS(NB)], u, qblk[b] + 4 * c);
