@@ -210,6 +210,8 @@ bool kite_pack_geometry(uint32_t type, int64_t rows, int64_t cols, int32_t G, ki
     case KITE_TYPE_Q4_1: g->n_blocks = cols / 32; g->q_bytes = 4 * V; g->s_bytes = 4 * (size_t)G; break;
     case KITE_TYPE_Q5_0: g->n_blocks = cols / 32; g->q_bytes = 5 * V; g->s_bytes = 2 * (size_t)G; break;
     case KITE_TYPE_Q5_1: g->n_blocks = cols / 32; g->q_bytes = 5 * V; g->s_bytes = 4 * (size_t)G; break;
+    case KITE_TYPE_Q2_K: g->n_blocks = cols / 256; g->q_bytes = 16 * V; g->s_bytes = 20 * (size_t)G; break;
+    case KITE_TYPE_Q3_K: g->n_blocks = cols / 256; g->q_bytes = 24 * V; g->s_bytes = 18 * (size_t)G; break;
     case KITE_TYPE_Q4_K: g->n_blocks = cols / 256; g->q_bytes = 32 * V; g->s_bytes = 20 * (size_t)G; break;
     case KITE_TYPE_Q5_K: g->n_blocks = cols / 256; g->q_bytes = 40 * V; g->s_bytes = 20 * (size_t)G; break;
     case KITE_TYPE_Q6_K: g->n_blocks = cols / 256; g->q_bytes = 48 * V; g->s_bytes = 18 * (size_t)G; break;
@@ -350,6 +352,53 @@ static void pack_group(uint32_t type, const kite_pack_geom *g, const uint8_t *co
                         for (int j = 0; j < 8; j++) byte |= (uint8_t)(hb[r][4 * j + i] << j);
                         q[4 * V + 4 * (size_t)r + i] = byte;
                     }
+            break;
+        }
+        case KITE_TYPE_Q2_K:
+        case KITE_TYPE_Q3_K: {
+            const bool q3 = type == KITE_TYPE_Q3_K;
+            const size_t bb = q3 ? 110 : 84, d_at = q3 ? 108 : 80;
+            uint8_t u[16][256]; /* stored unsigned values: q2_K v, q3_K v + 4 */
+            for (int32_t r = 0; r < G; r++) {
+                kite_k_ints k;
+                memset(&k, 0, sizeof k);
+                uint16_t dh = 0, dminh = 0;
+                if (row_src[r]) {
+                    const uint8_t *blkp = row_src[r] + (size_t)blk * bb;
+                    kite_decode_k(type, blkp, &k);
+                    memcpy(&dh, blkp + d_at, 2);
+                    if (!q3) memcpy(&dminh, blkp + d_at + 2, 2);
+                } else if (q3) {
+                    memset(k.v, -4, sizeof k.v);
+                }
+                for (int e = 0; e < 256; e++) u[r][e] = (uint8_t)(k.v[e] + (q3 ? 4 : 0));
+                for (int sub = 0; sub < 16; sub++) {
+                    if (q3) s[(size_t)sub * G + r] = (uint8_t)(int8_t)k.sc[sub];
+                    else s[(size_t)(sub / 2) * 2 * G + 2 * (size_t)r + sub % 2] = (uint8_t)(k.sc[sub] | k.m[sub] << 4);
+                }
+                memcpy(s + 16 * (size_t)G + 2 * (size_t)r, &dh, 2);
+                if (!q3) memcpy(s + 18 * (size_t)G + 2 * (size_t)r, &dminh, 2);
+            }
+            for (int sub = 0; sub < 16; sub++) {
+                /* the low 2 bits of column group 4 sub + j in bits 2j..2j+1 */
+                uint8_t *lo = q + (size_t)(q3 ? 3 * (sub / 2) + sub % 2 : sub) * V;
+                for (int32_t r = 0; r < G; r++)
+                    for (int i = 0; i < 4; i++) {
+                        uint8_t byte = 0;
+                        for (int j = 0; j < 4; j++) byte |= (uint8_t)((u[r][16 * sub + 4 * j + i] & 3) << (2 * j));
+                        lo[4 * (size_t)r + (size_t)i] = byte;
+                    }
+            }
+            if (q3)
+                for (int t = 0; t < 8; t++) { /* the high bit of column group 8t + k in bit k */
+                    uint8_t *hv = q + (size_t)(3 * t + 2) * V;
+                    for (int32_t r = 0; r < G; r++)
+                        for (int i = 0; i < 4; i++) {
+                            uint8_t byte = 0;
+                            for (int k = 0; k < 8; k++) byte |= (uint8_t)((u[r][32 * t + 4 * k + i] >> 2) << k);
+                            hv[4 * (size_t)r + (size_t)i] = byte;
+                        }
+                }
             break;
         }
         case KITE_TYPE_Q4_K:

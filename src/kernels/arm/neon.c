@@ -228,7 +228,7 @@ FLOAT_RUNNER(run_bf16, KITE_TYPE_BF16)
 
 static bool accelerated(uint32_t type) {
     return type == KITE_TYPE_F32 || type == KITE_TYPE_F16 || type == KITE_TYPE_BF16 || type == KITE_TYPE_Q8_0 ||
-           type == KITE_TYPE_Q4_0;
+           type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q2_K || type == KITE_TYPE_Q3_K;
 }
 
 static int neon_pack(const kite_tensor *t, kite_weight_arena *arena, kite_packed_matrix *out, kite_error *e) {
@@ -292,6 +292,36 @@ static inline uint32x4_t kt_dot_neon(uint32x4_t acc, uint32x4_t u, const int8_t 
 #define kt_prefetch(p) __builtin_prefetch(p)
 #include "kernels/trellis_simd.h"
 
+/* ---- q2_K, q3_K (kernels/kquant_simd.h on the layer above) ------------------------------------------------- */
+static inline uint32x4_t kt_u8_neon(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return vmovl_u16(vget_low_u16(vmovl_u8(vcreate_u8(v))));
+}
+static inline uint32x4_t kt_i8_neon(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return vreinterpretq_u32_s32(vmovl_s16(vget_low_s16(vmovl_s8(vcreate_s8(v)))));
+}
+static inline uint32x4_t kt_dot16_neon(uint32x4_t acc, uint32x4_t a, const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    const int16x8_t x = vreinterpretq_s16_u32(a), q = vreinterpretq_s16_u32(vdupq_n_u32(v));
+    /* products of the 8 halves, then adjacent pairs (lane i: halves 2i, 2i + 1) */
+    const int32x4_t pairs = vpaddq_s32(vmull_s16(vget_low_s16(x), vget_low_s16(q)), vmull_high_s16(x, q));
+    return vaddq_u32(acc, vreinterpretq_u32_s32(pairs));
+}
+#define kt_and(a, b) vandq_u32(a, b)
+#define kt_or(a, b) vorrq_u32(a, b)
+#define kt_u8x2(p) vreinterpretq_u32_u16(vmovl_u8(vld1_u8((const uint8_t *)(const void *)(p))))
+#define kt_dot16(acc, a, p) kt_dot16_neon(acc, a, p)
+#define kt_srli(a, n) kt_shift(a, -(n))
+#define kt_slli(a, n) kt_shift(a, n)
+#define kt_mul(a, b) vmulq_u32(a, b)
+#define kt_u8(p) kt_u8_neon(p)
+#define kt_i8(p) kt_i8_neon(p)
+#include "kernels/kquant_simd.h"
+
 static void neon_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
                         int64_t y_stride, int64_t r0, int64_t r1) {
     if (kite_is_trellis(w->type)) {
@@ -300,6 +330,10 @@ static void neon_matmul(const kite_packed_matrix *w, const void *act, const floa
     }
     if (w->layout != LAYOUT4) {
         kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
+        return;
+    }
+    if (w->type == KITE_TYPE_Q2_K || w->type == KITE_TYPE_Q3_K) {
+        kq_matmul(w, act, n, y, y_stride, r0, r1);
         return;
     }
     if (r0 < 0) r0 = 0;

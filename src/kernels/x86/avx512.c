@@ -505,7 +505,7 @@ static bool accelerated(uint32_t type) {
     switch (type) {
     case KITE_TYPE_F32: case KITE_TYPE_F16: case KITE_TYPE_BF16:
     case KITE_TYPE_Q8_0: case KITE_TYPE_Q4_0: case KITE_TYPE_Q4_1: case KITE_TYPE_Q5_0: case KITE_TYPE_Q5_1:
-    case KITE_TYPE_Q4_K: case KITE_TYPE_Q5_K: case KITE_TYPE_Q6_K:
+    case KITE_TYPE_Q2_K: case KITE_TYPE_Q3_K: case KITE_TYPE_Q4_K: case KITE_TYPE_Q5_K: case KITE_TYPE_Q6_K:
         return true;
     default:
         return false;
@@ -760,6 +760,36 @@ static void trellis_matmul(const kite_packed_matrix *w, const void *act, const f
     else kite_kernels_avx2()->matmul(w, act, x, n, y, y_stride, r0, r1);
 }
 
+/* ---- q2_K, q3_K (kernels/kquant_simd.h on 16 lanes; vpdpbusd) ---------------------------------------------- */
+#define KT_LANES 16
+typedef __m512i kt_vi;
+typedef __m512 kt_vf;
+#define kt_load(p) _mm512_loadu_si512((const void *)(p))
+#define kt_and(a, b) _mm512_and_si512(a, b)
+#define kt_or(a, b) _mm512_or_si512(a, b)
+#define kt_srli(a, n) _mm512_srli_epi32(a, n)
+#define kt_slli(a, n) _mm512_slli_epi32(a, n)
+#define kt_mul(a, b) _mm512_mullo_epi32(a, b)
+#define kt_u8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define kt_i8(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define kt_u8x2(p) _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define kt_dot16(acc, a, p) _mm512_dpwssd_epi32(acc, a, _mm512_set1_epi32(load_i32(p)))
+#define KQ_TILE_B 8
+#define kt_add(a, b) _mm512_add_epi32(a, b)
+#define kt_sub(a, b) _mm512_sub_epi32(a, b)
+#define kt_set1(x) _mm512_set1_epi32(x)
+#define kt_zero() _mm512_setzero_si512()
+#define kt_dot(acc, u, q) _mm512_dpbusd_epi32(acc, u, _mm512_set1_epi32(load_i32(q)))
+#define kt_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define kt_cvt(v) _mm512_cvtepi32_ps(v)
+#define kt_fmadd(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define kt_mulf(a, b) _mm512_mul_ps(a, b)
+#define kt_set1f(x) _mm512_set1_ps(x)
+#define kt_zerof() _mm512_setzero_ps()
+#define kt_storef(p, v) _mm512_storeu_ps(p, v)
+#define kt_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#include "kernels/kquant_simd.h"
+
 static void avx512_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
                           int64_t y_stride, int64_t r0, int64_t r1) {
     if (kite_is_trellis(w->type)) {
@@ -768,6 +798,10 @@ static void avx512_matmul(const kite_packed_matrix *w, const void *act, const fl
     }
     if ((w->layout & ~(uint32_t)KITE_PACK_Q8_OFFSET) != LAYOUT16) {
         kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
+        return;
+    }
+    if (w->type == KITE_TYPE_Q2_K || w->type == KITE_TYPE_Q3_K) {
+        kq_matmul(w, act, n, y, y_stride, r0, r1);
         return;
     }
     if (r0 < 0) r0 = 0;
