@@ -9,9 +9,15 @@
  *   kt_srli(a, n), kt_slli(a, n)   per 32-bit lane shifts by a constant 0 < n < 32
  *   kt_mul(a, b)                   per lane a * b, low 32 bits
  *   kt_u8(p), kt_i8(p)             KT_LANES bytes at p, zero- or sign-extended to the lanes
- *   kt_u8x2(p)                     2 KT_LANES bytes at p, zero-extended to 16-bit halves: lane i holds bytes
- *                                  2i (low half) and 2i + 1 (high half)
+ *   kt_u8x2(p), kt_i8x2(p)         2 KT_LANES bytes at p, zero- or sign-extended to 16-bit halves: lane i
+ *                                  holds bytes 2i (low half) and 2i + 1 (high half)
+ *   kt_srai(a, n)                  per 32-bit lane arithmetic shift right by a constant 0 < n < 32
  *   kt_dot16(acc, a, p)            acc + per lane a.lo * p[0] + a.hi * p[1] (16-bit halves, p: 2 int16)
+ *   kt_scale(sc)                   the lanes' int32 scales (|sc| < 2^15) in the form kt_sdot4 takes
+ *   kt_sdot4(acc, w, q, sc)        acc + sc * sum_{j < 4} (per lane dot of w[j] with q[4j..4j+3]), for weight
+ *                                  bytes w <= 31: AVX2 adds the maddubs pairs in 16 bits (8 products of at most
+ *                                  31 * 127 each fit) and multiplies by (sc, sc) with one vpmaddwd; VNNI and
+ *                                  sdot chain in 32 bits and multiply
  *   KQ_TILE_B (optional)           activation rows per pass over the weights (default 4)
  *
  * kt_dot multiplies unsigned weight bytes (here 0..3 or 0..7) by 4 signed activations, which every
@@ -36,12 +42,57 @@
 #endif
 #define KQ_PREFETCH_BLOCKS 2 /* blocks ahead (whole blocks: q2_K 21 lines at G = 16) */
 
-/* Bits 2j..2j+1 of every byte (32-bit shifts: what crosses from the next byte is masked off). */
-KQ_INLINE kt_vi kq_bits2(kt_vi w, const int j) { return kt_and(j ? kt_srli(w, 2 * j) : w, kt_set1(0x03030303)); }
-/* Bit k of every byte, moved to bit 2. */
-KQ_INLINE kt_vi kq_bit_to_2(kt_vi h, const int k) {
-    const kt_vi s = k < 2 ? kt_slli(h, 2 - k) : k > 2 ? kt_srli(h, k - 2) : h;
-    return kt_and(s, kt_set1(0x04040404));
+/* Bits [from, from + width) of every byte moved to [to, to + width), the rest 0 (32-bit shifts: what
+ * crosses from a neighbouring byte is masked off). */
+KQ_INLINE kt_vi kq_move(kt_vi w, const int from, const int to, const int width) {
+    const int32_t mask = (int32_t)(0x01010101u * (((1u << width) - 1) << to));
+    const kt_vi s = to > from ? kt_slli(w, to - from) : from > to ? kt_srli(w, from - to) : w;
+    return kt_and(s, kt_set1(mask));
+}
+
+/* Types as compile-time T: */
+enum { KQ_Q2 = 0, KQ_Q3 = 1, KQ_Q4 = 2, KQ_Q5 = 3, KQ_Q6 = 4 };
+KQ_INLINE bool kq_sub16(const int T) { return T == KQ_Q2 || T == KQ_Q3 || T == KQ_Q6; } /* else 32-column sub-blocks */
+KQ_INLINE bool kq_has_min(const int T) { return T == KQ_Q2 || T == KQ_Q4 || T == KQ_Q5; }
+
+/* The weight bytes u of the 8 column groups of 32-column unit t (0..7) of a block at qb. */
+KQ_INLINE void kq_unpack(const uint8_t *qb, int t, kt_vi w[8], const int T) {
+    enum { V = 4 * KT_LANES };
+    if (T == KQ_Q2 || T == KQ_Q3) {
+        const kt_vi lo0 = kt_load(qb + (size_t)(T == KQ_Q3 ? 3 * t : 2 * t) * V);
+        const kt_vi lo1 = kt_load(qb + (size_t)(T == KQ_Q3 ? 3 * t + 1 : 2 * t + 1) * V);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            w[j] = kq_move(lo0, 2 * j, 0, 2);
+            w[4 + j] = kq_move(lo1, 2 * j, 0, 2);
+        }
+        if (T == KQ_Q3) {
+            const kt_vi hv = kt_load(qb + (size_t)(3 * t + 2) * V);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) w[k] = kt_or(w[k], kq_move(hv, k, 2, 1));
+        }
+    } else {
+        const uint8_t *q = qb + (size_t)t * (T == KQ_Q6 ? 6 : 4) * V;
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            const kt_vi v = kt_load(q + (size_t)p * V);
+            w[p] = kq_move(v, 0, 0, 4);
+            w[p + 4] = kq_move(v, 4, 0, 4);
+        }
+        if (T == KQ_Q5) {
+            const kt_vi h = kt_load(qb + (size_t)(32 + t) * V);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) w[j] = kt_or(w[j], kq_move(h, j, 4, 1));
+        }
+        if (T == KQ_Q6) {
+            const kt_vi h0 = kt_load(q + 4 * (size_t)V), h1 = kt_load(q + 5 * (size_t)V);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                w[p] = kt_or(w[p], kq_move(h0, 2 * p, 4, 2));
+                w[p + 4] = kt_or(w[p + 4], kq_move(h1, 2 * p, 4, 2));
+            }
+        }
+    }
 }
 
 KQ_INLINE void kq_store_rows(float *dst, int64_t row0, int64_t r0, int64_t r1, kt_vf v) {
@@ -55,10 +106,10 @@ KQ_INLINE void kq_store_rows(float *dst, int64_t row0, int64_t r0, int64_t r1, k
         if (row0 + i >= r0 && row0 + i < r1) dst[row0 + i] = tmp[i];
 }
 
-/* One row group (KT_LANES rows from row0) x NB activation rows from b0. Q3: q3_K, else q2_K. */
+/* One row group (KT_LANES rows from row0) x NB activation rows from b0, type T. */
 KQ_INLINE void kq_tile(const uint8_t *grp, const kite_pack_geom *g, const uint8_t *act, const kite_act_geom *ag, int32_t b0,
-                       float *y, int64_t y_stride, int64_t row0, int64_t r0, int64_t r1, const bool Q3, const int NB) {
-    enum { G = KT_LANES, V = 4 * KT_LANES };
+                       float *y, int64_t y_stride, int64_t row0, int64_t r0, int64_t r1, const int T, const int NB) {
+    enum { G = KT_LANES };
     kt_vf acc[KQ_TILE_B];
     const uint8_t *arow[KQ_TILE_B];
 #pragma GCC unroll 8
@@ -68,55 +119,78 @@ KQ_INLINE void kq_tile(const uint8_t *grp, const kite_pack_geom *g, const uint8_
     }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
         const uint8_t *qb = grp + (size_t)blk * g->block_bytes, *sb = qb + g->q_bytes;
-        if (blk + KQ_PREFETCH_BLOCKS < g->n_blocks)
-            for (size_t o = 0; o < g->block_bytes; o += 64) kt_prefetch(qb + KQ_PREFETCH_BLOCKS * g->block_bytes + o);
-        kt_vi A[KQ_TILE_B], B[KQ_TILE_B];
-        int16_t sum16[KQ_TILE_B][16];
+        /* the block KQ_PREFETCH_BLOCKS ahead, an eighth per 32 columns (a burst of all its lines at once stalled) */
+        const uint8_t *ahead = blk + KQ_PREFETCH_BLOCKS < g->n_blocks ? qb + KQ_PREFETCH_BLOCKS * g->block_bytes : NULL;
+        const size_t eighth = kite_round_up(g->block_bytes, 8 * 64) / 8;
+        kt_vi A[KQ_TILE_B];
 #pragma GCC unroll 8
-        for (int b = 0; b < NB; b++) {
-            A[b] = kt_zero();
-            B[b] = kt_zero();
-            if (Q3) memcpy(sum16[b], arow[b] + ag->off_sum + (size_t)blk * 32, 32);
-        }
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; t++) { /* sub-blocks 2t, 2t + 1 */
-            const kt_vi hv = Q3 ? kt_load(qb + (size_t)(3 * t + 2) * V) : kt_zero();
-            /* q2_K: the pair's scale bytes (sc | m << 4) as 16-bit halves of each lane */
-            const kt_vi pair = Q3 ? kt_zero() : kt_u8x2(sb + (size_t)t * 2 * G);
-            if (!Q3) {
-                const kt_vi m = kt_and(kt_srli(pair, 4), kt_set1(0x000F000F));
-#pragma GCC unroll 8
-                for (int b = 0; b < NB; b++) B[b] = kt_dot16(B[b], m, arow[b] + ag->off_sum + (size_t)blk * 32 + 4 * t);
+        for (int b = 0; b < NB; b++) A[b] = kt_zero();
+        for (int t = 0; t < 8; t++) { /* 32 columns: sub-blocks 2t, 2t + 1 (16 columns) or sub-block t (32) */
+            if (ahead)
+                for (size_t o = (size_t)t * eighth; o < (size_t)(t + 1) * eighth && o < g->block_bytes; o += 64) kt_prefetch(ahead + o);
+            kt_vi w[8];
+            kq_unpack(qb, t, w, T);
+            kt_vi sc0, sc1; /* the lanes' scales of the unit's first and second 16 columns (equal for 32) */
+            if (T == KQ_Q2) {
+                const kt_vi pair = kt_u8x2(sb + (size_t)t * 2 * G); /* sc | m << 4 of sub-blocks 2t, 2t + 1 */
+                sc0 = kt_and(pair, kt_set1(15));
+                sc1 = kt_and(kt_srli(pair, 16), kt_set1(15));
+            } else if (T == KQ_Q3 || T == KQ_Q6) {
+                const kt_vi pair = kt_i8x2(sb + (size_t)t * 2 * G);
+                sc0 = kt_srai(kt_slli(pair, 16), 16);
+                sc1 = kt_srai(pair, 16);
+            } else {
+                const kt_vi pair = kt_u8x2(sb + (size_t)(t / 2) * 2 * G);
+                sc0 = sc1 = (t & 1) ? kt_srli(pair, 16) : kt_and(pair, kt_set1(0xFFFF));
             }
-#pragma GCC unroll 2
-            for (int k = 0; k < 2; k++) {
-                const int s = 2 * t + k;
-                const kt_vi lo = kt_load(qb + (size_t)(Q3 ? 3 * t + k : s) * V);
-                kt_vi u[4];
-#pragma GCC unroll 4
-                for (int j = 0; j < 4; j++) u[j] = Q3 ? kt_or(kq_bits2(lo, j), kq_bit_to_2(hv, 4 * k + j)) : kq_bits2(lo, j);
-                const kt_vi sc = Q3 ? kt_i8(sb + (size_t)s * G) : kt_and(k ? kt_srli(pair, 16) : pair, kt_set1(15));
+            if (T != KQ_Q6) { /* weight bytes <= 31: kt_sdot4 */
+                sc0 = kt_scale(sc0);
+                sc1 = kt_scale(sc1);
 #pragma GCC unroll 8
                 for (int b = 0; b < NB; b++) {
-                    const int8_t *xq = (const int8_t *)arow[b] + blk * 256 + 16 * s;
-                    kt_vi i0 = Q3 ? kt_set1(-4 * (int32_t)sum16[b][s]) : kt_zero(), i1 = kt_zero();
-                    i0 = kt_dot(i0, u[0], xq + 0);
-                    i1 = kt_dot(i1, u[1], xq + 4);
-                    i0 = kt_dot(i0, u[2], xq + 8);
-                    i1 = kt_dot(i1, u[3], xq + 12);
-                    A[b] = kt_add(A[b], kt_mul(kt_add(i0, i1), sc));
+                    const int8_t *xq = (const int8_t *)arow[b] + blk * 256 + 32 * t;
+                    A[b] = kt_sdot4(A[b], w, xq, sc0);
+                    A[b] = kt_sdot4(A[b], w + 4, xq + 16, sc1);
                 }
+                continue;
+            }
+            /* q6_K (weight bytes up to 63): 32-bit dot chains */
+#pragma GCC unroll 8
+            for (int b = 0; b < NB; b++) {
+                const int8_t *xq = (const int8_t *)arow[b] + blk * 256 + 32 * t;
+                kt_vi i0 = kt_zero(), i1 = kt_zero();
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    i0 = kt_dot(i0, w[j], xq + 4 * j);
+                    i1 = kt_dot(i1, w[4 + j], xq + 16 + 4 * j);
+                }
+                A[b] = kt_add(A[b], kt_add(kt_mul(i0, sc0), kt_mul(i1, sc1)));
             }
         }
-        const kt_vf d = kt_f16(sb + 16 * G), dmin = Q3 ? kt_zerof() : kt_f16(sb + 18 * G);
+        /* The block's second integer: B = sum_s m_s xsum_s (q2_K, q4_K, q5_K), or C = sum_s sc_s sum16_s, which
+         * takes the offset off A (q3_K, q6_K: sum_s sc_s sum (u - offset) q = A - offset C). 16-bit pair dots of
+         * the scale bytes (as pairs per row in every layout) against the activations' sums of those sub-blocks. */
+        kt_vi mv[8];
+        const int n_pairs = kq_sub16(T) ? 8 : 4;
+        const size_t sums_at = kq_sub16(T) ? ag->off_sum + (size_t)blk * 32 : ag->off_sum32 + (size_t)blk * 16;
+#pragma GCC unroll 8
+        for (int p = 0; p < n_pairs; p++)
+            mv[p] = T == KQ_Q2 ? kt_and(kt_srli(kt_u8x2(sb + (size_t)p * 2 * G), 4), kt_set1(0x000F000F))
+                  : T == KQ_Q3 || T == KQ_Q6 ? kt_i8x2(sb + (size_t)p * 2 * G)
+                                             : kt_u8x2(sb + 8 * (size_t)G + (size_t)p * 2 * G);
+        const kt_vf d = kt_f16(sb + 16 * G), dmin = kq_has_min(T) ? kt_f16(sb + 18 * G) : kt_zerof();
 #pragma GCC unroll 8
         for (int b = 0; b < NB; b++) {
+            kt_vi X = kt_zero();
+#pragma GCC unroll 8
+            for (int p = 0; p < n_pairs; p++) X = kt_dot16(X, mv[p], arow[b] + sums_at + 4 * (size_t)p);
             float dx;
             memcpy(&dx, arow[b] + ag->off_d + (size_t)blk * 4, 4);
             const kt_vf vdx = kt_set1f(dx);
+            if (!kq_has_min(T)) A[b] = kt_sub(A[b], kt_slli(X, T == KQ_Q3 ? 2 : 5)); /* offset 4 or 32 */
             acc[b] = kt_fmadd(kt_cvt(A[b]), kt_mulf(d, vdx), acc[b]);
             /* -(float)B: the negation is exact either side of the conversion */
-            if (!Q3) acc[b] = kt_fmadd(kt_cvt(kt_sub(kt_zero(), B[b])), kt_mulf(dmin, vdx), acc[b]);
+            if (kq_has_min(T)) acc[b] = kt_fmadd(kt_cvt(kt_sub(kt_zero(), X)), kt_mulf(dmin, vdx), acc[b]);
         }
     }
 #pragma GCC unroll 8
@@ -124,28 +198,31 @@ KQ_INLINE void kq_tile(const uint8_t *grp, const kite_pack_geom *g, const uint8_
 }
 
 #if KQ_TILE_B > 4
-#define KQ_WIDE_TILES(Q3)                                                                                              \
-    case 5: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, Q3, 5); break;                                           \
-    case 6: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, Q3, 6); break;                                           \
-    case 7: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, Q3, 7); break;                                           \
-    case 8: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, Q3, 8); break;
+#define KQ_WIDE_TILES(T)                                                                                              \
+    case 5: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 5); break;                                           \
+    case 6: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 6); break;                                           \
+    case 7: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 7); break;                                           \
+    case 8: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 8); break;
 #else
-#define KQ_WIDE_TILES(Q3)
+#define KQ_WIDE_TILES(T)
 #endif
-#define KQ_RUNNER(name, Q3)                                                                                            \
+#define KQ_RUNNER(name, T)                                                                                            \
     KT_TARGET static void name(const uint8_t *grp, const kite_pack_geom *g, const uint8_t *act, const kite_act_geom *ag, \
                                int32_t b0, int nb, float *y, int64_t ys, int64_t row0, int64_t r0, int64_t r1) {       \
         switch (nb) {                                                                                                  \
-        case 1: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, Q3, 1); break;                                       \
-        case 2: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, Q3, 2); break;                                       \
-        case 3: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, Q3, 3); break;                                       \
-        case 4: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, Q3, 4); break;                                       \
-        KQ_WIDE_TILES(Q3)                                                                                              \
+        case 1: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 1); break;                                       \
+        case 2: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 2); break;                                       \
+        case 3: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 3); break;                                       \
+        case 4: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 4); break;                                       \
+        KQ_WIDE_TILES(T)                                                                                              \
         default: break;                                                                                                \
         }                                                                                                              \
     }
-KQ_RUNNER(kq_run_q2_k, false)
-KQ_RUNNER(kq_run_q3_k, true)
+KQ_RUNNER(kq_run_q2_k, KQ_Q2)
+KQ_RUNNER(kq_run_q3_k, KQ_Q3)
+KQ_RUNNER(kq_run_q4_k, KQ_Q4)
+KQ_RUNNER(kq_run_q5_k, KQ_Q5)
+KQ_RUNNER(kq_run_q6_k, KQ_Q6)
 
 /* kite_kernel_set.matmul for a q2_K or q3_K matrix packed with G = KT_LANES. The n rows go in the fewest
  * tiles of at most KQ_TILE_B, as even as possible (a tile's size changes no bits). */
@@ -158,7 +235,15 @@ KT_TARGET static void kq_matmul(const kite_packed_matrix *w, const void *act, in
     if (!kite_pack_geometry(w->type, w->rows, w->cols, KT_LANES, &g)) return;
     const kite_act_geom ag = kite_act_geometry(KITE_FAMILY_K, w->cols);
     void (*run)(const uint8_t *, const kite_pack_geom *, const uint8_t *, const kite_act_geom *, int32_t, int, float *, int64_t,
-                int64_t, int64_t, int64_t) = w->type == KITE_TYPE_Q3_K ? kq_run_q3_k : kq_run_q2_k;
+                int64_t, int64_t, int64_t) = NULL;
+    switch (w->type) {
+    case KITE_TYPE_Q2_K: run = kq_run_q2_k; break;
+    case KITE_TYPE_Q3_K: run = kq_run_q3_k; break;
+    case KITE_TYPE_Q4_K: run = kq_run_q4_k; break;
+    case KITE_TYPE_Q5_K: run = kq_run_q5_k; break;
+    case KITE_TYPE_Q6_K: run = kq_run_q6_k; break;
+    default: return;
+    }
     const int32_t n_tiles = (n + KQ_TILE_B - 1) / KQ_TILE_B, tile_lo = n / n_tiles, n_bigger = n % n_tiles;
     for (int64_t gr = r0 / KT_LANES; gr * KT_LANES < r1; gr++) {
         const uint8_t *grp = (const uint8_t *)w->data + (size_t)gr * g.group_bytes;

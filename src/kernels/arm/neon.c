@@ -228,7 +228,8 @@ FLOAT_RUNNER(run_bf16, KITE_TYPE_BF16)
 
 static bool accelerated(uint32_t type) {
     return type == KITE_TYPE_F32 || type == KITE_TYPE_F16 || type == KITE_TYPE_BF16 || type == KITE_TYPE_Q8_0 ||
-           type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q2_K || type == KITE_TYPE_Q3_K;
+           type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q2_K || type == KITE_TYPE_Q3_K || type == KITE_TYPE_Q4_K ||
+           type == KITE_TYPE_Q5_K || type == KITE_TYPE_Q6_K;
 }
 
 static int neon_pack(const kite_tensor *t, kite_weight_arena *arena, kite_packed_matrix *out, kite_error *e) {
@@ -313,7 +314,17 @@ static inline uint32x4_t kt_dot16_neon(uint32x4_t acc, uint32x4_t a, const void 
 }
 #define kt_and(a, b) vandq_u32(a, b)
 #define kt_or(a, b) vorrq_u32(a, b)
+static inline uint32x4_t kt_sdot4_neon(uint32x4_t acc, const uint32x4_t *w, const int8_t *q, uint32x4_t sc) {
+    uint32x4_t i0 = kt_dot_neon(vdupq_n_u32(0), w[0], q), i1 = kt_dot_neon(vdupq_n_u32(0), w[1], q + 4);
+    i0 = kt_dot_neon(i0, w[2], q + 8);
+    i1 = kt_dot_neon(i1, w[3], q + 12);
+    return vmlaq_u32(acc, vaddq_u32(i0, i1), sc);
+}
+#define kt_scale(sc) (sc)
+#define kt_sdot4(acc, w, q, sc) kt_sdot4_neon(acc, w, q, sc)
 #define kt_u8x2(p) vreinterpretq_u32_u16(vmovl_u8(vld1_u8((const uint8_t *)(const void *)(p))))
+#define kt_i8x2(p) vreinterpretq_u32_s16(vmovl_s8(vld1_s8((const int8_t *)(const void *)(p))))
+#define kt_srai(a, n) vreinterpretq_u32_s32(vshlq_s32(vreinterpretq_s32_u32(a), vdupq_n_s32(-(n))))
 #define kt_dot16(acc, a, p) kt_dot16_neon(acc, a, p)
 #define kt_srli(a, n) kt_shift(a, -(n))
 #define kt_slli(a, n) kt_shift(a, n)
@@ -332,7 +343,7 @@ static void neon_matmul(const kite_packed_matrix *w, const void *act, const floa
         kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
         return;
     }
-    if (w->type == KITE_TYPE_Q2_K || w->type == KITE_TYPE_Q3_K) {
+    if (kite_type_family(w->type) == KITE_FAMILY_K) {
         kq_matmul(w, act, n, y, y_stride, r0, r1);
         return;
     }

@@ -532,6 +532,16 @@ INLINE __m256i kt_field_avx2(__m256i w, int c0, int c1, int c2, int c3) {
 #define kt_u8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
 #define kt_i8(p) _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
 #define kt_u8x2(p) _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define kt_i8x2(p) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define kt_srai(a, n) _mm256_srai_epi32(a, n)
+/* (sc, sc) as 16-bit halves */
+#define kt_scale(sc) _mm256_or_si256(_mm256_and_si256(sc, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(sc, 16))
+INLINE __m256i kt_sdot4_avx2(__m256i acc, const __m256i *w, const int8_t *q, __m256i sc2) {
+    const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(w[0], bcast32(q)), _mm256_maddubs_epi16(w[1], bcast32(q + 4)));
+    const __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(w[2], bcast32(q + 8)), _mm256_maddubs_epi16(w[3], bcast32(q + 12)));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_add_epi16(s01, s23), sc2));
+}
+#define kt_sdot4(acc, w, q, sc) kt_sdot4_avx2(acc, w, q, sc)
 #define kt_dot16(acc, a, p) _mm256_add_epi32(acc, _mm256_madd_epi16(a, _mm256_set1_epi32(load_i32(p))))
 #include "kernels/kquant_simd.h"
 
@@ -545,7 +555,7 @@ static void avx2_matmul(const kite_packed_matrix *w, const void *act, const floa
         kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
         return;
     }
-    if (w->type == KITE_TYPE_Q2_K || w->type == KITE_TYPE_Q3_K) {
+    if (w->type == KITE_TYPE_Q2_K || w->type == KITE_TYPE_Q3_K) { /* kernels/kquant_simd.h (q4_K..q6_K: below) */
         kq_matmul(w, act, n, y, y_stride, r0, r1);
         return;
     }

@@ -773,8 +773,19 @@ typedef __m512 kt_vf;
 #define kt_u8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define kt_i8(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define kt_u8x2(p) _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define kt_i8x2(p) _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define kt_srai(a, n) _mm512_srai_epi32(a, n)
 #define kt_dot16(acc, a, p) _mm512_dpwssd_epi32(acc, a, _mm512_set1_epi32(load_i32(p)))
 #define KQ_TILE_B 8
+#define kt_scale(sc) (sc)
+INLINE __m512i kt_sdot4_avx512(__m512i acc, const __m512i *w, const int8_t *q, __m512i sc) {
+    __m512i i0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast32(q));
+    __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcast32(q + 4));
+    i0 = _mm512_dpbusd_epi32(i0, w[2], bcast32(q + 8));
+    i1 = _mm512_dpbusd_epi32(i1, w[3], bcast32(q + 12));
+    return _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_add_epi32(i0, i1), sc));
+}
+#define kt_sdot4(acc, w, q, sc) kt_sdot4_avx512(acc, w, q, sc)
 #define kt_add(a, b) _mm512_add_epi32(a, b)
 #define kt_sub(a, b) _mm512_sub_epi32(a, b)
 #define kt_set1(x) _mm512_set1_epi32(x)
@@ -800,7 +811,7 @@ static void avx512_matmul(const kite_packed_matrix *w, const void *act, const fl
         kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
         return;
     }
-    if (w->type == KITE_TYPE_Q2_K || w->type == KITE_TYPE_Q3_K) {
+    if (w->type == KITE_TYPE_Q2_K || w->type == KITE_TYPE_Q3_K) { /* kernels/kquant_simd.h (q4_K..q6_K: below) */
         kq_matmul(w, act, n, y, y_stride, r0, r1);
         return;
     }
