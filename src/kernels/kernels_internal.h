@@ -144,8 +144,8 @@ void kite_decode_k(uint32_t type, const void *block, kite_k_ints *out);
  *         0..3). scales: per pair of sub-blocks p = 0..7, G pairs of the block's scale bytes (sc | m << 4 of
  *         sub-blocks 2p, 2p+1); then G fp16 d and G fp16 dmin (as many bytes as the file's blocks).
  *   q3_K: per 32 columns (sub-blocks 2t, 2t+1): two vectors of the low 2 bits of v + 4 as q2_K's, then one
- *         vector whose byte holds in bit k the high bit of column group 8t + k. scales: per sub-block s,
- *         G int8 sc (-32..31); then G fp16 d.
+ *         vector whose byte holds in bit k the high bit of column group 8t + k. scales: per pair of
+ *         sub-blocks p = 0..7, G pairs (sc_2p, sc_2p+1) of int8 (-32..31), then G fp16 d (as q6_K's).
  *   q4_K: per 32-column sub-block s, 4 nibble vectors as q4_0 (v in 0..15). scales: for pairs of
  *         sub-blocks p = 0..3, G pairs (sc_2p, sc_2p+1) of u8, then G pairs (m_2p, m_2p+1) of u8;
  *         then G fp16 d and G fp16 dmin.

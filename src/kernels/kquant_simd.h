@@ -1,17 +1,18 @@
-/* The 2- and 3-bit K-quants' product (q2_K, q3_K), written once for every SIMD level: kq_matmul(...)
+/* The K-quants' product (q2_K, q3_K, q4_K, q5_K, q6_K), written once for every SIMD level: kq_matmul(...)
  * computes exactly the reference's K-quant product (kernels/ref/ref.c matmul_k, the math in
- * kernels_internal.h), bit for bit, on the interleaved layout with G = KT_LANES rows per group (the q2_K
- * and q3_K entries of kernels_internal.h's layout list). Included by each level's file, which first defines
- * the vector layer of kernels/trellis_simd.h (KT_LANES, kt_vi, kt_vf, kt_load, kt_add, kt_sub, kt_set1,
- * kt_zero, kt_dot, kt_f16, kt_cvt, kt_fmadd, kt_mulf, kt_set1f, kt_zerof, kt_storef, kt_prefetch) and:
+ * kernels_internal.h), bit for bit, on the interleaved layout with G = KT_LANES rows per group (the K-quant
+ * entries of kernels_internal.h's layout list). Every level runs q2_K and q3_K here; NEON also q4_K..q6_K.
+ * AVX2 and AVX-512 keep their own q4_K..q6_K tiles, which measured faster (kite_kernel_bench, 2048 x 8192,
+ * 2 threads, 2026-12-07: AVX2 q5_K / q6_K 4-8% at n = 1; AVX-512 q4_K..q6_K 5-12% at n = 16, equal at n = 1).
+ * Included by each level's file, which first defines the vector layer of kernels/trellis_simd.h (KT_LANES,
+ * kt_vi, kt_vf, kt_load, kt_add, kt_sub, kt_set1, kt_zero, kt_dot, kt_f16, kt_cvt, kt_fmadd, kt_mulf,
+ * kt_set1f, kt_zerof, kt_storef, kt_prefetch) and:
  *
  *   kt_and(a, b), kt_or(a, b)
- *   kt_srli(a, n), kt_slli(a, n)   per 32-bit lane shifts by a constant 0 < n < 32
+ *   kt_srli(a, n), kt_slli(a, n), kt_srai(a, n)   per 32-bit lane shifts by a constant 0 < n < 32
  *   kt_mul(a, b)                   per lane a * b, low 32 bits
- *   kt_u8(p), kt_i8(p)             KT_LANES bytes at p, zero- or sign-extended to the lanes
  *   kt_u8x2(p), kt_i8x2(p)         2 KT_LANES bytes at p, zero- or sign-extended to 16-bit halves: lane i
  *                                  holds bytes 2i (low half) and 2i + 1 (high half)
- *   kt_srai(a, n)                  per 32-bit lane arithmetic shift right by a constant 0 < n < 32
  *   kt_dot16(acc, a, p)            acc + per lane a.lo * p[0] + a.hi * p[1] (16-bit halves, p: 2 int16)
  *   kt_scale(sc)                   the lanes' int32 scales (|sc| < 2^15) in the form kt_sdot4 takes
  *   kt_sdot4(acc, w, q, sc)        acc + sc * sum_{j < 4} (per lane dot of w[j] with q[4j..4j+3]), for weight
@@ -19,16 +20,17 @@
  *                                  31 * 127 each fit) and multiplies by (sc, sc) with one vpmaddwd; VNNI and
  *                                  sdot chain in 32 bits and multiply
  *   KQ_TILE_B (optional)           activation rows per pass over the weights (default 4)
+ *   KQ_B32 (optional)              also define kq_b32_matmul, for q4_1, q5_0 and q5_1
  *
- * kt_dot multiplies unsigned weight bytes (here 0..3 or 0..7) by 4 signed activations, which every
- * level's dot (vpdpbusd, maddubs, sdot) does exactly for these ranges.
+ * The dots multiply unsigned weight bytes u (0..63) by signed activations, which every level's dot
+ * (vpdpbusd, maddubs, sdot) does exactly for these ranges.
  *
- * Per row group and up to KQ_TILE_B activation rows, for each 16-column sub-block s: one vector of 2-bit
- * fields gives the 4 column groups' weight bytes ((w >> 2j) & 3, plus for q3_K the high bit of each
- * element moved to bit 2, so u = v + 4 in 0..7), four dots make the sub-block's integer sum per row, and
- * sc_s (the lanes' scales, widened from one byte per row) weighs it into A. q2_K adds m_s * sum16_s into
- * B, a 16-bit pair dot per two sub-blocks (their scale bytes lie as pairs per row); q3_K starts each
- * sub-block's sum at -4 sum16_s, which turns u back into v. */
+ * Per row group and up to KQ_TILE_B activation rows, for each 32 columns of a block: kq_unpack gives the 8
+ * column groups' weight bytes u (2-bit fields, nibbles, plus the high bits: u = v + offset, offset 4 for
+ * q3_K, 32 for q6_K, else 0), the row's scales weigh the sub-blocks' integer sums into A. At the block's end
+ * one pass of 16-bit pair dots of the per-row scale bytes (laid as pairs in every layout) against the
+ * activations' sums makes the second integer: B = sum_s m_s xsum_s for the types with mins, or
+ * C = sum_s sc_s sum16_s, which takes the offset off A (sum_s sc_s sum (u - offset) q = A - offset C). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -254,3 +256,106 @@ KT_TARGET static void kq_matmul(const kite_packed_matrix *w, const void *act, in
         }
     }
 }
+
+#ifdef KQ_B32 /* defined by the levels that take these from here */
+/* ---- q4_1, q5_0, q5_1 (32-element blocks) ------------------------------------------------------------------- *
+ * The levels whose own tiles lack them (AVX2, NEON) run these here: per block the 8 column groups' weight
+ * bytes u (nibbles, plus the fifth bit for q5_0 / q5_1; v = u - 16 for q5_0), isum = sum u q - 16 xsum
+ * (q5_0), then acc = fma(isum, d dx, acc) and, with a min, acc = fma(xsum, m dx, acc): the reference's steps. */
+#define KQ_PREFETCH_B32 12 /* blocks ahead */
+
+KQ_INLINE void kq_b32_tile(const uint8_t *grp, const kite_pack_geom *g, const uint8_t *act, const kite_act_geom *ag, int32_t b0,
+                           float *y, int64_t y_stride, int64_t row0, int64_t r0, int64_t r1, const uint32_t type, const int NB) {
+    enum { G = KT_LANES, V = 4 * KT_LANES };
+    const bool q5 = type != KITE_TYPE_Q4_1, has_min = type != KITE_TYPE_Q5_0;
+    const uint32_t offset = type == KITE_TYPE_Q5_0 ? 16u : 0u;
+    const kt_vi one = kt_scale(kt_set1(1));
+    kt_vf acc[KQ_TILE_B];
+    const uint8_t *arow[KQ_TILE_B];
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) {
+        arow[b] = act + (size_t)(b0 + b) * ag->row_bytes;
+        acc[b] = kt_zerof();
+    }
+    for (int64_t blk = 0; blk < g->n_blocks; blk++) {
+        const uint8_t *qb = grp + (size_t)blk * g->block_bytes, *sb = qb + g->q_bytes;
+        if (blk + KQ_PREFETCH_B32 < g->n_blocks)
+            for (size_t o = 0; o < g->block_bytes; o += 64) kt_prefetch(qb + KQ_PREFETCH_B32 * g->block_bytes + o);
+        kt_vi w[8];
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            const kt_vi v = kt_load(qb + (size_t)p * V);
+            w[p] = kq_move(v, 0, 0, 4);
+            w[p + 4] = kq_move(v, 4, 0, 4);
+        }
+        if (q5) {
+            const kt_vi h = kt_load(qb + 4 * (size_t)V);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) w[j] = kt_or(w[j], kq_move(h, j, 4, 1));
+        }
+        const kt_vf d = kt_f16(sb), m = has_min ? kt_f16(sb + 2 * G) : kt_zerof();
+#pragma GCC unroll 8
+        for (int b = 0; b < NB; b++) {
+            const int8_t *xq = (const int8_t *)arow[b] + blk * 32;
+            int32_t xsum;
+            float dx;
+            memcpy(&xsum, arow[b] + ag->off_sum + (size_t)blk * 4, 4);
+            memcpy(&dx, arow[b] + ag->off_d + (size_t)blk * 4, 4);
+            /* wrapping like the lanes' own sums (a NaN row quantizes to sums of INT_MIN: no UB) */
+            kt_vi isum = kt_set1((int32_t)(0u - offset * (uint32_t)xsum));
+            isum = kt_sdot4(isum, w, xq, one);
+            isum = kt_sdot4(isum, w + 4, xq + 16, one);
+            const kt_vf vdx = kt_set1f(dx);
+            acc[b] = kt_fmadd(kt_cvt(isum), kt_mulf(d, vdx), acc[b]);
+            if (has_min) acc[b] = kt_fmadd(kt_set1f((float)xsum), kt_mulf(m, vdx), acc[b]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) kq_store_rows(y + (int64_t)(b0 + b) * y_stride, row0, r0, r1, acc[b]);
+}
+
+#define KQ_B32_RUNNER(name, TYPE)                                                                                         \
+    KT_TARGET static void name(const uint8_t *grp, const kite_pack_geom *g, const uint8_t *act, const kite_act_geom *ag,    \
+                               int32_t b0, int nb, float *y, int64_t ys, int64_t row0, int64_t r0, int64_t r1) {          \
+        switch (nb) {                                                                                                     \
+        case 1: kq_b32_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, TYPE, 1); break;                                    \
+        case 2: kq_b32_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, TYPE, 2); break;                                    \
+        case 3: kq_b32_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, TYPE, 3); break;                                    \
+        case 4: kq_b32_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, TYPE, 4); break;                                    \
+        default: break;                                                                                                   \
+        }                                                                                                                 \
+    }
+KQ_B32_RUNNER(kq_run_q4_1, KITE_TYPE_Q4_1)
+KQ_B32_RUNNER(kq_run_q5_0, KITE_TYPE_Q5_0)
+KQ_B32_RUNNER(kq_run_q5_1, KITE_TYPE_Q5_1)
+
+/* kite_kernel_set.matmul for a q4_1, q5_0 or q5_1 matrix packed with G = KT_LANES (at most 4 activation rows
+ * per pass, the n rows split as evenly as in kq_matmul). */
+KT_TARGET static void kq_b32_matmul(const kite_packed_matrix *w, const void *act, int32_t n, float *y, int64_t y_stride,
+                                    int64_t r0, int64_t r1) {
+    if (r0 < 0) r0 = 0;
+    if (r1 > w->rows) r1 = w->rows;
+    if (r0 >= r1 || n <= 0) return;
+    kite_pack_geom g;
+    if (!kite_pack_geometry(w->type, w->rows, w->cols, KT_LANES, &g)) return;
+    const kite_act_geom ag = kite_act_geometry(KITE_FAMILY_B32, w->cols);
+    void (*run)(const uint8_t *, const kite_pack_geom *, const uint8_t *, const kite_act_geom *, int32_t, int, float *, int64_t,
+                int64_t, int64_t, int64_t) = NULL;
+    switch (w->type) {
+    case KITE_TYPE_Q4_1: run = kq_run_q4_1; break;
+    case KITE_TYPE_Q5_0: run = kq_run_q5_0; break;
+    case KITE_TYPE_Q5_1: run = kq_run_q5_1; break;
+    default: return;
+    }
+    enum { TB = 4 };
+    const int32_t n_tiles = (n + TB - 1) / TB, tile_lo = n / n_tiles, n_bigger = n % n_tiles;
+    for (int64_t gr = r0 / KT_LANES; gr * KT_LANES < r1; gr++) {
+        const uint8_t *grp = (const uint8_t *)w->data + (size_t)gr * g.group_bytes;
+        for (int32_t t = 0, b0 = 0; t < n_tiles; t++) {
+            const int32_t nb = tile_lo + (t < n_bigger ? 1 : 0);
+            run(grp, &g, act, &ag, b0, nb, y, y_stride, gr * KT_LANES, r0, r1);
+            b0 += nb;
+        }
+    }
+}
+#endif

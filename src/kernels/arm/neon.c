@@ -228,7 +228,7 @@ FLOAT_RUNNER(run_bf16, KITE_TYPE_BF16)
 
 static bool accelerated(uint32_t type) {
     return type == KITE_TYPE_F32 || type == KITE_TYPE_F16 || type == KITE_TYPE_BF16 || type == KITE_TYPE_Q8_0 ||
-           type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q2_K || type == KITE_TYPE_Q3_K || type == KITE_TYPE_Q4_K ||
+           type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q4_1 || type == KITE_TYPE_Q5_0 || type == KITE_TYPE_Q5_1 || type == KITE_TYPE_Q2_K || type == KITE_TYPE_Q3_K || type == KITE_TYPE_Q4_K ||
            type == KITE_TYPE_Q5_K || type == KITE_TYPE_Q6_K;
 }
 
@@ -294,16 +294,6 @@ static inline uint32x4_t kt_dot_neon(uint32x4_t acc, uint32x4_t u, const int8_t 
 #include "kernels/trellis_simd.h"
 
 /* ---- q2_K, q3_K (kernels/kquant_simd.h on the layer above) ------------------------------------------------- */
-static inline uint32x4_t kt_u8_neon(const void *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return vmovl_u16(vget_low_u16(vmovl_u8(vcreate_u8(v))));
-}
-static inline uint32x4_t kt_i8_neon(const void *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return vreinterpretq_u32_s32(vmovl_s16(vget_low_s16(vmovl_s8(vcreate_s8(v)))));
-}
 static inline uint32x4_t kt_dot16_neon(uint32x4_t acc, uint32x4_t a, const void *p) {
     uint32_t v;
     memcpy(&v, p, 4);
@@ -329,8 +319,7 @@ static inline uint32x4_t kt_sdot4_neon(uint32x4_t acc, const uint32x4_t *w, cons
 #define kt_srli(a, n) kt_shift(a, -(n))
 #define kt_slli(a, n) kt_shift(a, n)
 #define kt_mul(a, b) vmulq_u32(a, b)
-#define kt_u8(p) kt_u8_neon(p)
-#define kt_i8(p) kt_i8_neon(p)
+#define KQ_B32 1
 #include "kernels/kquant_simd.h"
 
 static void neon_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
@@ -341,6 +330,10 @@ static void neon_matmul(const kite_packed_matrix *w, const void *act, const floa
     }
     if (w->layout != LAYOUT4) {
         kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
+        return;
+    }
+    if (w->type == KITE_TYPE_Q4_1 || w->type == KITE_TYPE_Q5_0 || w->type == KITE_TYPE_Q5_1) { /* kernels/kquant_simd.h */
+        kq_b32_matmul(w, act, n, y, y_stride, r0, r1);
         return;
     }
     if (kite_type_family(w->type) == KITE_FAMILY_K) {

@@ -449,7 +449,7 @@ FLOAT_RUNNER(run_bf16, KITE_TYPE_BF16)
 
 static bool accelerated(uint32_t type) {
     return type == KITE_TYPE_F32 || type == KITE_TYPE_F16 || type == KITE_TYPE_BF16 || type == KITE_TYPE_Q8_0 ||
-           type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q2_K || type == KITE_TYPE_Q3_K || type == KITE_TYPE_Q4_K ||
+           type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q4_1 || type == KITE_TYPE_Q5_0 || type == KITE_TYPE_Q5_1 || type == KITE_TYPE_Q2_K || type == KITE_TYPE_Q3_K || type == KITE_TYPE_Q4_K ||
            type == KITE_TYPE_Q5_K || type == KITE_TYPE_Q6_K;
 }
 
@@ -529,8 +529,6 @@ INLINE __m256i kt_field_avx2(__m256i w, int c0, int c1, int c2, int c3) {
 #define kt_srli(a, n) _mm256_srli_epi32(a, n)
 #define kt_slli(a, n) _mm256_slli_epi32(a, n)
 #define kt_mul(a, b) _mm256_mullo_epi32(a, b)
-#define kt_u8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
-#define kt_i8(p) _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
 #define kt_u8x2(p) _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define kt_i8x2(p) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define kt_srai(a, n) _mm256_srai_epi32(a, n)
@@ -543,6 +541,7 @@ INLINE __m256i kt_sdot4_avx2(__m256i acc, const __m256i *w, const int8_t *q, __m
 }
 #define kt_sdot4(acc, w, q, sc) kt_sdot4_avx2(acc, w, q, sc)
 #define kt_dot16(acc, a, p) _mm256_add_epi32(acc, _mm256_madd_epi16(a, _mm256_set1_epi32(load_i32(p))))
+#define KQ_B32 1
 #include "kernels/kquant_simd.h"
 
 static void avx2_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,
@@ -553,6 +552,10 @@ static void avx2_matmul(const kite_packed_matrix *w, const void *act, const floa
     }
     if (w->layout != LAYOUT8) {
         kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
+        return;
+    }
+    if (w->type == KITE_TYPE_Q4_1 || w->type == KITE_TYPE_Q5_0 || w->type == KITE_TYPE_Q5_1) { /* kernels/kquant_simd.h */
+        kq_b32_matmul(w, act, n, y, y_stride, r0, r1);
         return;
     }
     if (w->type == KITE_TYPE_Q2_K || w->type == KITE_TYPE_Q3_K) { /* kernels/kquant_simd.h (q4_K..q6_K: below) */

@@ -770,8 +770,6 @@ typedef __m512 kt_vf;
 #define kt_srli(a, n) _mm512_srli_epi32(a, n)
 #define kt_slli(a, n) _mm512_slli_epi32(a, n)
 #define kt_mul(a, b) _mm512_mullo_epi32(a, b)
-#define kt_u8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
-#define kt_i8(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define kt_u8x2(p) _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define kt_i8x2(p) _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define kt_srai(a, n) _mm512_srai_epi32(a, n)
