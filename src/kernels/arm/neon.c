@@ -228,8 +228,9 @@ FLOAT_RUNNER(run_bf16, KITE_TYPE_BF16)
 
 static bool accelerated(uint32_t type) {
     return type == KITE_TYPE_F32 || type == KITE_TYPE_F16 || type == KITE_TYPE_BF16 || type == KITE_TYPE_Q8_0 ||
-           type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q4_1 || type == KITE_TYPE_Q5_0 || type == KITE_TYPE_Q5_1 || type == KITE_TYPE_Q2_K || type == KITE_TYPE_Q3_K || type == KITE_TYPE_Q4_K ||
-           type == KITE_TYPE_Q5_K || type == KITE_TYPE_Q6_K;
+           type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q4_1 || type == KITE_TYPE_Q5_0 || type == KITE_TYPE_Q5_1 ||
+           type == KITE_TYPE_Q2_K || type == KITE_TYPE_Q3_K || type == KITE_TYPE_Q4_K || type == KITE_TYPE_Q5_K ||
+           type == KITE_TYPE_Q6_K; /* the trellis types are read as they lie (a view) */
 }
 
 static int neon_pack(const kite_tensor *t, kite_weight_arena *arena, kite_packed_matrix *out, kite_error *e) {
@@ -293,7 +294,7 @@ static inline uint32x4_t kt_dot_neon(uint32x4_t acc, uint32x4_t u, const int8_t 
 #define kt_prefetch(p) __builtin_prefetch(p)
 #include "kernels/trellis_simd.h"
 
-/* ---- q2_K, q3_K (kernels/kquant_simd.h on the layer above) ------------------------------------------------- */
+/* ---- q4_1, q5_0, q5_1 and the K-quants (kernels/kquant_simd.h on the layer above; sdot) ------------------ */
 static inline uint32x4_t kt_dot16_neon(uint32x4_t acc, uint32x4_t a, const void *p) {
     uint32_t v;
     memcpy(&v, p, 4);
@@ -336,7 +337,7 @@ static void neon_matmul(const kite_packed_matrix *w, const void *act, const floa
         kq_b32_matmul(w, act, n, y, y_stride, r0, r1);
         return;
     }
-    if (kite_type_family(w->type) == KITE_FAMILY_K) {
+    if (kite_type_family(w->type) == KITE_FAMILY_K) { /* q2_K..q6_K: the trellis types went above */
         kq_matmul(w, act, n, y, y_stride, r0, r1);
         return;
     }

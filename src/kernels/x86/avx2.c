@@ -449,8 +449,9 @@ FLOAT_RUNNER(run_bf16, KITE_TYPE_BF16)
 
 static bool accelerated(uint32_t type) {
     return type == KITE_TYPE_F32 || type == KITE_TYPE_F16 || type == KITE_TYPE_BF16 || type == KITE_TYPE_Q8_0 ||
-           type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q4_1 || type == KITE_TYPE_Q5_0 || type == KITE_TYPE_Q5_1 || type == KITE_TYPE_Q2_K || type == KITE_TYPE_Q3_K || type == KITE_TYPE_Q4_K ||
-           type == KITE_TYPE_Q5_K || type == KITE_TYPE_Q6_K;
+           type == KITE_TYPE_Q4_0 || type == KITE_TYPE_Q4_1 || type == KITE_TYPE_Q5_0 || type == KITE_TYPE_Q5_1 ||
+           type == KITE_TYPE_Q2_K || type == KITE_TYPE_Q3_K || type == KITE_TYPE_Q4_K || type == KITE_TYPE_Q5_K ||
+           type == KITE_TYPE_Q6_K; /* the trellis types are read as they lie (a view) */
 }
 
 static int avx2_pack(const kite_tensor *t, kite_weight_arena *arena, kite_packed_matrix *out, kite_error *e) {
@@ -523,7 +524,7 @@ INLINE __m256i kt_field_avx2(__m256i w, int c0, int c1, int c2, int c3) {
 #define kt_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 #include "kernels/trellis_simd.h"
 
-/* ---- q2_K, q3_K (kernels/kquant_simd.h on the layer above) ------------------------------------------------- */
+/* ---- q4_1, q5_0, q5_1, q2_K, q3_K (kernels/kquant_simd.h on the layer above; maddubs) ---------------------- */
 #define kt_and(a, b) _mm256_and_si256(a, b)
 #define kt_or(a, b) _mm256_or_si256(a, b)
 #define kt_srli(a, n) _mm256_srli_epi32(a, n)
