@@ -20,7 +20,7 @@
  *                                  31 * 127 each fit) and multiplies by (sc, sc) with one vpmaddwd; VNNI and
  *                                  sdot chain in 32 bits and multiply
  *   KQ_TILE_B (optional)           activation rows per pass over the weights (default 4)
- *   KQ_B32 (optional)              also define kq_b32_matmul, for q4_1, q5_0 and q5_1
+ *   KQ_B32 (optional)              kq_matmul also takes q4_1, q5_0 and q5_1
  *
  * The dots multiply unsigned weight bytes u (0..63) by signed activations, which every level's dot
  * (vpdpbusd, maddubs, sdot) does exactly for these ranges.
@@ -199,64 +199,6 @@ KQ_INLINE void kq_tile(const uint8_t *grp, const kite_pack_geom *g, const uint8_
     for (int b = 0; b < NB; b++) kq_store_rows(y + (int64_t)(b0 + b) * y_stride, row0, r0, r1, acc[b]);
 }
 
-#if KQ_TILE_B > 4
-#define KQ_WIDE_TILES(T)                                                                                              \
-    case 5: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 5); break;                                           \
-    case 6: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 6); break;                                           \
-    case 7: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 7); break;                                           \
-    case 8: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 8); break;
-#else
-#define KQ_WIDE_TILES(T)
-#endif
-#define KQ_RUNNER(name, T)                                                                                            \
-    KT_TARGET static void name(const uint8_t *grp, const kite_pack_geom *g, const uint8_t *act, const kite_act_geom *ag, \
-                               int32_t b0, int nb, float *y, int64_t ys, int64_t row0, int64_t r0, int64_t r1) {       \
-        switch (nb) {                                                                                                  \
-        case 1: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 1); break;                                       \
-        case 2: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 2); break;                                       \
-        case 3: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 3); break;                                       \
-        case 4: kq_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, T, 4); break;                                       \
-        KQ_WIDE_TILES(T)                                                                                              \
-        default: break;                                                                                                \
-        }                                                                                                              \
-    }
-KQ_RUNNER(kq_run_q2_k, KQ_Q2)
-KQ_RUNNER(kq_run_q3_k, KQ_Q3)
-KQ_RUNNER(kq_run_q4_k, KQ_Q4)
-KQ_RUNNER(kq_run_q5_k, KQ_Q5)
-KQ_RUNNER(kq_run_q6_k, KQ_Q6)
-
-/* kite_kernel_set.matmul for a q2_K or q3_K matrix packed with G = KT_LANES. The n rows go in the fewest
- * tiles of at most KQ_TILE_B, as even as possible (a tile's size changes no bits). */
-KT_TARGET static void kq_matmul(const kite_packed_matrix *w, const void *act, int32_t n, float *y, int64_t y_stride,
-                                int64_t r0, int64_t r1) {
-    if (r0 < 0) r0 = 0;
-    if (r1 > w->rows) r1 = w->rows;
-    if (r0 >= r1 || n <= 0) return;
-    kite_pack_geom g;
-    if (!kite_pack_geometry(w->type, w->rows, w->cols, KT_LANES, &g)) return;
-    const kite_act_geom ag = kite_act_geometry(KITE_FAMILY_K, w->cols);
-    void (*run)(const uint8_t *, const kite_pack_geom *, const uint8_t *, const kite_act_geom *, int32_t, int, float *, int64_t,
-                int64_t, int64_t, int64_t) = NULL;
-    switch (w->type) {
-    case KITE_TYPE_Q2_K: run = kq_run_q2_k; break;
-    case KITE_TYPE_Q3_K: run = kq_run_q3_k; break;
-    case KITE_TYPE_Q4_K: run = kq_run_q4_k; break;
-    case KITE_TYPE_Q5_K: run = kq_run_q5_k; break;
-    case KITE_TYPE_Q6_K: run = kq_run_q6_k; break;
-    default: return;
-    }
-    const int32_t n_tiles = (n + KQ_TILE_B - 1) / KQ_TILE_B, tile_lo = n / n_tiles, n_bigger = n % n_tiles;
-    for (int64_t gr = r0 / KT_LANES; gr * KT_LANES < r1; gr++) {
-        const uint8_t *grp = (const uint8_t *)w->data + (size_t)gr * g.group_bytes;
-        for (int32_t t = 0, b0 = 0; t < n_tiles; t++) {
-            const int32_t nb = tile_lo + (t < n_bigger ? 1 : 0);
-            run(grp, &g, act, &ag, b0, nb, y, y_stride, gr * KT_LANES, r0, r1);
-            b0 += nb;
-        }
-    }
-}
-
 #ifdef KQ_B32 /* defined by the levels that take these from here */
 /* ---- q4_1, q5_0, q5_1 (32-element blocks) ------------------------------------------------------------------- *
  * The levels whose own tiles lack them (AVX2, NEON) run these here: per block the 8 column groups' weight
@@ -314,41 +256,67 @@ KQ_INLINE void kq_b32_tile(const uint8_t *grp, const kite_pack_geom *g, const ui
     for (int b = 0; b < NB; b++) kq_store_rows(y + (int64_t)(b0 + b) * y_stride, row0, r0, r1, acc[b]);
 }
 
-#define KQ_B32_RUNNER(name, TYPE)                                                                                         \
-    KT_TARGET static void name(const uint8_t *grp, const kite_pack_geom *g, const uint8_t *act, const kite_act_geom *ag,    \
-                               int32_t b0, int nb, float *y, int64_t ys, int64_t row0, int64_t r0, int64_t r1) {          \
-        switch (nb) {                                                                                                     \
-        case 1: kq_b32_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, TYPE, 1); break;                                    \
-        case 2: kq_b32_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, TYPE, 2); break;                                    \
-        case 3: kq_b32_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, TYPE, 3); break;                                    \
-        case 4: kq_b32_tile(grp, g, act, ag, b0, y, ys, row0, r0, r1, TYPE, 4); break;                                    \
-        default: break;                                                                                                   \
-        }                                                                                                                 \
-    }
-KQ_B32_RUNNER(kq_run_q4_1, KITE_TYPE_Q4_1)
-KQ_B32_RUNNER(kq_run_q5_0, KITE_TYPE_Q5_0)
-KQ_B32_RUNNER(kq_run_q5_1, KITE_TYPE_Q5_1)
+#endif
 
-/* kite_kernel_set.matmul for a q4_1, q5_0 or q5_1 matrix packed with G = KT_LANES (at most 4 activation rows
- * per pass, the n rows split as evenly as in kq_matmul). */
-KT_TARGET static void kq_b32_matmul(const kite_packed_matrix *w, const void *act, int32_t n, float *y, int64_t y_stride,
-                                    int64_t r0, int64_t r1) {
+#if KQ_TILE_B > 4
+#define KQ_WIDE_TILES(TILE, ARG)                                                                                        \
+    case 5: TILE(grp, g, act, ag, b0, y, ys, row0, r0, r1, ARG, 5); break;                                             \
+    case 6: TILE(grp, g, act, ag, b0, y, ys, row0, r0, r1, ARG, 6); break;                                             \
+    case 7: TILE(grp, g, act, ag, b0, y, ys, row0, r0, r1, ARG, 7); break;                                             \
+    case 8: TILE(grp, g, act, ag, b0, y, ys, row0, r0, r1, ARG, 8); break;
+#else
+#define KQ_WIDE_TILES(TILE, ARG)
+#endif
+/* A tile function for every tile size up to KQ_TILE_B (compile-time NB). */
+#define KQ_RUNNER(name, TILE, ARG)                                                                                      \
+    KT_TARGET static void name(const uint8_t *grp, const kite_pack_geom *g, const uint8_t *act, const kite_act_geom *ag,   \
+                               int32_t b0, int nb, float *y, int64_t ys, int64_t row0, int64_t r0, int64_t r1) {         \
+        switch (nb) {                                                                                                    \
+        case 1: TILE(grp, g, act, ag, b0, y, ys, row0, r0, r1, ARG, 1); break;                                           \
+        case 2: TILE(grp, g, act, ag, b0, y, ys, row0, r0, r1, ARG, 2); break;                                           \
+        case 3: TILE(grp, g, act, ag, b0, y, ys, row0, r0, r1, ARG, 3); break;                                           \
+        case 4: TILE(grp, g, act, ag, b0, y, ys, row0, r0, r1, ARG, 4); break;                                           \
+        KQ_WIDE_TILES(TILE, ARG)                                                                                         \
+        default: break; /* kq_matmul never asks for more than KQ_TILE_B */                                              \
+        }                                                                                                                \
+    }
+KQ_RUNNER(kq_run_q2_k, kq_tile, KQ_Q2)
+KQ_RUNNER(kq_run_q3_k, kq_tile, KQ_Q3)
+KQ_RUNNER(kq_run_q4_k, kq_tile, KQ_Q4)
+KQ_RUNNER(kq_run_q5_k, kq_tile, KQ_Q5)
+KQ_RUNNER(kq_run_q6_k, kq_tile, KQ_Q6)
+#ifdef KQ_B32
+KQ_RUNNER(kq_run_q4_1, kq_b32_tile, KITE_TYPE_Q4_1)
+KQ_RUNNER(kq_run_q5_0, kq_b32_tile, KITE_TYPE_Q5_0)
+KQ_RUNNER(kq_run_q5_1, kq_b32_tile, KITE_TYPE_Q5_1)
+#endif
+
+/* kite_kernel_set.matmul for a matrix of a type above packed with G = KT_LANES. The n rows go in the fewest
+ * tiles of at most KQ_TILE_B, as even as possible (a tile's size changes no bits). */
+KT_TARGET static void kq_matmul(const kite_packed_matrix *w, const void *act, int32_t n, float *y, int64_t y_stride,
+                                int64_t r0, int64_t r1) {
     if (r0 < 0) r0 = 0;
     if (r1 > w->rows) r1 = w->rows;
     if (r0 >= r1 || n <= 0) return;
     kite_pack_geom g;
     if (!kite_pack_geometry(w->type, w->rows, w->cols, KT_LANES, &g)) return;
-    const kite_act_geom ag = kite_act_geometry(KITE_FAMILY_B32, w->cols);
+    const kite_act_geom ag = kite_act_geometry(kite_type_family(w->type), w->cols);
     void (*run)(const uint8_t *, const kite_pack_geom *, const uint8_t *, const kite_act_geom *, int32_t, int, float *, int64_t,
                 int64_t, int64_t, int64_t) = NULL;
     switch (w->type) {
+    case KITE_TYPE_Q2_K: run = kq_run_q2_k; break;
+    case KITE_TYPE_Q3_K: run = kq_run_q3_k; break;
+    case KITE_TYPE_Q4_K: run = kq_run_q4_k; break;
+    case KITE_TYPE_Q5_K: run = kq_run_q5_k; break;
+    case KITE_TYPE_Q6_K: run = kq_run_q6_k; break;
+#ifdef KQ_B32
     case KITE_TYPE_Q4_1: run = kq_run_q4_1; break;
     case KITE_TYPE_Q5_0: run = kq_run_q5_0; break;
     case KITE_TYPE_Q5_1: run = kq_run_q5_1; break;
+#endif
     default: return;
     }
-    enum { TB = 4 };
-    const int32_t n_tiles = (n + TB - 1) / TB, tile_lo = n / n_tiles, n_bigger = n % n_tiles;
+    const int32_t n_tiles = (n + KQ_TILE_B - 1) / KQ_TILE_B, tile_lo = n / n_tiles, n_bigger = n % n_tiles;
     for (int64_t gr = r0 / KT_LANES; gr * KT_LANES < r1; gr++) {
         const uint8_t *grp = (const uint8_t *)w->data + (size_t)gr * g.group_bytes;
         for (int32_t t = 0, b0 = 0; t < n_tiles; t++) {
@@ -358,4 +326,3 @@ KT_TARGET static void kq_b32_matmul(const kite_packed_matrix *w, const void *act
         }
     }
 }
-#endif

@@ -333,11 +333,8 @@ static void neon_matmul(const kite_packed_matrix *w, const void *act, const floa
         kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
         return;
     }
-    if (w->type == KITE_TYPE_Q4_1 || w->type == KITE_TYPE_Q5_0 || w->type == KITE_TYPE_Q5_1) { /* kernels/kquant_simd.h */
-        kq_b32_matmul(w, act, n, y, y_stride, r0, r1);
-        return;
-    }
-    if (kite_type_family(w->type) == KITE_FAMILY_K) { /* q2_K..q6_K: the trellis types went above */
+    if (w->type == KITE_TYPE_Q4_1 || w->type == KITE_TYPE_Q5_0 || w->type == KITE_TYPE_Q5_1 ||
+        kite_type_family(w->type) == KITE_FAMILY_K) { /* kernels/kquant_simd.h (the trellis types went above) */
         kq_matmul(w, act, n, y, y_stride, r0, r1);
         return;
     }

@@ -555,11 +555,8 @@ static void avx2_matmul(const kite_packed_matrix *w, const void *act, const floa
         kite_ref_matmul(w, act, x, n, y, y_stride, r0, r1);
         return;
     }
-    if (w->type == KITE_TYPE_Q4_1 || w->type == KITE_TYPE_Q5_0 || w->type == KITE_TYPE_Q5_1) { /* kernels/kquant_simd.h */
-        kq_b32_matmul(w, act, n, y, y_stride, r0, r1);
-        return;
-    }
-    if (w->type == KITE_TYPE_Q2_K || w->type == KITE_TYPE_Q3_K) { /* kernels/kquant_simd.h (q4_K..q6_K: below) */
+    if (w->type == KITE_TYPE_Q4_1 || w->type == KITE_TYPE_Q5_0 || w->type == KITE_TYPE_Q5_1 || w->type == KITE_TYPE_Q2_K ||
+        w->type == KITE_TYPE_Q3_K) { /* kernels/kquant_simd.h (q4_K..q6_K: below) */
         kq_matmul(w, act, n, y, y_stride, r0, r1);
         return;
     }
