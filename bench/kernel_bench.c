@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "base/threadpool.h"
@@ -87,11 +88,11 @@ static double probe_bandwidth(kite_pool *pool, const void *buf, size_t bytes) {
 static uint32_t type_by_name(const char *name) {
     for (uint32_t t = 0; t < KITE_TYPE_COUNT; t++) {
         const kite_type_traits *tr = kite_type_get(t);
-        if (tr && strcmp(tr->name, name) == 0) return t;
+        if (tr && strcasecmp(tr->name, name) == 0) return t; /* q2_k as q2_K */
     }
     static const uint32_t kt[] = {KITE_TYPE_KT2, KITE_TYPE_KT2_5, KITE_TYPE_KT3};
     for (size_t i = 0; i < sizeof kt / sizeof kt[0]; i++)
-        if (strcmp(kite_type_get(kt[i])->name, name) == 0) return kt[i];
+        if (strcasecmp(kite_type_get(kt[i])->name, name) == 0) return kt[i];
     return UINT32_MAX;
 }
 
@@ -160,7 +161,10 @@ int main(int argc, char **argv) {
             const kite_type_traits *tr = kite_type_get(type);
             const bool trellis = kite_is_trellis(type);
             if (!tr || (!tr->from_float && !trellis) || cols % tr->block_size || (trellis && rows % KT_ROWS)) {
-                fprintf(stderr, "skipping type %s\n", tn);
+                fprintf(stderr, "skipping type %s: %s\n", tn,
+                        !tr ? "no such type (names as in GGUF: q4_0, q4_K, kt2, ...)"
+                        : (!tr->from_float && !trellis) ? "kite cannot quantize to it"
+                                                         : "the matrix shape is not a multiple of its block");
                 continue;
             }
             /* One quantized row repeated: the kernels' speed does not depend on the values. */
