@@ -35,6 +35,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/layer_rows.h"
+
 #ifndef KT_TARGET
 #define KT_TARGET
 #endif
@@ -97,16 +99,6 @@ KQ_INLINE void kq_unpack(const uint8_t *qb, int t, kt_vi w[8], const int T) {
     }
 }
 
-KQ_INLINE void kq_store_rows(float *dst, int64_t row0, int64_t r0, int64_t r1, kt_vf v) {
-    if (row0 >= r0 && row0 + KT_LANES <= r1) {
-        kt_storef(dst + row0, v);
-        return;
-    }
-    float tmp[KT_LANES];
-    kt_storef(tmp, v);
-    for (int i = 0; i < KT_LANES; i++)
-        if (row0 + i >= r0 && row0 + i < r1) dst[row0 + i] = tmp[i];
-}
 
 /* One row group (KT_LANES rows from row0) x NB activation rows from b0, type T. */
 KQ_INLINE void kq_tile(const uint8_t *grp, const kite_pack_geom *g, const uint8_t *act, const kite_act_geom *ag, int32_t b0,
@@ -196,7 +188,7 @@ KQ_INLINE void kq_tile(const uint8_t *grp, const kite_pack_geom *g, const uint8_
         }
     }
 #pragma GCC unroll 8
-    for (int b = 0; b < NB; b++) kq_store_rows(y + (int64_t)(b0 + b) * y_stride, row0, r0, r1, acc[b]);
+    for (int b = 0; b < NB; b++) kt_store_rows(y + (int64_t)(b0 + b) * y_stride, row0, r0, r1, acc[b]);
 }
 
 #ifdef KQ_B32 /* defined by the levels that take these from here */
@@ -253,7 +245,7 @@ KQ_INLINE void kq_b32_tile(const uint8_t *grp, const kite_pack_geom *g, const ui
         }
     }
 #pragma GCC unroll 8
-    for (int b = 0; b < NB; b++) kq_store_rows(y + (int64_t)(b0 + b) * y_stride, row0, r0, r1, acc[b]);
+    for (int b = 0; b < NB; b++) kt_store_rows(y + (int64_t)(b0 + b) * y_stride, row0, r0, r1, acc[b]);
 }
 
 #endif

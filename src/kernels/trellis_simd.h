@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/layer_rows.h"
 #include "quant/trellis.h"
 
 #ifndef KT_TARGET
@@ -71,16 +72,6 @@ KT_INLINE kt_vi kt_levels(const kt_tab *t, kt_vi a, kt_vi a_next, kt_vi w, const
     return kt_lut(t->q, kt_xor(a, kt_lut(t->p, hi)));
 }
 
-KT_INLINE void kt_store_rows(float *dst, int64_t row0, int64_t r0, int64_t r1, kt_vf v) {
-    if (row0 >= r0 && row0 + KT_LANES <= r1) {
-        kt_storef(dst + row0, v);
-        return;
-    }
-    float tmp[KT_LANES];
-    kt_storef(tmp, v);
-    for (int i = 0; i < KT_LANES; i++)
-        if (row0 + i >= r0 && row0 + i < r1) dst[row0 + i] = tmp[i];
-}
 
 /* One row group of 16 rows x NB activation rows from b0. */
 KT_INLINE void kt_tile(const uint8_t *tiles, int64_t n_blocks, const uint8_t *act, const kite_act_geom *ag, int32_t b0,
