@@ -44,7 +44,10 @@
 #ifndef KQ_TILE_B
 #define KQ_TILE_B 4 /* activation rows per pass over the weights */
 #endif
-#define KQ_PREFETCH_BLOCKS 2 /* blocks ahead (whole blocks: q2_K 21 lines at G = 16) */
+#if KQ_TILE_B != 4 && KQ_TILE_B != 8
+#error "KQ_TILE_B: 4 or 8 (the runners below have those cases)"
+#endif
+#define KQ_PREFETCH_BLOCKS 2 /* blocks ahead (q2_K: 21 lines at G = 16), an eighth of one per 32 columns */
 
 /* Bits [from, from + width) of every byte moved to [to, to + width), the rest 0 (32-bit shifts: what
  * crosses from a neighbouring byte is masked off). */
@@ -98,7 +101,6 @@ KQ_INLINE void kq_unpack(const uint8_t *qb, int t, kt_vi w[8], const int T) {
         }
     }
 }
-
 
 /* One row group (KT_LANES rows from row0) x NB activation rows from b0, type T. */
 KQ_INLINE void kq_tile(const uint8_t *grp, const kite_pack_geom *g, const uint8_t *act, const kite_act_geom *ag, int32_t b0,
