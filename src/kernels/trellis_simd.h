@@ -72,7 +72,6 @@ KT_INLINE kt_vi kt_levels(const kt_tab *t, kt_vi a, kt_vi a_next, kt_vi w, const
     return kt_lut(t->q, kt_xor(a, kt_lut(t->p, hi)));
 }
 
-
 /* One row group of 16 rows x NB activation rows from b0. */
 KT_INLINE void kt_tile(const uint8_t *tiles, int64_t n_blocks, const uint8_t *act, const kite_act_geom *ag, int32_t b0,
                        float *y, int64_t y_stride, int64_t row0, int64_t r0, int64_t r1, const int T, const int NB) {

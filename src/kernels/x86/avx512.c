@@ -760,43 +760,22 @@ static void trellis_matmul(const kite_packed_matrix *w, const void *act, const f
     else kite_kernels_avx2()->matmul(w, act, x, n, y, y_stride, r0, r1);
 }
 
-/* ---- q2_K, q3_K (kernels/kquant_simd.h on 16 lanes; vpdpbusd) ---------------------------------------------- */
-#define KT_LANES 16
-typedef __m512i kt_vi;
-typedef __m512 kt_vf;
-#define kt_load(p) _mm512_loadu_si512((const void *)(p))
-#define kt_and(a, b) _mm512_and_si512(a, b)
-#define kt_or(a, b) _mm512_or_si512(a, b)
+/* ---- q2_K, q3_K (kernels/kquant_simd.h on x86/avx512_layer.h plus the operations below; vpdpbusd) --------- */
+#include "kernels/x86/avx512_layer.h"
 #define kt_srli(a, n) _mm512_srli_epi32(a, n)
 #define kt_slli(a, n) _mm512_slli_epi32(a, n)
 #define kt_mul(a, b) _mm512_mullo_epi32(a, b)
 #define kt_u8x2(p) _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define kt_i8x2(p) _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define kt_srai(a, n) _mm512_srai_epi32(a, n)
-#define kt_dot16(acc, a, p) _mm512_dpwssd_epi32(acc, a, _mm512_set1_epi32(load_i32(p)))
+#define kt_dot16(acc, a, p) _mm512_dpwssd_epi32(acc, a, _mm512_set1_epi32(kt_load_i32(p)))
 #define KQ_TILE_B 8
 #define kt_scale(sc) (sc)
 INLINE __m512i kt_sdot4_avx512(__m512i acc, const __m512i *w, const int8_t *q, __m512i sc) {
-    __m512i i0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast32(q));
-    __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcast32(q + 4));
-    i0 = _mm512_dpbusd_epi32(i0, w[2], bcast32(q + 8));
-    i1 = _mm512_dpbusd_epi32(i1, w[3], bcast32(q + 12));
-    return _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_add_epi32(i0, i1), sc));
+    const __m512i i0 = kt_dot(kt_dot(kt_zero(), w[0], q), w[2], q + 8), i1 = kt_dot(kt_dot(kt_zero(), w[1], q + 4), w[3], q + 12);
+    return kt_add(acc, kt_mul(kt_add(i0, i1), sc));
 }
 #define kt_sdot4(acc, w, q, sc) kt_sdot4_avx512(acc, w, q, sc)
-#define kt_add(a, b) _mm512_add_epi32(a, b)
-#define kt_sub(a, b) _mm512_sub_epi32(a, b)
-#define kt_set1(x) _mm512_set1_epi32(x)
-#define kt_zero() _mm512_setzero_si512()
-#define kt_dot(acc, u, q) _mm512_dpbusd_epi32(acc, u, _mm512_set1_epi32(load_i32(q)))
-#define kt_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
-#define kt_cvt(v) _mm512_cvtepi32_ps(v)
-#define kt_fmadd(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define kt_mulf(a, b) _mm512_mul_ps(a, b)
-#define kt_set1f(x) _mm512_set1_ps(x)
-#define kt_zerof() _mm512_setzero_ps()
-#define kt_storef(p, v) _mm512_storeu_ps(p, v)
-#define kt_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 #include "kernels/kquant_simd.h"
 
 static void avx512_matmul(const kite_packed_matrix *w, const void *act, const float *x, int32_t n, float *y,

@@ -1,16 +1,13 @@
 /* The trellis types' product on AVX-512 VBMI/VBMI2 (Ice Lake, Sapphire Rapids, Zen 4 and later): the
- * vector layer of kernels/trellis_simd.h on 16 lanes. vpmultishiftqb takes the 6-bit halves of 64 states
+ * vector layer of kernels/trellis_simd.h on 16 lanes (x86/avx512_layer.h plus the operations below). vpmultishiftqb takes the 6-bit halves of 64 states
  * at once, vpermb looks both tables up, vpdpbusd multiplies. Compiled with the AVX-512 flags plus
  * -mavx512vbmi -mavx512vbmi2 (CMakeLists.txt); avx512.c calls it only where cpuid shows both, and falls
  * back to the AVX2 product (same bits) on AVX-512 CPUs without them (Skylake-X, Cascade Lake). */
 #include <immintrin.h>
-#include <string.h>
 
 #include "kernels/kernels_internal.h"
+#include "kernels/x86/avx512_layer.h" /* the shared 16-lane operations; the VBMI ones below */
 
-#define KT_LANES 16
-typedef __m512i kt_vi;
-typedef __m512 kt_vf;
 #define KT_BIAS 64
 typedef struct kt_tab {
     __m512i q, p;
@@ -20,12 +17,6 @@ static inline kt_tab kt_tab_load(void) {
     for (int i = 0; i < 64; i++) q[i] = (int8_t)(kite_kt_q[i] + KT_BIAS);
     return (kt_tab){_mm512_loadu_si512(q), _mm512_loadu_si512(kite_kt_p)};
 }
-static inline int32_t kt_load_i32(const void *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-#define kt_load(p) _mm512_loadu_si512((const void *)(p))
 #define kt_shrd(a, b, sh) _mm512_shrdv_epi32(a, b, _mm512_set1_epi32(sh))
 /* Every qword holds two lanes: the low one's offsets c_i, the high one's 32 + c_i. */
 #define kt_field(w, c0, c1, c2, c3)                                                                                     \
@@ -35,20 +26,6 @@ static inline int32_t kt_load_i32(const void *p) {
                                       (uint64_t)(32 + (c2)) << 48 | (uint64_t)(32 + (c3)) << 56)),                         \
         w)
 #define kt_lut(t, idx) _mm512_permutexvar_epi8(idx, t)
-#define kt_xor(a, b) _mm512_xor_si512(a, b)
-#define kt_add(a, b) _mm512_add_epi32(a, b)
-#define kt_sub(a, b) _mm512_sub_epi32(a, b)
-#define kt_set1(x) _mm512_set1_epi32(x)
-#define kt_zero() _mm512_setzero_si512()
-#define kt_dot(acc, u, q) _mm512_dpbusd_epi32(acc, u, _mm512_set1_epi32(kt_load_i32(q)))
-#define kt_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-#define kt_cvt(v) _mm512_cvtepi32_ps(v)
-#define kt_fmadd(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define kt_mulf(a, b) _mm512_mul_ps(a, b)
-#define kt_set1f(x) _mm512_set1_ps(x)
-#define kt_zerof() _mm512_setzero_ps()
-#define kt_storef(p, v) _mm512_storeu_ps(p, v)
-#define kt_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 #include "kernels/trellis_simd.h"
 
 void kite_avx512_vbmi_trellis_matmul(const kite_packed_matrix *w, const void *act, int32_t n, float *y, int64_t y_stride,
