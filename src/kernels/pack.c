@@ -372,10 +372,9 @@ static void pack_group(uint32_t type, const kite_pack_geom *g, const uint8_t *co
                     memset(k.v, -4, sizeof k.v);
                 }
                 for (int e = 0; e < 256; e++) u[r][e] = (uint8_t)(k.v[e] + (q3 ? 4 : 0));
-                for (int sub = 0; sub < 16; sub++) {
-                    if (q3) s[(size_t)(sub / 2) * 2 * G + 2 * (size_t)r + sub % 2] = (uint8_t)(int8_t)k.sc[sub];
-                    else s[(size_t)(sub / 2) * 2 * G + 2 * (size_t)r + sub % 2] = (uint8_t)(k.sc[sub] | k.m[sub] << 4);
-                }
+                for (int sub = 0; sub < 16; sub++) /* pairs per row: q3_K int8 sc, q2_K the file's sc | m << 4 */
+                    s[(size_t)(sub / 2) * 2 * G + 2 * (size_t)r + sub % 2] =
+                        q3 ? (uint8_t)(int8_t)k.sc[sub] : (uint8_t)(k.sc[sub] | k.m[sub] << 4);
                 memcpy(s + 16 * (size_t)G + 2 * (size_t)r, &dh, 2);
                 if (!q3) memcpy(s + 18 * (size_t)G + 2 * (size_t)r, &dminh, 2);
             }
