@@ -1,4 +1,4 @@
-/* Rate-distortion of kite's trellis types next to llama.cpp's: mean squared error against bits per weight
+/* Rate-distortion of kite's trellis types (plain and rotated) next to llama.cpp's: mean squared error against bits per weight
  * on unit-variance Gaussian, Laplace and Student-t (nu = 5, scaled to unit variance) matrices, beside
  * the Gaussian bound sigma^2 2^(-2R). llama.cpp's types are quantized and dequantized by llama.cpp's own
  * code (ggml_quantize_chunk and the type's to_float in node-llama-cpp's libggml-base, dlopen'ed), with no
@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
     static const struct { const char *name; int id; } llama_types[] = {
         {"q2_K", 10}, {"q3_K", 11}, {"q4_K", 12}, {"q4_0", 2}, {"iq2_xs", 17}, {"iq3_s", 21},
     };
-    static const uint32_t kt[] = {KITE_TYPE_KT2, KITE_TYPE_KT2_5, KITE_TYPE_KT3};
+    static const uint32_t kt[] = {KITE_TYPE_KT2, KITE_TYPE_KT2_5, KITE_TYPE_KT3, KITE_TYPE_KT2H, KITE_TYPE_KT2_5H, KITE_TYPE_KT3H};
     static const char *const dists[] = {"gaussian", "laplace", "student-t5"};
     printf("%lld x %lld matrices, unit variance; bound = 2^(-2 bpw)\n", (long long)rows, (long long)cols);
     for (int dist = 0; dist < 3; dist++) {
@@ -90,15 +90,16 @@ int main(int argc, char **argv) {
         for (int64_t i = 0; i < n; i++) var += (double)x[i] * x[i];
         var /= (double)n;
         printf("\n%-12s %-8s %6s %10s %10s %7s %s\n", dists[dist], "type", "bpw", "mse/var", "bound", "gap", "encode");
+        /* the curve llama.cpp's types are placed on: per rate, the better of plain and rotated */
         double kt_bpw[3], kt_mse[3];
-        for (int t = 0; t < 3; t++) {
+        for (int t = 0; t < 6; t++) {
             const kite_type_traits *tr = kite_kt_traits(kt[t]);
             const double t0 = now_s();
             kite_kt_quantize(kt[t], x, q, rows, cols, NULL);
             const double dt = now_s() - t0;
             kite_kt_dequantize(kt[t], q, rows, cols, y);
             const double bpw = 8.0 * (double)tr->block_bytes / tr->block_size, m = mse(x, y, n) / var;
-            kt_bpw[t] = bpw, kt_mse[t] = m;
+            if (t < 3 || m < kt_mse[t - 3]) kt_bpw[t % 3] = bpw, kt_mse[t % 3] = m;
             printf("%-12s %-8s %6.3f %10.5f %10.5f %7.3f %.2f us/weight\n", "", tr->name, bpw, m, pow(2, -2 * bpw),
                    bpw - 0.5 * log2(1 / m), 1e6 * dt / (double)n);
         }

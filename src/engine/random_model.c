@@ -161,16 +161,18 @@ static const struct {
     {"f32", MT_F32, 0}, {"f16", MT_F16, 1}, {"bf16", MT_BF16, 32},
     {"q8_0", MT_Q8_0, 7}, {"q4_0", MT_Q4_0, 2}, {"q4_k_m", MT_Q4_K_M, 15},
     /* kite's trellis types (quant/trellis.h) with kite quantize's recipe; file types as it writes them */
-    {"kt2", MT_KT2, 0x4B540024}, {"kt2_5", MT_KT2_5, 0x4B540025}, {"kt3", MT_KT3, 0x4B540026}, {"kt2_5_m", MT_KT2_5_M, 0x4B540125},
+    {"kt2", MT_KT2, 0x4B540034}, {"kt2_5", MT_KT2_5, 0x4B540035}, {"kt3", MT_KT3, 0x4B540036}, {"kt2_5_m", MT_KT2_5_M, 0x4B540135},
 };
 
 static bool is_trellis_model(model_type mt) { return mt == MT_KT2 || mt == MT_KT2_5 || mt == MT_KT3 || mt == MT_KT2_5_M; }
 
 /* kite quantize's trellis recipe (quant/quantize_model.c): layer matrices get the file's type (KT2_5_M: KT3 for
- * attention and ffn_down, KT2 for the rest), unless the trellis layout does not fit them (Q4_K, then Q5_0 / F16). */
+ * attention and ffn_down, KT2 for the rest), unless the trellis layout does not fit them (Q4_K, then Q5_0 / F16).
+ * Always the rotated variant, the slower of the two (its activations are rotated for every product), where
+ * kite quantize picks per matrix. */
 static uint32_t trellis_matrix_type(model_type mt, const char *name, const int64_t ne[3]) {
-    uint32_t t = mt == MT_KT2 ? KITE_TYPE_KT2 : mt == MT_KT2_5 ? KITE_TYPE_KT2_5 : mt == MT_KT3 ? KITE_TYPE_KT3
-               : (strstr(name, ".attn_") || strstr(name, ".ffn_down")) ? KITE_TYPE_KT3 : KITE_TYPE_KT2;
+    uint32_t t = mt == MT_KT2 ? KITE_TYPE_KT2H : mt == MT_KT2_5 ? KITE_TYPE_KT2_5H : mt == MT_KT3 ? KITE_TYPE_KT3H
+               : (strstr(name, ".attn_") || strstr(name, ".ffn_down")) ? KITE_TYPE_KT3H : KITE_TYPE_KT2H;
     if (ne[0] % KT_BLOCK != 0 || ne[1] % KT_ROWS != 0 || ne[2] != 1) t = KITE_TYPE_Q4_K;
     if (t == KITE_TYPE_Q4_K && ne[0] % 256 != 0) t = ne[0] % 32 == 0 ? KITE_TYPE_Q5_0 : KITE_TYPE_F16;
     return t;

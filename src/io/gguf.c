@@ -271,11 +271,11 @@ static int check_tensor(kite_gguf *g, kite_gguf_tensor *t, kite_error *e) {
     char name[72];
     const char *tn = printable(t->name, name);
     const kite_type_traits *tr = kite_type_get(t->type);
-    if (!tr && t->type >= KITE_TYPE_KT_V1_FIRST && t->type <= KITE_TYPE_KT_V1_LAST)
+    if (!tr && kite_kt_retired_code(t->type))
         return kite_fail(e, KITE_ERR_UNSUPPORTED,
-                         "gguf: tensor '%s' is in the first trellis code of kite (type 0x%X, written before 2026-12-07), which "
-                         "kite no longer reads: quantize the model again with this kite",
-                         tn, t->type);
+                         "gguf: tensor '%s' is in an earlier trellis code of kite (code %d, type 0x%X, written before "
+                         "2026-12-08), which kite no longer reads: quantize the model again with this kite",
+                         tn, kite_kt_retired_code(t->type), t->type);
     if (!tr) return kite_fail(e, KITE_ERR_UNSUPPORTED, "gguf: tensor '%s' has type %u, which kite does not know", tn, t->type);
     if (t->ne[0] % tr->block_size != 0)
         return kite_fail(e, KITE_ERR_FORMAT, "gguf: tensor '%s' row length %lld is not a multiple of the %s block size %d",

@@ -55,6 +55,7 @@ static inline kite_family kite_type_family(uint32_t type) {
         return KITE_FAMILY_B32;
     case KITE_TYPE_Q2_K: case KITE_TYPE_Q3_K: case KITE_TYPE_Q4_K: case KITE_TYPE_Q5_K: case KITE_TYPE_Q6_K:
     case KITE_TYPE_KT2: case KITE_TYPE_KT2_5: case KITE_TYPE_KT3: /* trellis: 256-element activation blocks */
+    case KITE_TYPE_KT2H: case KITE_TYPE_KT2_5H: case KITE_TYPE_KT3H: /* the same, each block rotated (kite_kt_rotate) */
         return KITE_FAMILY_K;
     default: return KITE_FAMILY_NONE;
     }

@@ -155,7 +155,8 @@ KT_RUNNER(kt_run_kt2, 0)
 KT_RUNNER(kt_run_kt2_5, 1)
 KT_RUNNER(kt_run_kt3, 2)
 
-/* kite_kernel_set.matmul for a trellis matrix (w->data: the file's tiles). */
+/* kite_kernel_set.matmul for a trellis matrix (w->data: the file's tiles; a rotated variant's activations
+ * come rotated from quantize_act, so its product is the plain type's). */
 KT_TARGET static void kt_matmul(const kite_packed_matrix *w, const void *act, int32_t n, float *y, int64_t y_stride,
                                 int64_t r0, int64_t r1) {
     const kite_kt_params *p = kite_kt_params_of(w->type);
@@ -166,7 +167,7 @@ KT_TARGET static void kt_matmul(const kite_packed_matrix *w, const void *act, in
     const kite_act_geom ag = kite_act_geometry(KITE_FAMILY_K, w->cols);
     const int64_t nbk = w->cols / KT_BLOCK;
     void (*run)(const uint8_t *, int64_t, const uint8_t *, const kite_act_geom *, int32_t, int, float *, int64_t, int64_t,
-                int64_t, int64_t) = w->type == KITE_TYPE_KT2 ? kt_run_kt2 : w->type == KITE_TYPE_KT2_5 ? kt_run_kt2_5 : kt_run_kt3;
+                int64_t, int64_t) = p->code == 0 ? kt_run_kt2 : p->code == 1 ? kt_run_kt2_5 : kt_run_kt3;
     for (int64_t gr = r0 / KT_ROWS; gr * KT_ROWS < r1; gr++) {
         const uint8_t *tiles = (const uint8_t *)w->data + (size_t)gr * (size_t)nbk * p->tile_bytes;
         for (int32_t b0 = 0; b0 < n; b0 += KT_TILE_B)

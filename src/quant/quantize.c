@@ -446,7 +446,8 @@ bool kite_quantize_type_supported(uint32_t type) {
     case KITE_TYPE_F32: case KITE_TYPE_F16: case KITE_TYPE_BF16: case KITE_TYPE_Q4_0: case KITE_TYPE_Q4_1:
     case KITE_TYPE_Q5_0: case KITE_TYPE_Q5_1: case KITE_TYPE_Q8_0: case KITE_TYPE_Q2_K: case KITE_TYPE_Q3_K:
     case KITE_TYPE_Q4_K: case KITE_TYPE_Q5_K: case KITE_TYPE_Q6_K:
-    case KITE_TYPE_KT2: case KITE_TYPE_KT2_5: case KITE_TYPE_KT3:
+    case KITE_TYPE_KT2: case KITE_TYPE_KT2_5: case KITE_TYPE_KT3: case KITE_TYPE_KT2H: case KITE_TYPE_KT2_5H:
+    case KITE_TYPE_KT3H:
         return true;
     default:
         return false;

@@ -44,7 +44,7 @@ enum {
     FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14, FT_Q4_K_M = 15, FT_Q5_K_S = 16,
     FT_Q5_K_M = 17, FT_Q6_K = 18, FT_BF16 = 32,
     /* kite's own (quant/trellis.h); not llama_ftype values: "KT" in the high 16 bits, clear of llama.cpp's */
-    FT_KT2 = 0x4B540024, FT_KT2_5 = 0x4B540025, FT_KT3 = 0x4B540026, FT_KT2_5_M = 0x4B540125,
+    FT_KT2 = 0x4B540034, FT_KT2_5 = 0x4B540035, FT_KT3 = 0x4B540036, FT_KT2_5_M = 0x4B540135,
 };
 
 static const kite_ftype_info ftypes[] = {
@@ -451,6 +451,15 @@ static int quantize_gguf(quantize_run *r, const char *in, const char *out, const
                 return kite_fail(e, KITE_ERR_INVALID_ARG, "quantize: imatrix entry '%s' has %lld values, the tensor needs %lld",
                                  name, (long long)(ie->n_cols * ie->n_mat), (long long)(n_per_row * t->ne[2]));
             }
+        }
+        if (kite_is_trellis(type)) {
+            /* plain or rotated, whichever keeps the (importance-weighted) error of a sample lower */
+            double err_plain = 0, err_rotated = 0;
+            const uint32_t chosen = kite_kt_choose(type, r->f32, n_rows, n_per_row, imatrix, &err_plain, &err_rotated);
+            if (!chosen) return kite_fail(e, KITE_ERR_NOMEM, "quantize: out of memory");
+            kite_log(KITE_LOG_DEBUG, "quantize: %s: %s (sampled error per weight %.4g plain, %.4g rotated)", name,
+                     kite_type_get(chosen)->name, err_plain, err_rotated);
+            type = chosen;
         }
         rows_job job = {.type = type, .src = r->f32, .dst = r->qbuf, .n_rows = n_rows, .n_per_row = n_per_row,
                         .rows_per_expert = t->ne[1], .row_bytes = row_bytes, .imatrix = imatrix};

@@ -18,10 +18,13 @@
 
 #include "base/fp16.h"
 
-static const kite_kt_params kt_params[3] = {
-    {KITE_TYPE_KT2, "kt2", 8, {2, 2, 2, 2}, {0, 2, 4, 6}, 16, 64 * 16 + 32},
-    {KITE_TYPE_KT2_5, "kt2_5", 10, {2, 3, 2, 3}, {0, 2, 5, 7}, 20, 64 * 20 + 32},
-    {KITE_TYPE_KT3, "kt3", 12, {3, 3, 3, 3}, {0, 3, 6, 9}, 24, 64 * 24 + 32},
+static const kite_kt_params kt_params[6] = {
+    {KITE_TYPE_KT2, "kt2", 0, false, 8, {2, 2, 2, 2}, {0, 2, 4, 6}, 16, 64 * 16 + 32},
+    {KITE_TYPE_KT2_5, "kt2_5", 1, false, 10, {2, 3, 2, 3}, {0, 2, 5, 7}, 20, 64 * 20 + 32},
+    {KITE_TYPE_KT3, "kt3", 2, false, 12, {3, 3, 3, 3}, {0, 3, 6, 9}, 24, 64 * 24 + 32},
+    {KITE_TYPE_KT2H, "kt2h", 0, true, 8, {2, 2, 2, 2}, {0, 2, 4, 6}, 16, 64 * 16 + 32},
+    {KITE_TYPE_KT2_5H, "kt2_5h", 1, true, 10, {2, 3, 2, 3}, {0, 2, 5, 7}, 20, 64 * 20 + 32},
+    {KITE_TYPE_KT3H, "kt3h", 2, true, 12, {3, 3, 3, 3}, {0, 3, 6, 9}, 24, 64 * 24 + 32},
 };
 
 /* Student-t (8 degrees of freedom) quantiles: 63 t8((i + 0.5) / 64) / t8(63.5 / 64), rounded half up. Heavier
@@ -32,30 +35,73 @@ const int8_t kite_kt_q[64] = {-63, -48, -42, -37, -34, -31, -29, -26, -25, -23, 
                               -14, -13, -12, -11, -10, -9,  -8,  -7,  -6,  -5,  -5,  -4,  -3,  -2,  -1,  0,
                               0,   1,   2,   3,   4,   5,   5,   6,   7,   8,   9,   10,  11,  12,  13,  14,
                               15,  16,  17,  19,  20,  21,  23,  25,  26,  29,  31,  34,  37,  42,  48,  63};
-/* Pseudo-random 6-bit values (xorshift64, the best of 16 seeds on Gaussian blocks at 2 bits: MSE 0.0776
- * against 0.0784-0.0800 for the others, with Gaussian-quantile levels). */
-const uint8_t kite_kt_p[64] = {48, 50, 63, 60, 13, 25, 9,  32, 5,  61, 39, 15, 52, 62, 29, 28, 6,  30, 17, 44, 26, 55,
-                               46, 33, 32, 14, 25, 17, 35, 36, 58, 14, 32, 46, 63, 17, 11, 3,  3,  60, 63, 5,  5,  0,
-                               40, 49, 44, 24, 5,  31, 45, 28, 31, 54, 37, 3,  54, 15, 59, 32, 44, 42, 13, 46};
+/* 11 h mod 64 (quant/trellis.h says why). Against the second code's 64 pseudo-random values (xorshift64, the
+ * best of 16 seeds), Gaussian MSE -4.3 / -3.5 / -5.4% at KT2 / KT2_5 / KT3, Laplace -3.1 / -2.9 / -2.6%
+ * (64 x 1024 blocks); the odd multipliers 13, 27 and 53 give within 1% of 11, KT_P[h] = h twice the
+ * error. */
+const uint8_t kite_kt_p[64] = { 0, 11, 22, 33, 44, 55,  2, 13, 24, 35, 46, 57,  4, 15, 26, 37, 48, 59,  6, 17, 28, 39,
+                               50, 61,  8, 19, 30, 41, 52, 63, 10, 21, 32, 43, 54,  1, 12, 23, 34, 45, 56,  3, 14, 25,
+                               36, 47, 58,  5, 16, 27, 38, 49, 60,  7, 18, 29, 40, 51, 62,  9, 20, 31, 42, 53};
+
+/* The rotation's signs: splitmix64 of seed 0x4B54 ("KT"), four outputs. */
+const uint64_t kite_kt_signs[4] = {0x0E3C36A45F36DB95ull, 0x8861097374CCBC5Bull, 0xCA67F83CF008F581ull, 0xF63D319F60352367ull};
 
 const kite_kt_params *kite_kt_params_of(uint32_t type) {
-    switch (type) {
-    case KITE_TYPE_KT2: return &kt_params[0];
-    case KITE_TYPE_KT2_5: return &kt_params[1];
-    case KITE_TYPE_KT3: return &kt_params[2];
-    default: return NULL;
-    }
+    for (int i = 0; i < 6; i++)
+        if (kt_params[i].type == type) return &kt_params[i];
+    return NULL;
 }
 
-static const kite_type_traits kt_traits[3] = {
+uint32_t kite_kt_rotated_type(uint32_t type) {
+    const kite_kt_params *p = kite_kt_params_of(type);
+    return p && !p->rotated ? kt_params[p->code + 3].type : type;
+}
+
+uint32_t kite_kt_plain_type(uint32_t type) {
+    const kite_kt_params *p = kite_kt_params_of(type);
+    return p && p->rotated ? kt_params[p->code].type : type;
+}
+
+static const kite_type_traits kt_traits[6] = {
     {"kt2", KT_BLOCK, (64 * 16 + 32) / KT_ROWS, NULL, NULL},
     {"kt2_5", KT_BLOCK, (64 * 20 + 32) / KT_ROWS, NULL, NULL},
     {"kt3", KT_BLOCK, (64 * 24 + 32) / KT_ROWS, NULL, NULL},
+    {"kt2h", KT_BLOCK, (64 * 16 + 32) / KT_ROWS, NULL, NULL},
+    {"kt2_5h", KT_BLOCK, (64 * 20 + 32) / KT_ROWS, NULL, NULL},
+    {"kt3h", KT_BLOCK, (64 * 24 + 32) / KT_ROWS, NULL, NULL},
 };
 
 const kite_type_traits *kite_kt_traits(uint32_t type) {
     const kite_kt_params *p = kite_kt_params_of(type);
     return p ? &kt_traits[p - kt_params] : NULL;
+}
+
+/* ---- the rotation ------------------------------------------------------------------------------------------ */
+
+/* In-place fast Walsh-Hadamard transform of 256 floats (Sylvester order: y_i = sum_j (-1)^popcount(i & j) x_j),
+ * butterflies from stride 1 up, each a + b and a - b: exact IEEE operations in a fixed order. */
+static void fwht256(float *v) {
+    for (int len = 1; len < KT_BLOCK; len <<= 1)
+        for (int i = 0; i < KT_BLOCK; i += 2 * len)
+            for (int j = i; j < i + len; j++) {
+                const float a = v[j], b = v[j + len];
+                v[j] = a + b;
+                v[j + len] = a - b;
+            }
+}
+
+static inline float kt_sign(int j, float v) { return (kite_kt_signs[j >> 6] >> (j & 63)) & 1 ? -v : v; }
+
+void kite_kt_rotate(const float *x, float *y) {
+    for (int j = 0; j < KT_BLOCK; j++) y[j] = kt_sign(j, x[j]);
+    fwht256(y);
+    for (int j = 0; j < KT_BLOCK; j++) y[j] *= 0.0625f; /* 1 / sqrt(256): exact */
+}
+
+void kite_kt_unrotate(const float *y, float *x) {
+    if (x != y) memcpy(x, y, sizeof(float) * KT_BLOCK);
+    fwht256(x);
+    for (int j = 0; j < KT_BLOCK; j++) x[j] = kt_sign(j, x[j] * 0.0625f);
 }
 
 /* ---- decoding -------------------------------------------------------------------------------------------- */
@@ -92,7 +138,10 @@ void kite_kt_dequantize_row(uint32_t type, const void *data, int64_t cols, int64
     if (!p || cols % KT_BLOCK != 0) return;
     const int64_t nb = cols / KT_BLOCK;
     const uint8_t *base = (const uint8_t *)data + (size_t)(r / KT_ROWS) * (size_t)nb * p->tile_bytes;
-    for (int64_t b = 0; b < nb; b++) decode_lane(p, base + (size_t)b * p->tile_bytes, (int)(r % KT_ROWS), dst + b * KT_BLOCK);
+    for (int64_t b = 0; b < nb; b++) {
+        decode_lane(p, base + (size_t)b * p->tile_bytes, (int)(r % KT_ROWS), dst + b * KT_BLOCK);
+        if (p->rotated) kite_kt_unrotate(dst + b * KT_BLOCK, dst + b * KT_BLOCK);
+    }
 }
 
 bool kite_kt_dequantize(uint32_t type, const void *data, int64_t n_rows, int64_t cols, float *dst) {
@@ -279,18 +328,57 @@ size_t kite_kt_quantize(uint32_t type, const float *src, void *dst, int64_t n_ro
     const int64_t nb = cols / KT_BLOCK;
     uint8_t *out = dst;
     uint32_t col_state[KT_BLOCK];
+    float rotated[KT_BLOCK];
     for (int64_t gr = 0; gr < n_rows / KT_ROWS; gr++) {
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *tile = out + (size_t)(gr * nb + b) * p->tile_bytes;
             memset(tile, 0, p->tile_bytes);
             for (int r = 0; r < KT_ROWS; r++) {
+                const float *xr = src + (gr * KT_ROWS + r) * cols + b * KT_BLOCK;
+                const float *imp = imatrix ? imatrix + b * KT_BLOCK : NULL;
+                if (p->rotated) {
+                    /* every rotated column mixes all 256: a per-column importance has no meaning there */
+                    for (int j = 0; j < KT_BLOCK; j++) rotated[j] = isfinite(xr[j]) ? xr[j] : 0.0f;
+                    kite_kt_rotate(rotated, rotated);
+                    xr = rotated, imp = NULL;
+                }
                 uint16_t d = 0;
-                encode_block(p, sc, src + (gr * KT_ROWS + r) * cols + b * KT_BLOCK, imatrix ? imatrix + b * KT_BLOCK : NULL,
-                             col_state, &d);
+                encode_block(p, sc, xr, imp, col_state, &d);
                 write_lane(p, tile, r, col_state, d);
             }
         }
     }
     free(sc);
     return (size_t)n_rows * (size_t)nb * (p->tile_bytes / KT_ROWS);
+}
+
+uint32_t kite_kt_choose(uint32_t type, const float *src, int64_t n_rows, int64_t cols, const float *imatrix,
+                        double *err_plain, double *err_rotated) {
+    const kite_kt_params *p = kite_kt_params_of(type);
+    if (!p || n_rows <= 0 || n_rows % KT_ROWS != 0 || cols <= 0 || cols % KT_BLOCK != 0) return 0;
+    const int64_t n_groups = n_rows / KT_ROWS, n_sample = n_groups < 4 ? n_groups : 4;
+    const size_t group_bytes = (size_t)(cols / KT_BLOCK) * p->tile_bytes;
+    uint8_t *q = malloc(group_bytes);
+    float *back = malloc(sizeof(float) * (size_t)(KT_ROWS * cols));
+    if (!q || !back) {
+        free(q), free(back);
+        return 0;
+    }
+    const uint32_t variant[2] = {kite_kt_plain_type(type), kite_kt_rotated_type(type)};
+    double err[2] = {0, 0};
+    for (int v = 0; v < 2; v++)
+        for (int64_t i = 0; i < n_sample; i++) {
+            const float *x = src + (size_t)((i * n_groups / n_sample) * KT_ROWS * cols);
+            kite_kt_quantize(variant[v], x, q, KT_ROWS, cols, imatrix);
+            kite_kt_dequantize(variant[v], q, KT_ROWS, cols, back);
+            for (int64_t k = 0; k < KT_ROWS * cols; k++) {
+                const double xv = isfinite(x[k]) ? x[k] : 0.0, e = xv - back[k];
+                err[v] += (imatrix ? imatrix[k % cols] : 1.0) * e * e;
+            }
+        }
+    free(q), free(back);
+    const double n = (double)(n_sample * KT_ROWS * cols);
+    if (err_plain) *err_plain = err[0] / n;
+    if (err_rotated) *err_rotated = err[1] / n;
+    return err[1] < err[0] ? variant[1] : variant[0];
 }

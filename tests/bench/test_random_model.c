@@ -252,16 +252,16 @@ static void test_tiny_trellis(void **state) {
     opened o;
     open_gguf(&o, path);
     const kite_gguf *g = o.g;
-    assert_int_equal(get_u32(g, "general.file_type"), 0x4B540125u);
+    assert_int_equal(get_u32(g, "general.file_type"), 0x4B540135u);
     assert_int_equal(tensor_type(g, "token_embd.weight"), KITE_TYPE_Q4_K);
     assert_int_equal(tensor_type(g, "output.weight"), KITE_TYPE_Q6_K);
-    assert_int_equal(tensor_type(g, "blk.0.attn_q.weight"), KITE_TYPE_KT3);
-    assert_int_equal(tensor_type(g, "blk.1.ffn_down.weight"), KITE_TYPE_KT3);
-    assert_int_equal(tensor_type(g, "blk.0.ffn_gate.weight"), KITE_TYPE_KT2);
+    assert_int_equal(tensor_type(g, "blk.0.attn_q.weight"), KITE_TYPE_KT3H);
+    assert_int_equal(tensor_type(g, "blk.1.ffn_down.weight"), KITE_TYPE_KT3H);
+    assert_int_equal(tensor_type(g, "blk.0.ffn_gate.weight"), KITE_TYPE_KT2H);
     assert_int_equal(tensor_type(g, "blk.0.attn_norm.weight"), KITE_TYPE_F32);
     const kite_gguf_tensor *t = kite_gguf_find_tensor(g, "blk.0.ffn_up.weight");
     assert_non_null(t);
-    assert_int_equal(t->type, KITE_TYPE_KT2);
+    assert_int_equal(t->type, KITE_TYPE_KT2H);
     const int64_t cols = t->ne[0], rows = t->ne[1];
     const size_t group = t->n_bytes / (size_t)(rows / KT_ROWS);
     for (int64_t r = KT_ROWS; r < rows; r += KT_ROWS)
@@ -270,7 +270,7 @@ static void test_tiny_trellis(void **state) {
     double e = 0, v = 0;
     for (int64_t r = 0; r < KT_ROWS; r++) {
         kite_random_model_row(7, "blk.0.ffn_up.weight", r, want, cols);
-        kite_kt_dequantize_row(KITE_TYPE_KT2, t->data, cols, r, got);
+        kite_kt_dequantize_row(KITE_TYPE_KT2H, t->data, cols, r, got);
         for (int64_t c = 0; c < cols; c++) e += ((double)want[c] - got[c]) * ((double)want[c] - got[c]), v += (double)want[c] * want[c];
     }
     print_message("kt2 rows 0..15 of blk.0.ffn_up: mse/var %.4f\n", e / v);

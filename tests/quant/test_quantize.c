@@ -35,6 +35,7 @@
 #include "quant/imatrix_parse.h"
 #include "quant/quantize.h"
 #include "quant/quantize_model.h"
+#include "quant/trellis.h"
 #include "quant/types.h"
 
 static llama_lib g_lib;
@@ -728,6 +729,73 @@ static void test_q4_k_m_runs_in_llama_cpp_and_kite(void **state) {
     kite_unmap_file(&pf);
 }
 
+/* Mean over positions of KL(p || q) of the softmaxes of two logit arrays. */
+static double mean_kl(const float *lp, const float *lq, int n_pos, int n_vocab) {
+    double sum = 0;
+    for (int pos = 0; pos < n_pos; pos++) {
+        const float *a = lp + pos * n_vocab, *b = lq + pos * n_vocab;
+        double ma = a[0], mb = b[0], za = 0, zb = 0;
+        for (int t = 1; t < n_vocab; t++) ma = a[t] > ma ? a[t] : ma, mb = b[t] > mb ? b[t] : mb;
+        for (int t = 0; t < n_vocab; t++) za += exp(a[t] - ma), zb += exp(b[t] - mb);
+        for (int t = 0; t < n_vocab; t++) {
+            const double la = a[t] - ma - log(za), lb = b[t] - mb - log(zb);
+            sum += exp(la) * (la - lb);
+        }
+    }
+    return sum / n_pos;
+}
+
+/* kite's trellis mix end to end: `KT2_5_M` gives each layer matrix of the tiny model (256 and 512 columns)
+ * KT3 or KT2 (plain or rotated, kite_kt_choose's pick), the embeddings Q4_K and the head Q6_K; kite runs the
+ * file, and its next-token distributions stay closer to the F32 model's (KL divergence) than those of
+ * kite's Q2_K file (2.6-3.4 bits per weight in llama.cpp's recipe). */
+static void test_trellis_mix_runs(void **state) {
+    (void)state;
+    static const int32_t ids[] = {1, 403, 407, 261, 378, 285, 270, 263, 301, 313, 429, 263};
+    enum { N_IDS = sizeof ids / sizeof ids[0], N_VOCAB = 512 };
+    static const char *const types[] = {"KT2_5_M", "Q2_K", "Q3_K_M"};
+    char out[3][600], err[1024];
+    double kl[3];
+    float *kf = kite_logits_of(g_tiny, ids, N_IDS, N_VOCAB);
+    for (int i = 0; i < 3; i++) {
+        snprintf(out[i], sizeof out[i], "%s/tiny-%s.gguf", g_dir, types[i]);
+        kite_quantize_params p = kite_quantize_default_params();
+        p.type = types[i];
+        p.n_threads = 2;
+        if (kite_quantize(g_tiny, out[i], &p, err, sizeof err)) fail_msg("kite_quantize tiny %s: %s", types[i], err);
+        float *kq = kite_logits_of(out[i], ids, N_IDS, N_VOCAB);
+        kl[i] = mean_kl(kf, kq, N_IDS, N_VOCAB);
+        free(kq);
+    }
+    print_message("tiny model, mean KL divergence from F32: KT2_5_M %.3e, Q2_K %.3e, Q3_K_M %.3e\n", kl[0], kl[1], kl[2]);
+    assert_true(kl[0] > 0 && kl[0] < kl[1]);
+    file_view v;
+    view_open(&v, out[0]);
+    int n_trellis = 0, n_rotated = 0;
+    for (int64_t i = 0; i < kite_gguf_n_tensors(v.g); i++) {
+        const kite_gguf_tensor *t = kite_gguf_tensor_at(v.g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        const uint32_t plain = kite_kt_plain_type(t->type);
+        if (strstr(name, ".attn_q.") || strstr(name, ".attn_k.") || strstr(name, ".attn_v.") ||
+            strstr(name, ".attn_output.") || strstr(name, ".ffn_down."))
+            assert_int_equal(plain, KITE_TYPE_KT3);
+        else if (strstr(name, ".ffn_gate.") || strstr(name, ".ffn_up."))
+            assert_int_equal(plain, KITE_TYPE_KT2);
+        else if (!strcmp(name, "token_embd.weight"))
+            assert_int_equal(t->type, KITE_TYPE_Q4_K);
+        else if (!strcmp(name, "output.weight"))
+            assert_int_equal(t->type, KITE_TYPE_Q6_K);
+        n_trellis += kite_is_trellis(t->type);
+        n_rotated += kite_kt_is_rotated(t->type);
+    }
+    print_message("%d trellis matrices, %d of them rotated\n", n_trellis, n_rotated);
+    assert_int_equal(n_trellis, 14); /* 2 layers x 7 matrices */
+    view_close(&v);
+    free(kf);
+    for (int i = 0; i < 3; i++) unlink(out[i]);
+}
+
 /* ---- 4. bad input and failed writes -------------------------------------------------------------- */
 
 static bool file_exists(const char *p) { return access(p, F_OK) == 0; }
@@ -865,6 +933,7 @@ int main(void) {
         cmocka_unit_test(test_llama2c_source_matches_converter),
         cmocka_unit_test(test_hf_folder_matches_converter),
         cmocka_unit_test(test_q4_k_m_runs_in_llama_cpp_and_kite),
+        cmocka_unit_test(test_trellis_mix_runs),
         cmocka_unit_test(test_bad_input_and_failed_writes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

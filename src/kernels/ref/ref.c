@@ -34,13 +34,20 @@ void kite_ref_quantize_act(uint32_t type, const float *x, int64_t cols, int32_t 
     kite_family f = kite_type_family(type);
     if (f != KITE_FAMILY_B32 && f != KITE_FAMILY_K) return;
     kite_act_geom g = kite_act_geometry(f, cols);
+    const bool rotate = kite_kt_is_rotated(type); /* a rotated trellis type: blocks in its basis (quant/trellis.h) */
+    float rotated[256];
     for (int32_t b = b0; b < b1; b++) {
         uint8_t *row = (uint8_t *)act + (size_t)b * g.row_bytes;
         const float *xr = x + (size_t)b * (size_t)cols;
         int8_t *qs = (int8_t *)row;
         for (int64_t blk = 0; blk < g.n_blocks; blk++) {
             int8_t *q = qs + blk * g.block;
-            float d = quant_block(xr + blk * g.block, g.block, q);
+            const float *xb = xr + blk * g.block;
+            if (rotate) {
+                kite_kt_rotate(xb, rotated);
+                xb = rotated;
+            }
+            float d = quant_block(xb, g.block, q);
             memcpy(row + g.off_d + (size_t)blk * 4, &d, 4);
             if (f == KITE_FAMILY_B32) {
                 int32_t sum = 0;
