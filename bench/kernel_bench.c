@@ -90,7 +90,7 @@ static uint32_t type_by_name(const char *name) {
         const kite_type_traits *tr = kite_type_get(t);
         if (tr && strcasecmp(tr->name, name) == 0) return t; /* q2_k as q2_K */
     }
-    static const uint32_t kt[] = {KITE_TYPE_KT2, KITE_TYPE_KT2_5, KITE_TYPE_KT3};
+    static const uint32_t kt[] = {KITE_TYPE_KT2, KITE_TYPE_KT2_5, KITE_TYPE_KT3, KITE_TYPE_KT2H, KITE_TYPE_KT2_5H, KITE_TYPE_KT3H};
     for (size_t i = 0; i < sizeof kt / sizeof kt[0]; i++)
         if (strcasecmp(kite_type_get(kt[i])->name, name) == 0) return kt[i];
     return UINT32_MAX;

@@ -43,9 +43,6 @@ const uint8_t kite_kt_p[64] = { 0, 11, 22, 33, 44, 55,  2, 13, 24, 35, 46, 57,  
                                50, 61,  8, 19, 30, 41, 52, 63, 10, 21, 32, 43, 54,  1, 12, 23, 34, 45, 56,  3, 14, 25,
                                36, 47, 58,  5, 16, 27, 38, 49, 60,  7, 18, 29, 40, 51, 62,  9, 20, 31, 42, 53};
 
-/* The rotation's signs: splitmix64 of seed 0x4B54 ("KT"), four outputs. */
-const uint64_t kite_kt_signs[4] = {0x0E3C36A45F36DB95ull, 0x8861097374CCBC5Bull, 0xCA67F83CF008F581ull, 0xF63D319F60352367ull};
-
 const kite_kt_params *kite_kt_params_of(uint32_t type) {
     for (int i = 0; i < 6; i++)
         if (kt_params[i].type == type) return &kt_params[i];
@@ -78,31 +75,68 @@ const kite_type_traits *kite_kt_traits(uint32_t type) {
 
 /* ---- the rotation ------------------------------------------------------------------------------------------ */
 
-/* In-place fast Walsh-Hadamard transform of 256 floats (Sylvester order: y_i = sum_j (-1)^popcount(i & j) x_j),
- * butterflies from stride 1 up, each a + b and a - b: exact IEEE operations in a fixed order. */
-static void fwht256(float *v) {
-    for (int len = 1; len < KT_BLOCK; len <<= 1)
-        for (int i = 0; i < KT_BLOCK; i += 2 * len)
-            for (int j = i; j < i + len; j++) {
-                const float a = v[j], b = v[j + len];
-                v[j] = a + b;
-                v[j + len] = a - b;
-            }
+#if defined(__x86_64__) && ((defined(__GNUC__) && !defined(__clang__)) || (defined(__clang__) && __clang_major__ >= 14))
+#define KT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define KT_CLONES
+#endif
+
+/* The rotation's signs: splitmix64 of seed 0x4B54 ("KT"), four outputs; bit j set: column j negated. */
+#define KT_SIGN_W0 0x0E3C36A45F36DB95ull
+#define KT_SIGN_W1 0x8861097374CCBC5Bull
+#define KT_SIGN_W2 0xCA67F83CF008F581ull
+#define KT_SIGN_W3 0xF63D319F60352367ull
+const uint64_t kite_kt_signs[4] = {KT_SIGN_W0, KT_SIGN_W1, KT_SIGN_W2, KT_SIGN_W3};
+/* The same signs as floats (a constant table, so the loops vectorize). */
+#define KT_S1(w, b) (((w) >> (b)) & 1 ? -1.0f : 1.0f)
+#define KT_S8(w, b) KT_S1(w, b), KT_S1(w, b + 1), KT_S1(w, b + 2), KT_S1(w, b + 3), KT_S1(w, b + 4), KT_S1(w, b + 5), \
+                    KT_S1(w, b + 6), KT_S1(w, b + 7)
+#define KT_S64(w) KT_S8(w, 0), KT_S8(w, 8), KT_S8(w, 16), KT_S8(w, 24), KT_S8(w, 32), KT_S8(w, 40), KT_S8(w, 48), KT_S8(w, 56)
+static const float kt_sign_f[KT_BLOCK] = {KT_S64(KT_SIGN_W0), KT_S64(KT_SIGN_W1), KT_S64(KT_SIGN_W2), KT_S64(KT_SIGN_W3)};
+
+/* One butterfly stage of stride len (a constant at each call, so the loop vectorizes). */
+static inline __attribute__((always_inline)) void fwht_stage(float *restrict v, const int len) {
+    for (int i = 0; i < KT_BLOCK; i += 2 * len)
+        for (int j = i; j < i + len; j++) {
+            const float a = v[j], b = v[j + len];
+            v[j] = a + b;
+            v[j + len] = a - b;
+        }
 }
 
-static inline float kt_sign(int j, float v) { return (kite_kt_signs[j >> 6] >> (j & 63)) & 1 ? -v : v; }
-
-void kite_kt_rotate(const float *x, float *y) {
-    for (int j = 0; j < KT_BLOCK; j++) y[j] = kt_sign(j, x[j]);
-    fwht256(y);
-    for (int j = 0; j < KT_BLOCK; j++) y[j] *= 0.0625f; /* 1 / sqrt(256): exact */
+/* In-place fast Walsh-Hadamard transform of 256 floats (Sylvester order: y_i = sum_j (-1)^popcount(i & j) x_j):
+ * stages of stride 1, 2, 4, ..., 128, each a + b and a - b, exact IEEE operations in a fixed order (the
+ * strides 1, 2 and 4 written out per 8 elements: the same operations, in registers). */
+static inline __attribute__((always_inline)) void fwht256(float *restrict v) {
+    for (int i = 0; i < KT_BLOCK; i += 8) {
+        float *p = v + i;
+        const float s0 = p[0] + p[1], d0 = p[0] - p[1], s1 = p[2] + p[3], d1 = p[2] - p[3];
+        const float s2 = p[4] + p[5], d2 = p[4] - p[5], s3 = p[6] + p[7], d3 = p[6] - p[7];
+        const float t0 = s0 + s1, t1 = d0 + d1, t2 = s0 - s1, t3 = d0 - d1;
+        const float t4 = s2 + s3, t5 = d2 + d3, t6 = s2 - s3, t7 = d2 - d3;
+        p[0] = t0 + t4, p[1] = t1 + t5, p[2] = t2 + t6, p[3] = t3 + t7;
+        p[4] = t0 - t4, p[5] = t1 - t5, p[6] = t2 - t6, p[7] = t3 - t7;
+    }
+    fwht_stage(v, 8), fwht_stage(v, 16), fwht_stage(v, 32), fwht_stage(v, 64), fwht_stage(v, 128);
 }
 
-void kite_kt_unrotate(const float *y, float *x) {
-    if (x != y) memcpy(x, y, sizeof(float) * KT_BLOCK);
-    fwht256(x);
-    for (int j = 0; j < KT_BLOCK; j++) x[j] = kt_sign(j, x[j] * 0.0625f);
+/* The clones compute the same floats (additions, subtractions and exact products by +-1 and 1/16); they
+ * are static for clang's sake (see ref_trellis.c). */
+KT_CLONES static void rotate_block(const float *x, float *y, bool inverse) {
+    float v[KT_BLOCK];
+    if (inverse) {
+        memcpy(v, x, sizeof v);
+        fwht256(v);
+        for (int j = 0; j < KT_BLOCK; j++) y[j] = v[j] * 0.0625f * kt_sign_f[j];
+    } else {
+        for (int j = 0; j < KT_BLOCK; j++) v[j] = x[j] * kt_sign_f[j];
+        fwht256(v);
+        for (int j = 0; j < KT_BLOCK; j++) y[j] = v[j] * 0.0625f; /* 1 / sqrt(256): exact */
+    }
 }
+
+void kite_kt_rotate(const float *x, float *y) { rotate_block(x, y, false); }
+void kite_kt_unrotate(const float *y, float *x) { rotate_block(y, x, true); }
 
 /* ---- decoding -------------------------------------------------------------------------------------------- */
 
@@ -167,11 +201,6 @@ typedef struct kt_scratch {
     float level_rms;
 } kt_scratch;
 
-#if defined(__x86_64__) && ((defined(__GNUC__) && !defined(__clang__)) || (defined(__clang__) && __clang_major__ >= 14))
-#define KT_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define KT_CLONES
-#endif
 
 /* One step into a column with k own bits: next[s] = min over predecessors + w (x - level(s))^2. K and G
  * are constants in each instance (so the loops vectorize); s = g K + b runs over next in order. */
