@@ -414,7 +414,8 @@ static int quantize_gguf(quantize_run *r, const char *in, const char *out, const
             }
         }
         const kite_type_traits *dst_tr = kite_type_get(type);
-        if (p->progress && !p->progress(p->progress_user_data, i, n, name, dst_tr->name))
+        /* a trellis matrix reports its type once the plain-or-rotated choice below has been made */
+        if (p->progress && (!kite_is_trellis(type) || type == t->type) && !p->progress(p->progress_user_data, i, n, name, dst_tr->name))
             return kite_fail(e, KITE_ERR_CANCELLED, "quantize: cancelled at tensor %lld of %lld (%s)", (long long)i + 1, (long long)n, name);
         if (type == t->type) {
             kite_gguf_w_tensor(r->w, name, type, t->n_dims, t->ne, t->data, t->n_bytes);
@@ -436,7 +437,12 @@ static int quantize_gguf(quantize_run *r, const char *in, const char *out, const
         r->f32 = malloc((size_t)n_elem * sizeof(float));
         r->qbuf = malloc(row_bytes * (size_t)n_rows);
         if (!r->f32 || !r->qbuf) return kite_fail(e, KITE_ERR_NOMEM, "quantize: out of memory for tensor '%s'", name);
-        kite_type_get(t->type)->to_float(t->data, r->f32, n_elem);
+        /* (a trellis source has no row to_float: its rows are interleaved in tiles) */
+        if (kite_is_trellis(t->type) ? !kite_kt_dequantize(t->type, t->data, n_rows, n_per_row, r->f32)
+                                     : !kite_type_get(t->type)->to_float)
+            return kite_fail(e, KITE_ERR_UNSUPPORTED, "quantize: cannot read tensor '%s' of type %s", name,
+                             kite_type_get(t->type)->name);
+        if (!kite_is_trellis(t->type)) kite_type_get(t->type)->to_float(t->data, r->f32, n_elem);
 
         const float *imatrix = NULL;
         const kite_imatrix_entry *ie = p->imatrix_path ? kite_imatrix_find(&r->im, name) : NULL;
@@ -460,6 +466,9 @@ static int quantize_gguf(quantize_run *r, const char *in, const char *out, const
             kite_log(KITE_LOG_DEBUG, "quantize: %s: %s (sampled error per weight %.4g plain, %.4g rotated)", name,
                      kite_type_get(chosen)->name, err_plain, err_rotated);
             type = chosen;
+            if (p->progress && !p->progress(p->progress_user_data, i, n, name, kite_type_get(type)->name))
+                return kite_fail(e, KITE_ERR_CANCELLED, "quantize: cancelled at tensor %lld of %lld (%s)", (long long)i + 1,
+                                 (long long)n, name);
         }
         rows_job job = {.type = type, .src = r->f32, .dst = r->qbuf, .n_rows = n_rows, .n_per_row = n_per_row,
                         .rows_per_expert = t->ne[1], .row_bytes = row_bytes, .imatrix = imatrix};

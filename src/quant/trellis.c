@@ -1,4 +1,4 @@
-/* The trellis types (quant/trellis.h): parameters, the decoder, and the encoder.
+/* The trellis types (quant/trellis.h): parameters, the rotation of the H variants, the decoder, and the encoder.
  *
  * Encoder, per row and block: a scale d from the block's weighted RMS, then a Viterbi search over the 2^L
  * states for the circular path minimising sum_j w_j (x_j - d level(s_j))^2, w_j the column's importance
@@ -200,7 +200,6 @@ typedef struct kt_scratch {
     uint8_t bp[KT_BLOCK][KT_MAX_STATES / 4]; /* step t: argmin predecessor's top bits, by s >> k */
     float level_rms;
 } kt_scratch;
-
 
 /* One step into a column with k own bits: next[s] = min over predecessors + w (x - level(s))^2. K and G
  * are constants in each instance (so the loops vectorize); s = g K + b runs over next in order. */

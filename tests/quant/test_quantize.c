@@ -792,6 +792,21 @@ static void test_trellis_mix_runs(void **state) {
     print_message("%d trellis matrices, %d of them rotated\n", n_trellis, n_rotated);
     assert_int_equal(n_trellis, 14); /* 2 layers x 7 matrices */
     view_close(&v);
+    /* the trellis file as a source (its tensors decoded through kite_kt_dequantize): refused without
+     * --allow-requantize, and with it a Q8_0 file that keeps KT2_5_M's distributions */
+    char re[600];
+    snprintf(re, sizeof re, "%s/tiny-kt-q8_0.gguf", g_dir);
+    kite_quantize_params p = kite_quantize_default_params();
+    p.type = "Q8_0";
+    assert_int_equal(kite_quantize(out[0], re, &p, err, sizeof err), KITE_ERR_UNSUPPORTED);
+    p.allow_requantize = true;
+    if (kite_quantize(out[0], re, &p, err, sizeof err)) fail_msg("requantizing the KT2_5_M file: %s", err);
+    float *kt = kite_logits_of(out[0], ids, N_IDS, N_VOCAB), *k8 = kite_logits_of(re, ids, N_IDS, N_VOCAB);
+    const double kl_re = mean_kl(kt, k8, N_IDS, N_VOCAB);
+    print_message("KT2_5_M requantized to Q8_0: mean KL from the KT2_5_M file %.3e\n", kl_re);
+    assert_true(kl_re < kl[0] / 4);
+    free(kt), free(k8);
+    unlink(re);
     free(kf);
     for (int i = 0; i < 3; i++) unlink(out[i]);
 }
