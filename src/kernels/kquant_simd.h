@@ -115,15 +115,15 @@ KQ_INLINE void kq_tile(const uint8_t *grp, const kite_pack_geom *g, const uint8_
     }
     for (int64_t blk = 0; blk < g->n_blocks; blk++) {
         const uint8_t *qb = grp + (size_t)blk * g->block_bytes, *sb = qb + g->q_bytes;
-        /* the block KQ_PREFETCH_BLOCKS ahead, an eighth per 32 columns (a burst of all its lines at once stalled) */
-        const uint8_t *ahead = blk + KQ_PREFETCH_BLOCKS < g->n_blocks ? qb + KQ_PREFETCH_BLOCKS * g->block_bytes : NULL;
+        /* the block KQ_PREFETCH_BLOCKS ahead, an eighth per 32 columns (a burst of all its lines at once stalled);
+         * past the group's last block too: the next group follows (a prefetch never faults) */
+        const uint8_t *ahead = qb + KQ_PREFETCH_BLOCKS * g->block_bytes;
         const size_t eighth = kite_round_up(g->block_bytes, 8 * 64) / 8;
         kt_vi A[KQ_TILE_B];
 #pragma GCC unroll 8
         for (int b = 0; b < NB; b++) A[b] = kt_zero();
         for (int t = 0; t < 8; t++) { /* 32 columns: sub-blocks 2t, 2t + 1 (16 columns) or sub-block t (32) */
-            if (ahead)
-                for (size_t o = (size_t)t * eighth; o < (size_t)(t + 1) * eighth && o < g->block_bytes; o += 64) kt_prefetch(ahead + o);
+            for (size_t o = (size_t)t * eighth; o < (size_t)(t + 1) * eighth && o < g->block_bytes; o += 64) kt_prefetch(ahead + o);
             kt_vi w[8];
             kq_unpack(qb, t, w, T);
             kt_vi sc0, sc1; /* the lanes' scales of the unit's first and second 16 columns (equal for 32) */

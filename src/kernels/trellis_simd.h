@@ -88,8 +88,8 @@ KT_INLINE void kt_tile(const uint8_t *tiles, int64_t n_blocks, const uint8_t *ac
     }
     for (int64_t blk = 0; blk < n_blocks; blk++) {
         const uint8_t *tile = tiles + (size_t)blk * tile_bytes;
-        if (blk + KT_PREFETCH_TILES < n_blocks)
-            for (size_t o = 0; o < tile_bytes; o += 64) kt_prefetch(tile + KT_PREFETCH_TILES * tile_bytes + o);
+        /* past the last block too: the next row group's tiles follow (a prefetch never faults) */
+        for (size_t o = 0; o < tile_bytes; o += 64) kt_prefetch(tile + KT_PREFETCH_TILES * tile_bytes + o);
         int32_t xsum[KT_TILE_B];
         float dx[KT_TILE_B];
         const int8_t *qblk[KT_TILE_B];
