@@ -1,4 +1,5 @@
-/* kite's trellis-coded low-bit weight types KT2, KT2_5 and KT3 (2.0625, 2.5625 and 3.0625 bits per weight).
+/* kite's trellis-coded low-bit weight types KT2, KT2_5 and KT3 (2.0625, 2.5625 and 3.0625 bits per weight),
+ * and their rotated variants KT2H, KT2_5H and KT3H.
  *
  * ---- The code ------------------------------------------------------------------------------------------
  * A tail-biting bitshift trellis per row and 256-column block: the block's columns j = 0..255 own k_j bits
@@ -12,7 +13,11 @@
  * always land in 2^k different quarters (k = 2) or eighths (k = 3) of the quantile table, as in a
  * trellis-coded quantizer's set partition, while the carries of the multiplication keep the map
  * nonlinear (a linear map, e.g. KT_P[h] = h, doubles the error). The weight is d * level(s_j), one fp16
- * scale d per row and block.
+ * scale d per row and block. Decoding 64 weights on AVX-512 VBMI is a vpmultishiftqb or two (the 6-bit
+ * halves of 64 windows), two vpermb and an XOR; the level bytes then go into the same int8 dot products as
+ * kite's other types (dpbusd / maddubs / sdot against 4 consecutive activations). This replaced a
+ * multiplicative hash (ik_llama.cpp's KT constants: 5-6 operations per 16 weights) at the same
+ * rate-distortion (bench/trellis_rd).
  *
  * ---- Rotated variants (KT2H, KT2_5H, KT3H) -----------------------------------------------------------
  * The same code applied to each 256-column block of a row after a randomized Hadamard rotation,
@@ -23,10 +28,7 @@
  * usual int8 quantization, and the matrix kernels are the plain types' own. A per-column importance
  * (imatrix) does not survive the rotation (every rotated column mixes all 256), so the quantizer
  * (kite_kt_choose) encodes a sample of each matrix both ways and keeps the variant with the lower
- * importance-weighted error in the original basis. Decoding 64 weights on AVX-512 VBMI is a vpmultishiftqb or two (the 6-bit halves of 64 windows),
- * two vpermb and an XOR; the level bytes then go into the same int8 dot products as kite's other types
- * (dpbusd / maddubs / sdot against 4 consecutive activations). This replaced a multiplicative hash
- * (ik_llama.cpp's KT constants: 5-6 operations per 16 weights) at the same rate-distortion (bench/trellis_rd).
+ * importance-weighted error in the original basis.
  *
  * ---- The file layout (what every kernel reads; the file is mapped, never repacked) -------------------
  * Rows are taken 16 at a time (a row group; matrices need rows % 16 == 0 and cols % 256 == 0). The
