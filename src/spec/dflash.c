@@ -257,9 +257,9 @@ static int open_drafter(kite_dflash *h, const char *path, const void *data, size
             (void)kite_gguf_get_f32(g, "dflash.logit_scale", &h->logit_scale);
             (void)kite_gguf_get_f32(g, "dflash.final_logit_softcapping", &h->softcap);
             if (!isfinite(h->logit_scale) || !isfinite(h->softcap) || h->softcap < 0) {
+                const double scale = h->logit_scale, softcap = h->softcap; /* read before h is freed */
                 kite_dflash_free(h);
-                return kite_fail(e, KITE_ERR_FORMAT, "DFlash drafter %s: bad logit scale %g or softcapping %g", path, (double)h->logit_scale,
-                                 (double)h->softcap);
+                return kite_fail(e, KITE_ERR_FORMAT, "DFlash drafter %s: bad logit scale %g or softcapping %g", path, scale, softcap);
             }
         }
     }
