@@ -336,7 +336,7 @@ static void test_rotated_product(void **state) {
  * come out with less weighted error plain, and kite_kt_choose keeps them plain. */
 static void test_choose(void **state) {
     (void)state;
-    const int64_t rows = 32, cols = 512, n = rows * cols;
+    const int64_t rows = 16, cols = 512, n = rows * cols;
     float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n), imp[512];
     uint8_t *q = malloc(kt_bytes(KITE_TYPE_KT3, rows, cols));
     rng = 9;
